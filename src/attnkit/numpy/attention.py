@@ -1,0 +1,335 @@
+"""Scaled dot-product and additive (Bahdanau) attention, as plain readable NumPy.
+
+Shape legend (used in every docstring and error message)::
+
+    ...  leading batch dims        H    query heads     Hkv  key/value heads, H % Hkv == 0
+    Tq   query length              Tk   key length      G    H // Hkv (group size)
+    Dk   query/key head dim        Dv   value head dim
+
+Both ops return ``(out, weights)``: ``out`` is ``(..., Tq, Dv)`` and ``weights`` the
+pre-dropout attention probabilities ``(..., Tq, Tk)``. Computation happens in float64 for
+float64 input, float32 for float32 and float16 input; results come back in the input dtype.
+
+Grouped-query attention (GQA) is read off the head axis ``-3``: when q has ``H`` heads and
+k/v have ``Hkv`` heads with ``H % Hkv == 0``, query head ``h`` uses key/value head
+``h // G``. K and V are never copied ``G`` times: queries are viewed as
+``(..., Hkv, G, Tq, Dk)`` and matmul broadcasts over ``G``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .masks import Window, _check_broadcast, attention_mask
+from .softmax import compute_dtype, softmax
+
+__all__ = ["additive_attention", "scaled_dot_product_attention"]
+
+
+@dataclass
+class AttentionCache:
+    """What a forward pass keeps for its backward (all in the compute dtype).
+
+    Attributes:
+        weights: softmax probabilities ``(..., H, Tq, Tk)`` before dropout.
+        keep: the ANDed bool mask (broadcastable to ``weights``) or None.
+        dropout_keep: the dropout keep-mask, or None without dropout.
+        dropout_p: the dropout probability.
+        groups: ``G = H // Hkv`` (1 without GQA).
+    """
+
+    weights: np.ndarray
+    keep: np.ndarray | None
+    dropout_keep: np.ndarray | None
+    dropout_p: float
+    groups: int
+
+
+def _floats(name: str, x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        raise TypeError(f"{name} must be a real array, got dtype {x.dtype}")
+    return x
+
+
+def check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> int:
+    """Validate shapes of q ``(..., H, Tq, Dk)``, k ``(..., Hkv, Tk, Dk)``, v ``(..., Hkv, Tk, Dv)``.
+
+    Returns the group size ``G = H // Hkv`` (1 when heads match or there is no head axis).
+    """
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
+        raise ValueError(
+            f"q, k, v need at least 2 dims (T, D), got q {q.shape}, k {k.shape}, v {v.shape}"
+        )
+    if not (q.ndim == k.ndim == v.ndim):
+        raise ValueError(
+            f"q, k, v must have the same number of dims, got q {q.shape}, k {k.shape}, "
+            f"v {v.shape}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must share Dk: q {q.shape} has Dk={q.shape[-1]}, k {k.shape} has "
+            f"Dk={k.shape[-1]}"
+        )
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(
+            f"k and v must agree on every axis but the last (Tk and batch/heads): k {k.shape}, "
+            f"v {v.shape}"
+        )
+    G = 1
+    if q.ndim >= 3 and q.shape[-3] != k.shape[-3]:
+        H, Hkv = q.shape[-3], k.shape[-3]
+        if Hkv == 0 or H % Hkv:
+            raise ValueError(
+                f"query heads H={H} must be a multiple of key/value heads Hkv={Hkv}: "
+                f"q {q.shape}, k {k.shape}"
+            )
+        G = H // Hkv
+    n = 3 if G > 1 else 2  # with GQA the head axes were checked above
+    lead_q, lead_k = q.shape[:-n], k.shape[:-n]
+    try:
+        np.broadcast_shapes(lead_q, lead_k)
+    except ValueError:
+        raise ValueError(
+            f"batch dims of q {q.shape} and k {k.shape} do not broadcast"
+        ) from None
+    return G
+
+
+def _grouped(q: np.ndarray, G: int) -> np.ndarray:
+    """View ``(..., H, T, D)`` as ``(..., Hkv, G, T, D)`` (no copy)."""
+    if G == 1:
+        return q
+    H = q.shape[-3]
+    return q.reshape(q.shape[:-3] + (H // G, G) + q.shape[-2:])
+
+
+def _kv_grouped(x: np.ndarray, G: int) -> np.ndarray:
+    """View k or v ``(..., Hkv, Tk, D)`` as ``(..., Hkv, 1, Tk, D)`` to broadcast over G."""
+    return x if G == 1 else x[..., None, :, :]
+
+
+def _ungrouped(x: np.ndarray, G: int) -> np.ndarray:
+    """``(..., Hkv, G, T, X)`` back to ``(..., H, T, X)``."""
+    if G == 1:
+        return x
+    return x.reshape(x.shape[:-4] + (x.shape[-4] * G,) + x.shape[-2:])
+
+
+def attend(
+    scores: np.ndarray,
+    v: np.ndarray,
+    *,
+    groups: int = 1,
+    mask: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    valid_lens: np.ndarray | None = None,
+    causal: bool = False,
+    window: Window | None = None,
+    dropout_p: float = 0.0,
+    rng: np.random.Generator | None = None,
+) -> tuple[np.ndarray, AttentionCache]:
+    """Shared tail of every attention: bias, masks, softmax, dropout, weighted sum of v.
+
+    Args:
+        scores: ``(..., H, Tq, Tk)`` scaled scores, compute dtype.
+        v: ``(..., Hkv, Tk, Dv)``, compute dtype.
+
+    Returns:
+        ``(out (..., H, Tq, Dv), cache)``.
+    """
+    if bias is not None:
+        b = _floats("bias", bias)
+        _check_broadcast("bias", b.shape, scores.shape)
+        scores = scores + b.astype(scores.dtype, copy=False)
+    keep = attention_mask(
+        scores.shape, mask=mask, valid_lens=valid_lens, causal=causal, window=window
+    )
+    if keep is not None:
+        # -inf, not a large negative constant: the softmax guards rows left empty.
+        scores = np.where(keep, scores, -np.inf)
+    weights = softmax(scores, axis=-1)
+
+    dropped, dropout_keep = weights, None
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if dropout_p > 0.0:
+        rng = np.random.default_rng() if rng is None else rng
+        dropout_keep = rng.random(weights.shape) >= dropout_p
+        dropped = np.where(dropout_keep, weights / (1.0 - dropout_p), 0.0)
+
+    out = _ungrouped(_grouped(dropped, groups) @ _kv_grouped(v, groups), groups)
+    cache = AttentionCache(weights, keep, dropout_keep, dropout_p, groups)
+    return out, cache
+
+
+def sdpa_forward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    mask: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    valid_lens: np.ndarray | None = None,
+    causal: bool = False,
+    window: Window | None = None,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    rng: np.random.Generator | None = None,
+) -> tuple[np.ndarray, AttentionCache, float]:
+    """:func:`scaled_dot_product_attention` in the compute dtype, with its cache and scale."""
+    q, k, v = _floats("q", q), _floats("k", k), _floats("v", v)
+    G = check_qkv(q, k, v)
+    dt = compute_dtype(np.result_type(q.dtype, k.dtype, v.dtype))
+    qc, kc, vc = (x.astype(dt, copy=False) for x in (q, k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    # (..., Hkv, G, Tq, Dk) @ (..., Hkv, 1, Dk, Tk) -> (..., H, Tq, Tk)
+    scores = _ungrouped(_grouped(qc, G) @ np.swapaxes(_kv_grouped(kc, G), -1, -2), G)
+    scores = scores * dt.type(scale)
+    out, cache = attend(
+        scores, vc, groups=G, mask=mask, bias=bias, valid_lens=valid_lens,
+        causal=causal, window=window, dropout_p=dropout_p, rng=rng,
+    )
+    return out, cache, scale
+
+
+def scaled_dot_product_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    mask: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    valid_lens: np.ndarray | None = None,
+    causal: bool = False,
+    window: Window | None = None,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    rng: np.random.Generator | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``softmax(q k^T * scale + bias, masked) v``.
+
+    Args:
+        q: ``(..., H, Tq, Dk)`` (or ``(..., Tq, Dk)``).
+        k: ``(..., Hkv, Tk, Dk)``; ``Hkv`` divides ``H`` (GQA/MQA).
+        v: ``(..., Hkv, Tk, Dv)``; ``Dv`` may differ from ``Dk``.
+        mask: bool, True = may attend, broadcastable to ``(..., H, Tq, Tk)``.
+        bias: float, broadcastable, added to the scaled scores (``-inf`` excludes).
+        valid_lens: ``(B,)`` or ``(B, Tq)``: keys ``j < valid_len`` are valid.
+        causal: bottom-right aligned causal mask.
+        window: ``(left, right)`` sliding window around that diagonal; None = unbounded.
+        scale: defaults to ``1/sqrt(Dk)``.
+        dropout_p: probability of zeroing a weight (survivors scaled by ``1/(1-p)``).
+        rng: generator for the dropout mask.
+
+    Returns:
+        ``(out (..., H, Tq, Dv), weights (..., H, Tq, Tk))``; weights are pre-dropout.
+        A query with no allowed key gets weights 0 and output 0.
+
+    Reference, without masks::
+
+        w = softmax(q @ k.swapaxes(-1, -2) * scale)
+        out = w @ v
+    """
+    out, cache, _ = sdpa_forward(
+        q, k, v, mask=mask, bias=bias, valid_lens=valid_lens, causal=causal,
+        window=window, scale=scale, dropout_p=dropout_p, rng=rng,
+    )
+    dt = np.result_type(np.asarray(q).dtype, np.asarray(k).dtype, np.asarray(v).dtype)
+    dt = dt if np.issubdtype(dt, np.floating) else np.dtype(np.float64)
+    return out.astype(dt, copy=False), cache.weights.astype(dt, copy=False)
+
+
+def check_additive(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray,
+    w_q: np.ndarray, w_k: np.ndarray, w_v: np.ndarray,
+) -> None:
+    """Validate additive-attention shapes (see :func:`additive_attention`)."""
+    if q.ndim < 2 or q.ndim != k.ndim or k.ndim != v.ndim:
+        raise ValueError(
+            f"q, k, v must share their number of dims (>= 2), got q {q.shape}, k {k.shape}, "
+            f"v {v.shape}"
+        )
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"k and v must agree on every axis but the last: k {k.shape}, v {v.shape}")
+    if w_q.ndim != 2 or w_k.ndim != 2 or w_v.ndim != 1:
+        raise ValueError(
+            f"expected w_q (Dq, h), w_k (Dk, h), w_v (h,), got {w_q.shape}, {w_k.shape}, "
+            f"{w_v.shape}"
+        )
+    if w_q.shape[0] != q.shape[-1] or w_k.shape[0] != k.shape[-1]:
+        raise ValueError(
+            f"w_q {w_q.shape} must take q's width {q.shape[-1]} and w_k {w_k.shape} k's width "
+            f"{k.shape[-1]}"
+        )
+    if not (w_q.shape[1] == w_k.shape[1] == w_v.shape[0]):
+        raise ValueError(
+            f"hidden sizes differ: w_q {w_q.shape}, w_k {w_k.shape}, w_v {w_v.shape}"
+        )
+    try:
+        np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    except ValueError:
+        raise ValueError(f"batch dims of q {q.shape} and k {k.shape} do not broadcast") from None
+
+
+def additive_forward(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray,
+    w_q: np.ndarray, w_k: np.ndarray, w_v: np.ndarray,
+    **options: object,
+) -> tuple[np.ndarray, AttentionCache, np.ndarray]:
+    """:func:`additive_attention` in the compute dtype; also returns the tanh features."""
+    arrays = [_floats(n, x) for n, x in zip("q k v w_q w_k w_v".split(), (q, k, v, w_q, w_k, w_v))]
+    check_additive(*arrays)
+    dt = compute_dtype(np.result_type(*(x.dtype for x in arrays)))
+    q, k, v, w_q, w_k, w_v = (x.astype(dt, copy=False) for x in arrays)
+    # (..., Tq, 1, h) + (..., 1, Tk, h) -> (..., Tq, Tk, h)
+    features = np.tanh((q @ w_q)[..., :, None, :] + (k @ w_k)[..., None, :, :])
+    scores = features @ w_v  # (..., Tq, Tk)
+    out, cache = attend(scores, v, **options)  # type: ignore[arg-type]
+    return out, cache, features
+
+
+def additive_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    w_q: np.ndarray,
+    w_k: np.ndarray,
+    w_v: np.ndarray,
+    *,
+    mask: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    valid_lens: np.ndarray | None = None,
+    causal: bool = False,
+    window: Window | None = None,
+    dropout_p: float = 0.0,
+    rng: np.random.Generator | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bahdanau attention: score ``a(q, k) = w_v . tanh(q W_q + k W_k)``.
+
+    Queries and keys may have different widths; weights use the ``x @ W`` layout (the
+    transpose of ``nn.Linear.weight``).
+
+    Args:
+        q: ``(..., Tq, Dq)``.
+        k: ``(..., Tk, Dk)``.
+        v: ``(..., Tk, Dv)``.
+        w_q: ``(Dq, h)``.
+        w_k: ``(Dk, h)``.
+        w_v: ``(h,)``.
+        mask, bias, valid_lens, causal, window, dropout_p, rng: as in
+            :func:`scaled_dot_product_attention`.
+
+    Returns:
+        ``(out (..., Tq, Dv), weights (..., Tq, Tk))``.
+    """
+    out, cache, _ = additive_forward(
+        q, k, v, w_q, w_k, w_v, mask=mask, bias=bias, valid_lens=valid_lens,
+        causal=causal, window=window, dropout_p=dropout_p, rng=rng,
+    )
+    dt = np.result_type(*(np.asarray(x).dtype for x in (q, k, v, w_q, w_k, w_v)))
+    dt = dt if np.issubdtype(dt, np.floating) else np.dtype(np.float64)
+    return out.astype(dt, copy=False), cache.weights.astype(dt, copy=False)

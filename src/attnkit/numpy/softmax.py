@@ -1,0 +1,108 @@
+"""Numerically safe softmax, log-softmax and log-sum-exp.
+
+The max trick: ``softmax(x) == softmax(x - c)`` for any constant ``c``, so we subtract the
+row maximum before ``exp`` and nothing overflows, whatever the magnitude of the logits.
+A row whose maximum is ``-inf`` (every entry excluded) would give ``-inf - (-inf) = nan``;
+such rows are guarded explicitly and give zeros (softmax) and ``-inf`` (log-sum-exp).
+
+Half-precision inputs are computed in float32 and returned in their own dtype. No function
+here writes into its input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["compute_dtype", "log_softmax", "logsumexp", "softmax"]
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype arithmetic runs in: float16 -> float32, float32/64 kept, ints -> float64."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float16:
+        return np.dtype(np.float32)
+    if dtype in (np.float32, np.float64):
+        return dtype
+    if np.issubdtype(dtype, np.integer) or dtype == np.bool_:
+        return np.dtype(np.float64)
+    if np.issubdtype(dtype, np.floating):  # longdouble and friends
+        return dtype
+    raise TypeError(f"expected a real floating or integer array, got dtype {dtype}")
+
+
+def result_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype results come back in: the input's own float dtype, float64 for integers."""
+    dtype = np.dtype(dtype)
+    return dtype if np.issubdtype(dtype, np.floating) else compute_dtype(dtype)
+
+
+def _shifted(x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(x - m, m)`` with ``m`` the row max, where a row max of +-inf is replaced by 0.
+
+    Replacing a non-finite max by 0 keeps ``exp(x - m)`` free of ``inf - inf`` and
+    ``-inf - (-inf)``: an all ``-inf`` row gives ``exp(-inf) = 0`` everywhere. NaN still
+    propagates, because ``exp(nan) = nan``.
+    """
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0).astype(x.dtype, copy=False)
+    return x - m, m
+
+
+def logsumexp(x: np.ndarray, axis: int = -1, keepdims: bool = False) -> np.ndarray:
+    """``log(sum(exp(x), axis))`` without overflow; ``-inf`` for an all ``-inf`` row.
+
+    Args:
+        x: array of any shape and real dtype.
+        axis: the axis to reduce.
+        keepdims: keep the reduced axis with size 1.
+
+    Returns:
+        The reduced array, in ``x``'s float dtype (float64 for integer input); half
+        precision is computed in float32.
+    """
+    x = np.asarray(x)
+    xc = x.astype(compute_dtype(x.dtype), copy=False)
+    z, m = _shifted(xc, axis)
+    s = np.sum(np.exp(z), axis=axis, keepdims=True)
+    with np.errstate(divide="ignore"):  # log(0) = -inf is the answer for empty rows
+        out = np.log(s) + m
+    if not keepdims:
+        out = np.squeeze(out, axis=axis)
+    return out.astype(result_dtype(x.dtype), copy=False)
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Stable softmax along ``axis``; a row of all ``-inf`` gives all zeros.
+
+    Args:
+        x: array of any shape and real dtype (float16/32/64; ints are read as float64).
+        axis: the axis that sums to one.
+
+    Returns:
+        An array of ``x``'s shape and float dtype.
+    """
+    x = np.asarray(x)
+    xc = x.astype(compute_dtype(x.dtype), copy=False)
+    z, _ = _shifted(xc, axis)
+    e = np.exp(z)
+    s = np.sum(e, axis=axis, keepdims=True)
+    # s == 0 only for rows with no allowed entry; `!= 0` (not `> 0`) lets NaN through.
+    out = np.divide(e, s, out=np.zeros_like(e), where=s != 0)
+    return out.astype(result_dtype(x.dtype), copy=False)
+
+
+def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """``x - logsumexp(x)`` along ``axis``; an all ``-inf`` row stays all ``-inf`` (log 0).
+
+    Args:
+        x: array of any shape and real dtype.
+        axis: the normalised axis.
+
+    Returns:
+        An array of ``x``'s shape and float dtype.
+    """
+    x = np.asarray(x)
+    xc = x.astype(compute_dtype(x.dtype), copy=False)
+    lse = logsumexp(xc, axis=axis, keepdims=True)
+    lse = np.where(np.isneginf(lse), 0.0, lse)  # empty row: -inf - 0 = -inf, not nan
+    return (xc - lse).astype(result_dtype(x.dtype), copy=False)
