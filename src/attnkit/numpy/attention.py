@@ -56,7 +56,7 @@ def _floats(name: str, x: np.ndarray) -> np.ndarray:
 
 
 def check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> int:
-    """Validate shapes of q ``(..., H, Tq, Dk)``, k ``(..., Hkv, Tk, Dk)``, v ``(..., Hkv, Tk, Dv)``.
+    """Validate q ``(..., H, Tq, Dk)``, k ``(..., Hkv, Tk, Dk)``, v ``(..., Hkv, Tk, Dv)``.
 
     Returns the group size ``G = H // Hkv`` (1 when heads match or there is no head axis).
     """

@@ -96,7 +96,8 @@ def valid_lens_mask(valid_lens: np.ndarray, scores_shape: tuple[int, ...]) -> np
 
 
 def causal_mask(Tq: int, Tk: int) -> np.ndarray:
-    """``(Tq, Tk)`` bool, bottom-right aligned: query ``i`` sees key ``j`` iff ``j <= i + Tk - Tq``."""
+    """``(Tq, Tk)`` bool, bottom-right aligned: query ``i`` sees key ``j`` iff
+    ``j <= i + Tk - Tq``."""
     return window_mask(Tq, Tk, None, 0)
 
 
