@@ -1,0 +1,22 @@
+"""attnkit.viz: attention heatmaps (matplotlib, headless-safe) and the demo walk-through.
+
+- :func:`show_heatmaps`: d2l's grid of heatmaps, ``(rows, cols, Tq, Tk)``.
+- :func:`plot_attention`: token labels, one panel per head (or layer x head), masked cells
+  drawn distinctly from cells with weight ~0.
+
+Both accept NumPy arrays and torch tensors and return a :class:`matplotlib.figure.Figure`;
+``path=`` writes it to a file as well.
+"""
+
+from __future__ import annotations
+
+from .heatmap import MASKED_COLOR, MASKED_GID, plot_attention, save_figure, show_heatmaps, to_numpy
+
+__all__ = [
+    "MASKED_COLOR",
+    "MASKED_GID",
+    "plot_attention",
+    "save_figure",
+    "show_heatmaps",
+    "to_numpy",
+]
