@@ -303,13 +303,10 @@ def _tril(Tq: int, Tk: int, device: torch.device) -> torch.Tensor:
 def _triton_module() -> object | None:
     """``attnkit.triton`` when it is importable and usable here, else None."""
     try:
-        import attnkit.triton as kernels  # noqa: PLC0415 (optional, GPU only)
+        import attnkit.triton as kernels  # optional and GPU-only: imported on first use
     except ImportError:
         return None
-    try:
-        return kernels if kernels.is_available() else None
-    except Exception:  # noqa: BLE001 (a broken optional install must not break the CPU path)
-        return None
+    return kernels if kernels.is_available() else None
 
 
 def _triton_reason(
@@ -426,29 +423,51 @@ def attention(
         return _triton_path(q, k, v, G, causal, win, scale, need_weights)
 
     # Only Tq == Tk causal with nothing else is SDPA's own (top-left == bottom-right) case.
-    sdpa_causal = causal and Tq == Tk and win is None and mask is None and valid_lens is None
+    # Only Tq == Tk causal with nothing else is SDPA's own (top-left == bottom-right) case.
+    sdpa_causal = (
+        causal and Tq == Tk and win is None and mask is None and valid_lens is None
+        and bias is None
+    )
+    use_sdpa = backend == "sdpa" or backend == "auto"
     keep = attention_mask(
-        shape, mask=mask, valid_lens=valid_lens, causal=causal and not sdpa_causal,
-        window=win, device=q.device,
+        shape, mask=mask, valid_lens=valid_lens,
+        causal=causal and not (use_sdpa and sdpa_causal), window=win, device=q.device,
     )
     if Tq == 0 or Tk == 0:  # nothing to attend to: zero output, zero weights
         out = q.new_zeros(shape[:-1] + (v.shape[-1],))
         return out, (q.new_zeros(shape) if need_weights else None)
 
-    if backend == "sdpa" or (backend == "auto" and _sdpa_ok(q, bias)):
-        return _sdpa_path(q, k, v, G, keep, bias, sdpa_causal, scale, p, need_weights)
-    if sdpa_causal:
-        keep = attention_mask(shape, causal=True, device=q.device)
-    return _math_path(q, k, v, G, keep, bias, scale, p, need_weights)
+    def run(v: torch.Tensor, need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if use_sdpa:
+            return _sdpa_path(
+                q, k, v, G, keep, bias, sdpa_causal, scale, p, need_weights
+            )
+        return _math_path(q, k, v, G, keep, bias, scale, p, need_weights)
+
+    out, weights = run(v, need_weights)
+    if (keep is not None or sdpa_causal) and not bool(torch.isfinite(v).all()):
+        out = _without_masked_nonfinite(
+            out, run(torch.nan_to_num(v, 0.0, 0.0, 0.0), False)[0], v, G,
+            attention_mask(shape, mask=mask, valid_lens=valid_lens, causal=causal,
+                           window=win, device=q.device),
+        )
+    return out, weights
 
 
-def _sdpa_ok(q: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    """Whether SDPA is the fast choice. (It is always *correct* here: the wrapper fixes
-    the causal alignment and empty rows.) Half precision on CPU stays on the math path,
-    whose float32 statistics are a documented guarantee."""
-    if q.device.type == "cpu" and q.dtype == torch.float16:
-        return False
-    return True
+def _without_masked_nonfinite(
+    out: torch.Tensor, clean: torch.Tensor, v: torch.Tensor, G: int, keep: torch.Tensor
+) -> torch.Tensor:
+    """Keep NaN/inf from *masked* value rows out of the output.
+
+    A masked weight is exactly 0, but ``0 * nan = nan`` in the matmul. Rows of ``out`` that
+    attend a non-finite value keep it (NaN in an attended position propagates); the others
+    take ``clean``, the output recomputed with non-finite values zeroed. Only called when
+    ``v`` has non-finite entries, so the common case pays one ``isfinite`` pass.
+    """
+    bad = (~torch.isfinite(v)).to(out.dtype)  # (..., Hkv, Tk, Dv)
+    allowed = keep.to(out.dtype).expand(out.shape[:-1] + (v.shape[-2],))  # (..., H, Tq, Tk)
+    touched = _ungroup(_group(allowed, G) @ bad, G, out.shape[-2]) > 0  # (..., H, Tq, Dv)
+    return torch.where(touched, out, clean)
 
 
 # -- additive attention -----------------------------------------------------------------------
@@ -620,4 +639,7 @@ def additive_attention(
     p = float(dropout_p) if training else 0.0
     dropped = F.dropout(w, p, training=True) if p > 0.0 else w
     out = dropped.to(v.dtype) @ v
+    if keep is not None and not bool(torch.isfinite(v).all()):
+        clean = dropped.to(v.dtype) @ torch.nan_to_num(v, 0.0, 0.0, 0.0)
+        out = _without_masked_nonfinite(out, clean, v, 1, keep)
     return out, w.to(q.dtype)

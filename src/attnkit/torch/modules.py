@@ -21,6 +21,7 @@ from .functional import additive_attention, attention
 from .masks import Window
 
 if TYPE_CHECKING:
+    import numpy as np
     from attnkit.numpy import MultiHeadParams
 
 __all__ = ["AdditiveAttention", "DotProductAttention", "MultiHeadAttention"]
@@ -338,7 +339,7 @@ class MultiHeadAttention(nn.Module):
         """The weights as :class:`attnkit.numpy.MultiHeadParams` (float64 copies)."""
         from attnkit.numpy import MultiHeadParams
 
-        def arr(t: torch.Tensor | None):  # noqa: ANN202
+        def arr(t: torch.Tensor | None) -> np.ndarray | None:
             return None if t is None else t.detach().cpu().double().numpy().copy()
 
         return MultiHeadParams.from_flat(
