@@ -119,6 +119,24 @@ def _ungrouped(x: np.ndarray, G: int) -> np.ndarray:
     return x.reshape(x.shape[:-4] + (x.shape[-4] * G,) + x.shape[-2:])
 
 
+def _without_masked_nonfinite(
+    out: np.ndarray, p: np.ndarray, v: np.ndarray, keep: np.ndarray, groups: int
+) -> np.ndarray:
+    """Recompute ``out`` so NaN/inf in *masked* value rows does not leak.
+
+    A masked weight is exactly 0, but ``0 * nan = nan``. Rows of ``out`` that attend a
+    non-finite value keep it (NaN in an attended position propagates); the others are
+    recomputed with the non-finite values zeroed. Only runs when v has non-finite entries.
+    """
+    bad = ~np.isfinite(v)
+    clean = _ungrouped(_grouped(p, groups) @ _kv_grouped(np.where(bad, 0.0, v), groups), groups)
+    allowed = np.broadcast_to(keep, p.shape).astype(v.dtype)
+    touched = _ungrouped(
+        _grouped(allowed, groups) @ _kv_grouped(bad.astype(v.dtype), groups), groups
+    )
+    return np.where(touched > 0, out, clean)
+
+
 def attend(
     scores: np.ndarray,
     v: np.ndarray,
@@ -162,6 +180,8 @@ def attend(
         dropped = np.where(dropout_keep, weights / (1.0 - dropout_p), 0.0)
 
     out = _ungrouped(_grouped(dropped, groups) @ _kv_grouped(v, groups), groups)
+    if keep is not None and not np.all(np.isfinite(v)):
+        out = _without_masked_nonfinite(out, dropped, v, keep, groups)
     cache = AttentionCache(weights, keep, dropout_keep, dropout_p, groups)
     return out, cache
 
