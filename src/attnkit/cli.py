@@ -256,8 +256,8 @@ class _Parser(argparse.ArgumentParser):
 TRAIN_TASKS = ("reverse", "copy", "sort")
 TRAIN_MODELS = ("additive", "mha")
 DEFAULTS: dict[str, object] = {
-    "task": "reverse", "model": "additive", "steps": 800, "length": 10, "batch_size": 64,
-    "hidden": 64, "num_heads": 4, "lr": 3e-3, "seed": 0, "eval_size": 1000, "threads": 1,
+    "task": "reverse", "model": "additive", "steps": 400, "length": 10, "batch_size": 64,
+    "hidden": 64, "num_heads": 4, "lr": 5e-3, "seed": 0, "eval_size": 1000, "threads": 1,
 }
 
 

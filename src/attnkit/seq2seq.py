@@ -6,17 +6,20 @@ Synthetic tasks on digit sequences of a fixed length ``T``:
 - ``copy``:    ``3 1 4 1 5 -> 3 1 4 1 5``  (the diagonal)
 - ``sort``:    ``3 1 4 1 5 -> 1 1 3 4 5``  (each output looks up where its digit sits)
 
-The model (Luong-style, attention after the recurrent step)::
+The model (Luong-style: the decoder attends after its recurrent step)::
 
-    encoder   tokens (B, T) -> embedding -> bidirectional GRU -> states (B, T, 2*Hd)
-    decoder   previous tokens (B, T) -> embedding -> GRU -> queries (B, T, Hd)
-    attention queries attend to the encoder states -> context (B, T, Hd or 2*Hd)
-    output    tanh(Linear([query; context])) -> Linear -> logits (B, T, V)
+    encoder   digit + position embeddings -> tanh(Linear) -> memory (B, T, Hd)
+    decoder   previous digits (B, T) -> embedding -> GRU -> queries (B, T, Hd)
+    attention queries attend to the memory -> context (B, T, Hd)
+    output    tanh(Linear([query; context])) -> Linear -> logits (B, T, 10)
 
 with the attention either :class:`attnkit.torch.AdditiveAttention` (Bahdanau scores) or
-:class:`attnkit.torch.MultiHeadAttention` (scaled dot-product, several heads). Training uses
-teacher forcing (the decoder reads the true previous digit); evaluation decodes greedily,
-one step at a time, feeding back its own predictions, on held-out sequences.
+:class:`attnkit.torch.MultiHeadAttention` (scaled dot-product, several heads). Each encoder
+state knows only its own digit and position (no recurrence across the input), so the only
+way for the decoder to learn a digit is to attend to where it sits: the attention has to
+align, and the heatmap shows it. Training uses teacher forcing (the decoder reads the true
+previous digit); evaluation decodes greedily, one step at a time, feeding back its own
+predictions, on held-out sequences.
 
 Everything is seeded: the same :class:`TrainConfig` gives the same losses, accuracy and
 figure on the same machine and thread count.
@@ -30,10 +33,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
-
-import numpy as np
 
 __all__ = [
     "MODELS",
@@ -61,12 +63,12 @@ class TrainConfig:
 
     task: str = "reverse"  # one of TASKS
     model: str = "additive"  # one of MODELS: the decoder's cross-attention
-    steps: int = 800  # optimiser steps, one fresh batch each
+    steps: int = 400  # optimiser steps, one fresh batch each
     length: int = 10  # T: digits per sequence
     batch_size: int = 64  # sequences per step
     hidden: int = 64  # Hd: GRU width (embeddings are Hd wide too)
     num_heads: int = 4  # heads of the mha model (Hd % num_heads == 0)
-    lr: float = 3e-3  # Adam learning rate, cosine-decayed to 10% over the run
+    lr: float = 5e-3  # Adam learning rate, cosine-decayed to 10% over the run
     seed: int = 0  # seeds torch and the data generators
     eval_size: int = 1000  # held-out sequences for the final accuracy
     threads: int = 1  # torch CPU threads (see train(): 1 is fastest for these sizes)
@@ -109,45 +111,56 @@ def make_batch(
 
 
 class Seq2Seq(nn.Module):
-    """GRU encoder-decoder whose decoder attends to the encoder states (module docstring)."""
+    """Encoder-decoder whose GRU decoder attends to the encoder states (module docstring).
 
-    def __init__(self, attention: str = "additive", hidden: int = 64, num_heads: int = 4):
+    Args:
+        attention: ``"additive"`` or ``"mha"``.
+        hidden: ``Hd``, the width of embeddings, states and attention.
+        num_heads: heads of the ``mha`` attention (``Hd % num_heads == 0``).
+        max_len: the longest input (sizes the position embedding).
+    """
+
+    def __init__(
+        self, attention: str = "additive", hidden: int = 64, num_heads: int = 4,
+        max_len: int = 10,
+    ):
         super().__init__()
         from attnkit.torch import AdditiveAttention, MultiHeadAttention
 
         self.attention_kind = attention
         self.src_embed = nn.Embedding(VOCAB, hidden)
-        self.encoder = nn.GRU(hidden, hidden, batch_first=True, bidirectional=True)
-        self.bridge = nn.Linear(2 * hidden, hidden)  # final encoder states -> decoder h0
+        self.src_pos = nn.Embedding(max_len, hidden)
+        self.encoder = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
         self.tgt_embed = nn.Embedding(VOCAB, hidden)
         self.decoder = nn.GRU(hidden, hidden, batch_first=True)
         self.attention: nn.Module
         if attention == "additive":
-            self.attention = AdditiveAttention(2 * hidden, hidden, hidden, 0.0)
-            context = 2 * hidden
+            self.attention = AdditiveAttention(hidden, hidden, hidden, 0.0)
         elif attention == "mha":
-            self.attention = MultiHeadAttention(
-                hidden, num_heads, kdim=2 * hidden, vdim=2 * hidden
-            )
-            context = hidden
+            self.attention = MultiHeadAttention(hidden, num_heads)
         else:
             raise ValueError(f"attention must be one of {MODELS}, got {attention!r}")
-        self.combine = nn.Linear(hidden + context, hidden)
+        self.combine = nn.Linear(2 * hidden, hidden)
         self.out = nn.Linear(hidden, NUM_DIGITS)  # BOS is never a target
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``src (B, T)`` -> ``(memory (B, T, 2*Hd), h0 (1, B, Hd))``."""
-        memory, last = self.encoder(self.src_embed(src))  # last: (2, B, Hd)
-        h0 = torch.tanh(self.bridge(torch.cat([last[0], last[1]], dim=-1)))[None]
+        """``src (B, T)`` -> ``(memory (B, T, Hd), h0 (1, B, Hd))``.
+
+        Each encoder state sees only its own digit and position, so the decoder can
+        learn a digit only by attending to where it sits.
+        """
+        pos = torch.arange(src.shape[1], device=src.device)
+        memory = self.encoder(self.src_embed(src) + self.src_pos(pos))
+        h0 = memory.new_zeros(1, src.shape[0], memory.shape[-1])
         return memory, h0
 
     def attend(
         self, queries: torch.Tensor, memory: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``queries (B, Tq, Hd)`` over ``memory (B, T, 2*Hd)``.
+        """``queries (B, Tq, Hd)`` over ``memory (B, T, Hd)``.
 
         Returns:
-            ``(context (B, Tq, C), weights)``: weights ``(B, Tq, T)`` for additive,
+            ``(context (B, Tq, Hd), weights)``: weights ``(B, Tq, T)`` for additive,
             ``(B, H, Tq, T)`` for mha.
         """
         if self.attention_kind == "additive":
@@ -253,7 +266,7 @@ def train(
     torch.set_num_threads(config.threads)
     try:
         torch.manual_seed(config.seed)
-        model = Seq2Seq(config.model, config.hidden, config.num_heads)
+        model = Seq2Seq(config.model, config.hidden, config.num_heads, config.length)
         opt = torch.optim.Adam(model.parameters(), lr=config.lr)
         # Cosine decay to 10% of lr: the last steps polish instead of bouncing.
         sched = torch.optim.lr_scheduler.LambdaLR(
@@ -305,23 +318,22 @@ def plot_cross_attention(result: TrainResult, *, example: int = 0, path: str | N
     from attnkit.viz import plot_attention
 
     w = result.eval_weights.double()
+    n = w.shape[0]
     if w.ndim == 4:  # (N, H, T, T): heads averaged first, then each head on its own
         panels = [w[example].mean(0), w.mean((0, 1))] + list(w.mean(0))
-        titles = ["example (heads averaged)", "held-out mean"] + [
-            f"head {h} (held-out mean)" for h in range(w.shape[1])
+        titles = [f"held-out example {example}", f"mean of {n} (by position)"] + [
+            f"head {h}, mean of {n}" for h in range(w.shape[1])
         ]
     else:
         panels = [w[example], w.mean(0)]
-        titles = [f"example {example}", f"mean over {w.shape[0]} held-out"]
+        titles = [f"held-out example {example}", f"mean of {n} (by position)"]
     cfg = result.config
-    src = [str(d) for d in result.eval_src[example].tolist()]
-    pred = [str(d) for d in result.eval_pred[example].tolist()]
     fig = plot_attention(
         torch.stack(panels), titles=titles, ncols=min(len(panels), 3),
-        xlabel="input position (digits of the example)",
-        ylabel="output step (predicted digit)",
-        k_tokens=[f"{s}" for s in src], q_tokens=[f"{p}" for p in pred],
-        panel_size=2.6,
+        xlabel="input digit", ylabel="predicted digit",
+        k_tokens=[str(d) for d in result.eval_src[example].tolist()],
+        q_tokens=[str(d) for d in result.eval_pred[example].tolist()],
+        panel_size=2.8,
     )
     fig.suptitle(
         f"{cfg.task}, {cfg.model} attention: exact-match {result.accuracy:.3f} "

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import re
 
-import numpy as np
 import pytest
+
+import numpy as np
 
 torch = pytest.importorskip("torch", reason="attnkit train needs torch")
 
@@ -32,42 +33,52 @@ def test_task_targets(task, expected):
     np.testing.assert_array_equal(seq2seq.targets_for(task, src), expected)
 
 
-def test_reversal_learns_to_align(tmp_path, capsys, check_png):
-    """A short default-shaped run: accuracy above a floor, the anti-diagonal in the weights."""
-    rc = cli.main(["train", "--task", "reverse", "--steps", "300", "--eval-size", "300",
-                   "--out", str(tmp_path)])
+def test_reversal_learns_to_align(tmp_path, capsys, check_png, monkeypatch):
+    """A short run through the command: accuracy above a floor, the anti-diagonal learned."""
+    runs = []
+
+    def keep_result(*args, **kwargs):
+        runs.append(real_train(*args, **kwargs))
+        return runs[-1]
+
+    real_train = seq2seq.train
+    monkeypatch.setattr(seq2seq, "train", keep_result)
+    rc = cli.main(["train", "--task", "reverse", "--steps", "150", "--hidden", "32",
+                   "--lr", "1e-2", "--eval-size", "200", "--out", str(tmp_path)])
     assert rc == 0
     lines = capsys.readouterr().out.strip().splitlines()
     match = ACCURACY_LINE.match(lines[-1])
     assert match, lines[-1]
-    assert float(match.group(1)) >= 0.6, lines[-1]
-    assert any(line.startswith("step 300/300 [") for line in lines)  # the progress report
+    # Measured 0.999 on this setting (untrained: 0.000); the floor leaves room for other CPUs.
+    assert float(match.group(1)) >= 0.8, lines[-1]
+    assert any(line.startswith("step 150/150 [") for line in lines)  # the progress report
     png = tmp_path / "train_reverse_additive.png"
     assert f"wrote {png}" in lines
     check_png(png)
 
-
-def test_reversal_weights_sit_on_the_anti_diagonal():
-    cfg = seq2seq.TrainConfig(steps=300, eval_size=200)
-    result = seq2seq.train(cfg)
+    (result,) = runs
+    assert f"{result.accuracy:.3f}" == match.group(1)
     mean = result.eval_weights.mean(0).numpy()  # (T, T): output step x input position
-    T = cfg.length
+    T = result.config.length
     assert mean.shape == (T, T)
     np.testing.assert_allclose(mean.sum(-1), 1.0, atol=1e-5)
-    # Output step t reads input T-1-t: the anti-diagonal carries most of each row's mass.
-    assert mean[np.arange(T), T - 1 - np.arange(T)].mean() > 0.3
-    assert (mean.argmax(-1) == T - 1 - np.arange(T)).mean() >= 0.8
+    # Output step t reads input T-1-t: the anti-diagonal is every row's largest weight and
+    # carries well over the uniform share 1/T.
+    anti = T - 1 - np.arange(T)
+    np.testing.assert_array_equal(mean.argmax(-1), anti)
+    assert mean[np.arange(T), anti].min() > 2.0 / T
 
 
-def test_mha_model_trains_and_plots_heads(tmp_path, capsys, check_png):
-    rc = cli.main(["train", "--model", "mha", "--task", "copy", "--length", "6",
-                   "--hidden", "32", "--heads", "2", "--steps", "200", "--eval-size", "200",
+def test_mha_model_learns_reversal_and_plots_heads(tmp_path, capsys, check_png):
+    rc = cli.main(["train", "--model", "mha", "--hidden", "32", "--heads", "4",
+                   "--steps", "100", "--lr", "1e-2", "--eval-size", "200",
                    "--out", str(tmp_path)])
     assert rc == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     match = ACCURACY_LINE.match(last)
-    assert match and float(match.group(1)) >= 0.5, last
-    check_png(tmp_path / "train_copy_mha.png")
+    # Measured 0.977 on this setting (untrained: 0.000).
+    assert match and float(match.group(1)) >= 0.8, last
+    check_png(tmp_path / "train_reverse_mha.png")
 
 
 def test_training_is_reproducible():
