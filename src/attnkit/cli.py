@@ -73,22 +73,28 @@ class Progress:
         self.tty = bool(isatty and isatty())
         self.every = max(1, total // max(1, lines))
         self.width = width
-        self.start = time.perf_counter()
+        self.first: tuple[int, float] | None = None  # (step, time) of the first update
         self.last_draw = 0.0
         self.drawn = False
 
     def line(self, step: int, loss: float) -> str:
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        rate = step / elapsed
-        eta = (self.total - step) / rate if rate > 0 else 0.0
+        now = time.perf_counter()
+        if self.first is None:
+            self.first = (step, now)
+        # The rate counts from the first report on, so set-up time does not dilute it.
+        done, elapsed = step - self.first[0], now - self.first[1]
+        rate = done / elapsed if done > 0 and elapsed > 0 else 0.0
+        eta = f"{(self.total - step) / rate:.0f}s" if rate > 0 else "?"
         filled = int(self.width * step / self.total)
         bar = "#" * filled + "." * (self.width - filled)
         digits = len(str(self.total))
         return (f"step {step:>{digits}}/{self.total} [{bar}] loss {loss:.4f}  "
-                f"{rate:.1f} steps/s  eta {eta:.0f}s")
+                f"{rate:.1f} steps/s  eta {eta}")
 
     def update(self, step: int, loss: float) -> None:
         now = time.perf_counter()
+        if self.first is None:
+            self.first = (step, now)
         if self.tty:
             if step == self.total or now - self.last_draw >= 0.1:
                 self.stream.write("\r" + self.line(step, loss) + "\x1b[K")

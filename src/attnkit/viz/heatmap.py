@@ -126,7 +126,7 @@ def show_heatmaps(
                 ax.set_ylabel(ylabel)
             if titles is not None:
                 ax.set_title(titles[j])
-    fig.colorbar(image, ax=axes, shrink=0.6, pad=0.02)
+    fig.colorbar(image, ax=axes, shrink=0.6, pad=0.01, fraction=max(0.03, 0.15 / cols))
     if path is not None:
         save_figure(fig, path)
     return fig
@@ -312,6 +312,7 @@ def plot_attention(
     for ax in list(axes.flat)[n_panels:]:
         ax.set_visible(False)
     fig.colorbar(image, ax=axes, shrink=0.8 if nrows > 1 else 0.9, pad=0.02,
+                 fraction=max(0.03, 0.15 / ncol),
                  label="weight")
     if any_masked:
         fig.legend(
