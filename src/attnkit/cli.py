@@ -129,7 +129,7 @@ def cmd_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def cmd_trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from attnkit.viz.tour import trace_shapes
+    from attnkit.viz.trace import trace_shapes
 
     try:
         trace_shapes(

@@ -32,10 +32,14 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "MODELS",
@@ -300,7 +304,9 @@ def train(
     return TrainResult(model, config, losses, seconds, acc, tok_acc, eval_src, pred, weights)
 
 
-def plot_cross_attention(result: TrainResult, *, example: int = 0, path: str | None = None):
+def plot_cross_attention(
+    result: TrainResult, *, example: int = 0, path: str | None = None
+) -> Figure:
     """The learned cross-attention of greedy decoding, as a Figure.
 
     Panels: one held-out example (token labels: its digits in, the predictions out) and

@@ -95,6 +95,15 @@ def test_demo_writes_figures_without_torch(tmp_path, check_png):
     assert "(3, 5, 11, 7)" in text and "(3, 5, 11, 11)" in text  # seed 001's trace
 
 
+def test_trace_needs_numpy_only():
+    code = ("import sys; from attnkit.cli import main; rc = main(['trace']); "
+            "assert not {'matplotlib', 'torch'} & set(sys.modules), 'imported too much'; "
+            "sys.exit(rc)")
+    proc = run_module("-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert "(3, 5, 11, 11)" in proc.stdout
+
+
 def test_trace_prints_every_step(capsys):
     assert main(["trace"]) == 0
     out = capsys.readouterr().out

@@ -10,7 +10,17 @@ Both accept NumPy arrays and torch tensors and return a :class:`matplotlib.figur
 
 from __future__ import annotations
 
-from .heatmap import MASKED_COLOR, MASKED_GID, plot_attention, save_figure, show_heatmaps, to_numpy
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .heatmap import (
+        MASKED_COLOR,
+        MASKED_GID,
+        plot_attention,
+        save_figure,
+        show_heatmaps,
+        to_numpy,
+    )
 
 __all__ = [
     "MASKED_COLOR",
@@ -20,3 +30,13 @@ __all__ = [
     "show_heatmaps",
     "to_numpy",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # matplotlib is imported on first use of a plotting name, so that `attnkit trace`
+    # (attnkit.viz.trace) and `import attnkit.viz` work with NumPy alone.
+    if name in __all__:
+        from . import heatmap
+
+        return getattr(heatmap, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
