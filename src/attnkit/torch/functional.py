@@ -30,9 +30,10 @@ import math
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
 from .masks import Window, _check_broadcast, attention_mask, check_window
+
+F = torch.nn.functional
 
 __all__ = ["Backend", "additive_attention", "attention", "safe_softmax"]
 
@@ -178,16 +179,18 @@ class _SoftmaxFromLse(torch.autograd.Function):
     kernel that produced the output), with the exact softmax gradient.
 
     The fused kernel already knows each row's log-sum-exp, so the weights cost one pass over
-    the scores instead of three (max, sum, divide). The lse is treated as a constant in the
-    forward but the backward is the full softmax Jacobian ``w * (g - sum(g * w))``, so
-    gradients through the returned weights are exact.
+    the scores instead of three (max, sum, divide), done in place in ``s`` (a temporary the
+    caller owns). The lse is treated as a constant in the forward but the backward is the
+    full softmax Jacobian ``w * (g - sum(g * w))``, so gradients through the returned
+    weights are exact.
     """
 
     @staticmethod
     def forward(ctx: object, s: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
         # Rows with lse = -inf have every score -inf: exp(-inf - 0) = 0, never NaN.
         lse = lse.masked_fill(lse == float("-inf"), 0.0)
-        w = torch.exp(s - lse[..., None])
+        w = s.sub_(lse[..., None]).exp_()
+        ctx.mark_dirty(w)  # type: ignore[attr-defined]
         ctx.save_for_backward(w)  # type: ignore[attr-defined]
         return w
 
@@ -195,7 +198,39 @@ class _SoftmaxFromLse(torch.autograd.Function):
     def backward(ctx: object, g: torch.Tensor) -> tuple[torch.Tensor, None]:
         (w,) = ctx.saved_tensors  # type: ignore[attr-defined]
         gw = g * w
-        return gw - w * gw.sum(dim=-1, keepdim=True), None
+        return gw.sub_(w * gw.sum(dim=-1, keepdim=True)), None
+
+
+def _weights_from_lse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    G: int,
+    scale: float,
+    attn_mask: torch.Tensor | None,
+    causal_top_left: bool,
+    lse: torch.Tensor | None,
+) -> torch.Tensor:
+    """Attention weights ``(..., H, Tq, Tk)`` (statistics dtype) next to a fused output.
+
+    Costs one extra ``q k^T`` and one pass over the scores; the scores are built in a single
+    buffer (scale, bias and mask applied in place, which autograd allows because nothing
+    saved for backward reads them) that becomes the returned weights. When the kernel gave
+    no ``lse``, it is computed here (one more pass).
+    """
+    s = _ungroup(_group(q, G) @ k.transpose(-1, -2), G, q.shape[-2])
+    s = s.to(_stat_dtype(s.dtype)) if s.dtype in _HALF else s
+    s = s * scale if s.dtype != q.dtype else s.mul_(scale)  # own buffer either way
+    if causal_top_left:
+        s = s.masked_fill_(~_tril(s.shape[-2], s.shape[-1], s.device), float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            s = s.masked_fill_(~attn_mask, float("-inf"))
+        else:
+            s = s + attn_mask.to(s.dtype)  # not in place: attn_mask may need a gradient
+    if lse is None:
+        with torch.no_grad():
+            lse = torch.logsumexp(s, dim=-1)
+    return _SoftmaxFromLse.apply(s, lse.to(s.dtype))
 
 
 # -- paths ---------------------------------------------------------------------------------
@@ -255,15 +290,6 @@ def _sdpa_path(
             scale=scale, **gqa,
         )
     else:
-        s = _scores(q, k, G, scale)
-        if causal_top_left:
-            s = s.masked_fill(~_tril(s.shape[-2], s.shape[-1], s.device), float("-inf"))
-        if attn_mask is not None:
-            s = (
-                s.masked_fill(~attn_mask, float("-inf"))
-                if attn_mask.dtype == torch.bool
-                else s + attn_mask.to(s.dtype)
-            )
         lse = None
         if (
             q.device.type == "cpu" and q.ndim == 4 and q.shape[-1] == v.shape[-1]
@@ -278,16 +304,12 @@ def _sdpa_path(
             out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                 q, k, v, 0.0, causal_top_left, attn_mask=fmask, scale=scale
             )[:2]
-            lse = lse.to(s.dtype)
         else:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
                 is_causal=causal_top_left, scale=scale, **gqa,
             )
-        if lse is None:
-            with torch.no_grad():
-                lse = torch.logsumexp(s, dim=-1)
-        weights = _SoftmaxFromLse.apply(s, lse)
+        weights = _weights_from_lse(q, k, G, scale, attn_mask, causal_top_left, lse)
         if empty is not None:
             weights = weights.masked_fill(empty, 0.0)
         weights = weights.to(q.dtype)
@@ -422,7 +444,8 @@ def attention(
     if backend == "triton" or (backend == "auto" and reason is None and Tq and Tk):
         return _triton_path(q, k, v, G, causal, win, scale, need_weights)
 
-    # Only Tq == Tk causal with nothing else is SDPA's own (top-left == bottom-right) case.
+    if causal and Tq == 1:
+        causal = False  # one query at the bottom-right corner sees every key (decoding)
     # Only Tq == Tk causal with nothing else is SDPA's own (top-left == bottom-right) case.
     sdpa_causal = (
         causal and Tq == Tk and win is None and mask is None and valid_lens is None
@@ -445,13 +468,20 @@ def attention(
         return _math_path(q, k, v, G, keep, bias, scale, p, need_weights)
 
     out, weights = run(v, need_weights)
-    if (keep is not None or sdpa_causal) and not bool(torch.isfinite(v).all()):
+    if (keep is not None or sdpa_causal) and not _all_finite(v):
         out = _without_masked_nonfinite(
             out, run(torch.nan_to_num(v, 0.0, 0.0, 0.0), False)[0], v, G,
             attention_mask(shape, mask=mask, valid_lens=valid_lens, causal=causal,
                            window=win, device=q.device),
         )
     return out, weights
+
+
+def _all_finite(x: torch.Tensor) -> bool:
+    """True when every entry is finite. One reduction: a finite sum implies finite entries
+    (inf or NaN anywhere makes the sum inf or NaN); a sum that overflows merely sends the
+    caller down its slower, still exact, path."""
+    return bool(torch.isfinite(torch.sum(x, dtype=torch.float32 if x.dtype in _HALF else None)))
 
 
 def _without_masked_nonfinite(
@@ -639,7 +669,7 @@ def additive_attention(
     p = float(dropout_p) if training else 0.0
     dropped = F.dropout(w, p, training=True) if p > 0.0 else w
     out = dropped.to(v.dtype) @ v
-    if keep is not None and not bool(torch.isfinite(v).all()):
+    if keep is not None and not _all_finite(v):
         clean = dropped.to(v.dtype) @ torch.nan_to_num(v, 0.0, 0.0, 0.0)
         out = _without_masked_nonfinite(out, clean, v, 1, keep)
     return out, w.to(q.dtype)
