@@ -350,6 +350,25 @@ def _triton_reason(
     return None
 
 
+def triton_decode(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, length: int,
+    scale: float | None = None,
+) -> torch.Tensor | None:
+    """Decoding attention straight from KV-cache buffers with attnkit's Triton kernel, or
+    None when it cannot take the call (then use :func:`attention` on the filled views).
+
+    Args:
+        q: ``(B, H, Tq, Dk)``, the newest ``Tq`` positions (bottom-right causal).
+        k_cache: ``(B, Hkv, capacity, Dk)``; positions ``[0, length)`` are filled.
+        v_cache: ``(B, Hkv, capacity, Dv)``.
+        length: filled positions, including this step's.
+    """
+    if _triton_reason(q, False, False, 0.0) is not None:
+        return None
+    kernels = _triton_module()
+    return kernels.decode_attention(q, k_cache, v_cache, length, scale=scale)
+
+
 def _triton_path(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -506,26 +525,25 @@ def _without_masked_nonfinite(
 class _AdditiveScores(torch.autograd.Function):
     """``scores[..., i, j] = w_v . tanh(qh[..., i, :] + kh[..., j, :])``, key chunk by key chunk.
 
-    Only a ``(..., Tq, chunk, h)`` slab of tanh features exists at a time, in the forward
-    and in the backward (which recomputes the slab instead of storing it), so the peak extra
-    memory is about ``3 * prod(...) * Tq * chunk * h`` elements, not ``Tq * Tk * h``.
+    Only one ``(..., Tq, chunk, h)`` slab of tanh features exists at a time, in the forward
+    and in the backward (which recomputes the slab instead of storing it, and then turns it
+    into the pre-activation gradient in place), so the extra memory is one slab plus
+    ``(..., Tq, Tk)`` scores, not ``Tq * Tk * h`` features.
     """
 
     @staticmethod
     def forward(
         ctx: object, qh: torch.Tensor, kh: torch.Tensor, w_v: torch.Tensor, chunk: int
     ) -> torch.Tensor:
-        Tk = kh.shape[-2]
-        parts = []
+        lead = torch.broadcast_shapes(qh.shape[:-2], kh.shape[:-2])
+        Tq, Tk = qh.shape[-2], kh.shape[-2]
+        scores = qh.new_empty(lead + (Tq, Tk))
         for j0 in range(0, Tk, chunk):
-            feats = torch.tanh(qh[..., :, None, :] + kh[..., None, j0:j0 + chunk, :])
-            parts.append(feats @ w_v)  # (..., Tq, c)
+            feats = qh[..., :, None, :] + kh[..., None, j0:j0 + chunk, :]  # (..., Tq, c, h)
+            scores[..., j0:j0 + chunk] = feats.tanh_() @ w_v  # (..., Tq, c)
         ctx.save_for_backward(qh, kh, w_v)  # type: ignore[attr-defined]
         ctx.chunk = chunk  # type: ignore[attr-defined]
-        if not parts:
-            return qh.new_zeros(torch.broadcast_shapes(qh.shape[:-2], kh.shape[:-2])
-                                + (qh.shape[-2], 0))
-        return torch.cat(parts, dim=-1)
+        return scores
 
     @staticmethod
     def backward(
@@ -533,17 +551,18 @@ class _AdditiveScores(torch.autograd.Function):
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None]:
         qh, kh, w_v = ctx.saved_tensors  # type: ignore[attr-defined]
         chunk: int = ctx.chunk  # type: ignore[attr-defined]
-        Tk = kh.shape[-2]
-        dqh = torch.zeros(g.shape[:-1] + qh.shape[-1:], dtype=g.dtype, device=g.device)
-        dkh = torch.zeros(g.shape[:-2] + kh.shape[-2:], dtype=g.dtype, device=g.device)
+        Tk, h = kh.shape[-2], kh.shape[-1]
+        dqh = torch.zeros(g.shape[:-1] + (h,), dtype=g.dtype, device=g.device)
+        dkh = torch.empty(g.shape[:-2] + (Tk, h), dtype=g.dtype, device=g.device)
         dw_v = torch.zeros_like(w_v)
         for j0 in range(0, Tk, chunk):
             j1 = min(j0 + chunk, Tk)
-            feats = torch.tanh(qh[..., :, None, :] + kh[..., None, j0:j1, :])  # (..., Tq, c, h)
-            gj = g[..., j0:j1, None]  # (..., Tq, c, 1)
-            dw_v = dw_v + (gj * feats).sum(dim=tuple(range(feats.ndim - 1)))
-            dpre = gj * w_v * (1.0 - feats * feats)  # d tanh = 1 - tanh^2
-            dqh = dqh + dpre.sum(dim=-2)
+            feats = (qh[..., :, None, :] + kh[..., None, j0:j1, :]).tanh_()  # (..., Tq, c, h)
+            gj = g[..., j0:j1]  # (..., Tq, c)
+            dw_v += gj.reshape(1, -1).matmul(feats.reshape(-1, h)).reshape(h)
+            # d tanh(x) = 1 - tanh(x)^2; the slab becomes the pre-activation gradient.
+            dpre = feats.square_().neg_().add_(1.0).mul_(gj[..., None]).mul_(w_v)
+            dqh += dpre.sum(dim=-2)
             dkh[..., j0:j1, :] = dpre.sum(dim=-3)
         return _unbroadcast(dqh, qh.shape), _unbroadcast(dkh, kh.shape), dw_v, None
 
@@ -571,8 +590,9 @@ def additive_scores(
         max_chunk_elements: the slab budget (default 4 Mi elements = 16 MiB in float32).
 
     Returns:
-        ``(..., Tq, Tk)`` scores. Extra memory beyond the inputs and result: at most about
-        three slabs (features, their gradient, a temporary) in forward or backward.
+        ``(..., Tq, Tk)`` scores. Extra memory beyond the inputs and result: one feature
+        slab ``(..., Tq, chunk, h)`` (plus small per-chunk sums), in the forward and in the
+        backward alike.
     """
     lead = torch.broadcast_shapes(qh.shape[:-2], kh.shape[:-2])
     Tq, Tk, h = qh.shape[-2], kh.shape[-2], qh.shape[-1]

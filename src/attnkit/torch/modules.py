@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from .cache import KVCache
-from .functional import additive_attention, attention
+from .functional import additive_attention, attention, triton_decode
 from .masks import Window
 
 if TYPE_CHECKING:
@@ -74,8 +74,8 @@ class AdditiveAttention(nn.Module):
     The ``(B, Tq, Tk, num_hiddens)`` feature tensor is never built for long inputs: scores
     are computed in key chunks holding at most ``max_chunk_elements`` features (default
     4 Mi, 16 MiB in float32), and the backward recomputes each chunk instead of storing it.
-    Peak extra memory: about three such chunks plus the ``(B, Tq, Tk)`` scores; results
-    equal the one-shot computation.
+    Peak extra memory: one such chunk plus a few ``(B, Tq, Tk)`` tensors (scores, weights,
+    their gradients); results equal the one-shot computation to float rounding.
 
     Args:
         key_size: width of the keys.
@@ -291,11 +291,19 @@ class MultiHeadAttention(nn.Module):
                 cache.append(k, v)
                 k, v = cache.keys(), cache.values()
 
-        out, weights = attention(
-            q, k, v, mask=mask, bias=bias, valid_lens=valid_lens, causal=causal,
-            window=window, dropout_p=self.dropout, training=self.training,
-            need_weights=need_weights,
-        )  # (B, H, Tq, Dv)
+        out = None
+        if cache is not None and not cache.cross and not need_weights and mask is None \
+                and bias is None and valid_lens is None and window is None \
+                and (causal or Tq == 1) and not (self.training and self.dropout > 0):
+            # Decoding: the Triton kernel reads the cache buffers in place (None elsewhere).
+            out = triton_decode(q, cache.k, cache.v, cache.length)
+        weights = None
+        if out is None:
+            out, weights = attention(
+                q, k, v, mask=mask, bias=bias, valid_lens=valid_lens, causal=causal,
+                window=window, dropout_p=self.dropout, training=self.training,
+                need_weights=need_weights,
+            )  # (B, H, Tq, Dv)
         out = self.out_proj(out.transpose(1, 2).reshape(B, Tq, H * Dv))  # (B, Tq, E)
         if weights is not None and average_weights:
             weights = weights.mean(dim=1)  # (B, Tq, Tk)
