@@ -44,6 +44,15 @@ import attnkit.torch as at  # noqa: E402
 MiB = 2**20
 
 
+def ms(seconds: float) -> str:
+    """Milliseconds, printed plainly (the report's generic float format would use e+03)."""
+    return f"{seconds * 1e3:.1f}"
+
+
+def mib(n: float) -> str:
+    return f"{n:.1f}"
+
+
 # -- measurement ---------------------------------------------------------------------------
 
 
@@ -117,8 +126,9 @@ def _mha_row(B: int, T: int, E: int, H: int, repeats: int, need_weights: bool) -
     mem_ref, mem_ours = peak_memory(run_ref), peak_memory(run_ours)
     flops = 3.5 * 4 * B * H * T * T * (E // H)  # attention only: fwd + 2.5x bwd
     return [
-        f"B={B} T={T} E={E} H={H}", t["ref"] * 1e3, t["ours"] * 1e3,
-        t["ours"] / t["ref"], mem_ref, mem_ours, flops / t["ours"] / 1e9,
+        f"B={B} T={T} E={E} H={H}", ms(t["ref"]), ms(t["ours"]),
+        round(t["ours"] / t["ref"], 3), mib(mem_ref), mib(mem_ours),
+        round(flops / t["ours"] / 1e9, 1),
     ]
 
 
@@ -184,16 +194,16 @@ def bench_decode(N: int, E: int, H: int, samples: int, record: bool) -> None:
             tm = side_by_side({"cache": step_cache, "full": step_full}, 3)
             per_step_recompute[t] = tm["full"]
             if t in (1, lengths[len(lengths) // 2], lengths[-1]) or len(lengths) <= 4:
-                rows.append([f"one step at t={t}", tm["full"] * 1e3, tm["cache"] * 1e3,
-                             tm["full"] / tm["cache"], "", ""])
+                rows.append([f"one step at t={t}", ms(tm["full"]), ms(tm["cache"]),
+                             round(tm["full"] / tm["cache"], 2), "", ""])
         ts = sorted(per_step_recompute)
         total_full = 0.0
         for a, b in zip(ts, ts[1:]):
             total_full += (per_step_recompute[a] + per_step_recompute[b]) / 2 * (b - a)
         total_full += per_step_recompute[ts[0]]
         mem_full = peak_memory(lambda: m(x, causal=True))
-    rows.append([f"decode {N} tokens (total)", total_full * 1e3, total_cache * 1e3,
-                 total_full / total_cache, mem_full, mem_cache])
+    rows.append([f"decode {N} tokens (total)", ms(total_full), ms(total_cache),
+                 round(total_full / total_cache, 1), mib(mem_full), mib(mem_cache)])
     report(
         f"attnkit.torch KV-cache decoding vs full recompute per step (CPU, E={E}, H={H}, B=1)",
         ["case", "recompute ms", "KV cache ms", "speed-up", "recompute peak MiB",
@@ -243,8 +253,9 @@ def _additive_row(attn: at.AdditiveAttention, T: int, train: bool, D: int, h: in
         err = (attn(q, k, v) - materialised_additive(q, k, v, attn)).abs().max().item()
     feats = T * T * h * 4 / MiB
     return [
-        f"{'fwd+bwd' if train else 'forward'} Tq=Tk={T} h={h}", t["full"] * 1e3,
-        t["chunked"] * 1e3, t["chunked"] / t["full"], mem_full, mem_chunked, feats, err,
+        f"{'fwd+bwd' if train else 'forward'} Tq=Tk={T} h={h}", ms(t["full"]),
+        ms(t["chunked"]), round(t["chunked"] / t["full"], 3), mib(mem_full), mib(mem_chunked),
+        mib(feats), f"{err:.1e}",
     ]
 
 

@@ -218,6 +218,20 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, heads, dim).transpose(1, 2)
 
+    def _packed_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention projections as one matmul against the stacked weights (one GEMM
+        and one input gradient instead of three; the stacking copies only the weights).
+
+        Returns q ``(B, H, T, Dk)``, k ``(B, Hkv, T, Dk)``, v ``(B, Hkv, T, Dv)`` (views).
+        """
+        H, Hkv, Dk, Dv = self.num_heads, self.num_kv_heads, self.head_dim, self.v_head_dim
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        w = torch.cat([p.weight for p in projs])
+        b = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
+        qkv = torch.nn.functional.linear(x, w, b)  # (B, T, H*Dk + Hkv*Dk + Hkv*Dv)
+        q, k, v = qkv.split([H * Dk, Hkv * Dk, Hkv * Dv], dim=-1)
+        return self._heads(q, H, Dk), self._heads(k, Hkv, Dk), self._heads(v, Hkv, Dv)
+
     def _check_input(self, name: str, x: torch.Tensor, width: int) -> None:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
@@ -263,33 +277,38 @@ class MultiHeadAttention(nn.Module):
         self._check_input("query", query, self.embed_dim)
         B, Tq, _ = query.shape
         H, Hkv, Dk, Dv = self.num_heads, self.num_kv_heads, self.head_dim, self.v_head_dim
-        q = self._heads(self.q_proj(query), H, Dk)  # (B, H, Tq, Dk)
-
-        if cache is not None and cache.cross and cache.length > 0:
-            if key is not None and (key.ndim != 3 or key.shape[:2] != (B, cache.length)):
-                raise ValueError(
-                    f"cross-attention cache holds (B, Tk) = ({cache.k.shape[0]}, "
-                    f"{cache.length}) positions, key {tuple(key.shape)} does not match"
-                )
-            k, v = cache.keys(), cache.values()
+        self_attention = (key is None or key is query) and (value is None or value is query)
+        cross_cache = cache is not None and cache.cross
+        if self_attention and not cross_cache and self.kdim == self.vdim == self.embed_dim:
+            q, k, v = self._packed_qkv(query)
         else:
-            if cache is not None and cache.cross and key is None:
+            q = self._heads(self.q_proj(query), H, Dk)  # (B, H, Tq, Dk)
+            if cross_cache and cache.length > 0:
+                if key is not None and (key.ndim != 3 or key.shape[:2] != (B, cache.length)):
+                    raise ValueError(
+                        f"cross-attention cache holds (B, Tk) = ({cache.k.shape[0]}, "
+                        f"{cache.length}) positions, key {tuple(key.shape)} does not match"
+                    )
+                key = value = None  # reuse the cached projections
+            elif cross_cache and key is None:
                 raise ValueError("an empty cross-attention cache needs `key` to fill it")
-            key = query if key is None else key
-            value = key if value is None else value
-            self._check_input("key", key, self.kdim)
-            self._check_input("value", value, self.vdim)
-            if key.shape[:2] != value.shape[:2] or key.shape[0] != B:
-                raise ValueError(
-                    f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
-                    f"{tuple(value.shape)} must share B, and key/value must share Tk"
-                )
-            k = self._heads(self.k_proj(key), Hkv, Dk)  # (B, Hkv, Tk, Dk)
-            v = self._heads(self.v_proj(value), Hkv, Dv)  # (B, Hkv, Tk, Dv)
-            if cache is not None:
+            if key is not None or not cross_cache:
+                key = query if key is None else key
+                value = key if value is None else value
+                self._check_input("key", key, self.kdim)
+                self._check_input("value", value, self.vdim)
+                if key.shape[:2] != value.shape[:2] or key.shape[0] != B:
+                    raise ValueError(
+                        f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
+                        f"{tuple(value.shape)} must share B, and key/value must share Tk"
+                    )
+                k = self._heads(self.k_proj(key), Hkv, Dk)  # (B, Hkv, Tk, Dk)
+                v = self._heads(self.v_proj(value), Hkv, Dv)  # (B, Hkv, Tk, Dv)
+        if cache is not None:
+            if not (cross_cache and cache.length > 0):
                 self._check_cache(cache, B)
-                cache.append(k, v)
-                k, v = cache.keys(), cache.values()
+                cache.append(k, v)  # a cross cache is filled once, here
+            k, v = cache.keys(), cache.values()
 
         out = None
         if cache is not None and not cache.cross and not need_weights and mask is None \
