@@ -331,8 +331,12 @@ def _triton_module() -> object | None:
     return kernels if kernels.is_available() else None
 
 
+_TRITON_MAX_HEAD_DIM = 256
+
+
 def _triton_reason(
-    q: torch.Tensor, has_mask: bool, has_bias: bool, dropout_p: float
+    q: torch.Tensor, has_mask: bool, has_bias: bool, dropout_p: float,
+    k: torch.Tensor | None = None, v: torch.Tensor | None = None,
 ) -> str | None:
     """Why the Triton kernel cannot take this call, or None when it can."""
     if not q.is_cuda:
@@ -341,6 +345,13 @@ def _triton_reason(
         return f"the Triton kernel takes float16/bfloat16, got {q.dtype}"
     if q.ndim != 4:
         return f"the Triton kernel takes (B, H, T, D), got q {tuple(q.shape)}"
+    if k is not None and v is not None:
+        if k.shape[0] != q.shape[0]:
+            return f"the Triton kernel does not broadcast batch: q {tuple(q.shape)}, k " \
+                   f"{tuple(k.shape)}"
+        if max(q.shape[-1], v.shape[-1]) > _TRITON_MAX_HEAD_DIM:
+            return f"the Triton kernel takes head dims up to {_TRITON_MAX_HEAD_DIM}, got " \
+                   f"Dk={q.shape[-1]}, Dv={v.shape[-1]}"
     if has_mask or has_bias:
         return "the Triton kernel takes no mask, bias or valid_lens (causal/window only)"
     if dropout_p > 0.0:
@@ -363,7 +374,7 @@ def triton_decode(
         v_cache: ``(B, Hkv, capacity, Dv)``.
         length: filled positions, including this step's.
     """
-    if _triton_reason(q, False, False, 0.0) is not None:
+    if _triton_reason(q, False, False, 0.0, k_cache, v_cache) is not None:
         return None
     kernels = _triton_module()
     return kernels.decode_attention(q, k_cache, v_cache, length, scale=scale)
@@ -457,7 +468,9 @@ def attention(
     p = float(dropout_p) if training else 0.0
     Tq, Tk = shape[-2], shape[-1]
 
-    reason = _triton_reason(q, mask is not None or valid_lens is not None, bias is not None, p)
+    reason = _triton_reason(
+        q, mask is not None or valid_lens is not None, bias is not None, p, k, v
+    )
     if backend == "triton" and reason is not None:
         raise ValueError(f"backend='triton' cannot take this call: {reason}")
     if backend == "triton" or (backend == "auto" and reason is None and Tq and Tk):
