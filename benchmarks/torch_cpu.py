@@ -225,8 +225,9 @@ def bench_decode(N: int, E: int, H: int, samples: int, record: bool) -> None:
 
 def materialised_additive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           attn: at.AdditiveAttention) -> torch.Tensor:
-    """The textbook formulation: all (B, Tq, Tk, h) tanh features at once."""
-    feats = torch.tanh(attn.W_q(q)[:, :, None, :] + attn.W_k(k)[:, None, :, :])
+    """The textbook formulation: all (B, Tq, Tk, h) tanh features at once (tanh in place,
+    so it holds one such tensor, not two)."""
+    feats = (attn.W_q(q)[:, :, None, :] + attn.W_k(k)[:, None, :, :]).tanh_()
     scores = attn.w_v(feats).squeeze(-1)  # (B, Tq, Tk)
     return torch.softmax(scores, dim=-1) @ v
 

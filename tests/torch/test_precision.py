@@ -69,6 +69,13 @@ def test_low_precision_by_rule(case, backend, dtype):
     assert_close_by_rule(out, ref_out, base_out, factor=2, name=f"{backend} out")
     for name, factor, g, r, b in zip(("dq", "dk", "dv"), (5, 3, 3), grads, ref_grads, base_grads):
         assert_close_by_rule(g, r, b, factor=factor, name=f"{backend} {name}")
+    if backend == "sdpa":  # the fused path against attnkit's own math path, same rule
+        math_out, math_grads = run(lambda q, k, v: at.attention(q, k, v, **tkw,
+                                                                backend="math")[0])
+        assert_close_by_rule(out, ref_out, math_out, factor=2, name="sdpa vs math out")
+        for name, factor, g, r, b in zip(("dq", "dk", "dv"), (5, 3, 3), grads, ref_grads,
+                                         math_grads):
+            assert_close_by_rule(g, r, b, factor=factor, name=f"sdpa vs math {name}")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)

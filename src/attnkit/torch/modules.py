@@ -279,7 +279,9 @@ class MultiHeadAttention(nn.Module):
         H, Hkv, Dk, Dv = self.num_heads, self.num_kv_heads, self.head_dim, self.v_head_dim
         self_attention = (key is None or key is query) and (value is None or value is query)
         cross_cache = cache is not None and cache.cross
-        if self_attention and not cross_cache and self.kdim == self.vdim == self.embed_dim:
+        # Stacking the weights costs a copy of them per call: worth it for a training or
+        # prefill batch (one GEMM, one input gradient), not for a one-token decoding step.
+        if self_attention and cache is None and self.kdim == self.vdim == self.embed_dim:
             q, k, v = self._packed_qkv(query)
         else:
             q = self._heads(self.q_proj(query), H, Dk)  # (B, H, Tq, Dk)
