@@ -44,6 +44,11 @@ import attnkit.torch as at  # noqa: E402
 MiB = 2**20
 
 
+def context() -> str:
+    return (f"torch intra-op threads: {torch.get_num_threads()}. The machine was shared with "
+            "other jobs during the run.")
+
+
 def ms(seconds: float) -> str:
     """Milliseconds, printed plainly (the report's generic float format would use e+03)."""
     return f"{seconds * 1e3:.1f}"
@@ -148,8 +153,7 @@ def bench_mha(configs: list[tuple[int, int]], E: int, H: int, repeats: int,
             + ("Both return head-averaged weights; attnkit keeps the output on the fused "
                "kernel and derives the weights from its log-sum-exp, nn.MultiheadAttention "
                "falls back to its unfused math path. " if need_weights else "")
-            + "The machine was shared with other jobs during the run (2 cores), so single "
-            "timings are noisy; ratios come from interleaved runs."
+            + "Single timings are noisy; ratios come from interleaved runs. " + context()
         ),
         record=record,
     )
@@ -170,10 +174,7 @@ def bench_decode(N: int, E: int, H: int, samples: int, record: bool) -> None:
             m(x[:, t:t + 1], causal=True, cache=cache)
 
     with torch.no_grad():
-        decode_all()  # warm-up
-        t0 = time.perf_counter()
-        decode_all()
-        total_cache = time.perf_counter() - t0
+        total_cache = side_by_side({"cache": decode_all}, 3)["cache"]
         mem_cache = peak_memory(decode_all)
 
         # Recomputing the full causal forward for every new token costs sum_t f(t); timing
@@ -210,11 +211,12 @@ def bench_decode(N: int, E: int, H: int, samples: int, record: bool) -> None:
          "cache peak MiB"],
         rows,
         notes=(
-            "torch.no_grad(). KV cache: measured over all tokens, one at a time. Recompute: "
+            "torch.no_grad(). KV cache: all tokens decoded one at a time (median of 3 runs). "
+            "Recompute: "
             f"the full causal forward over the prefix timed at {len(ts)} prefix lengths "
             "(median of 3) and summed over t = 1..N by the trapezoid rule; its peak is one "
             f"forward at t = {N}. The cache itself holds 2 x N x E floats, preallocated before "
-            "measuring. The machine was shared with other jobs during the run."
+            "measuring. " + context()
         ),
         record=record,
     )
@@ -277,7 +279,7 @@ def bench_additive(T_fwd: int, T_bwd: int, h: int, D: int, repeats: int, record:
             "storing it. The materialised fwd+bwd case is run at a shorter length because at "
             f"T={T_fwd} it needs several {T_fwd * T_fwd * h * 4 / MiB:.0f} MiB tensors "
             "at once on a shared machine. Median of "
-            f"{repeats} interleaved runs. The machine was shared with other jobs during the run."
+            f"{repeats} interleaved runs. " + context()
         ),
         record=record,
     )
@@ -287,7 +289,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="small sizes, print only (no BENCHMARKS.md entry)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's own choice); on a "
+                        "machine shared with other jobs, 1 avoids timing the OS scheduler")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     if not _pin_malloc():
         print("warning: could not pin glibc's mmap threshold; peak memory may read low")
     record = not args.quick
