@@ -273,7 +273,7 @@ def _sdpa_path(
     attn_mask: torch.Tensor | None = None
     empty: torch.Tensor | None = None
     if bias is not None:
-        b = bias.to(q.dtype)
+        b = _bias_as(bias, q.dtype)
         attn_mask = b if keep is None else b.masked_fill(~keep, float("-inf"))
         empty = (attn_mask == float("-inf")).all(dim=-1, keepdim=True)
         # Un-mask empty rows for the kernel (its softmax would be 0/0); zeroed below.
@@ -316,6 +316,16 @@ def _sdpa_path(
     if empty is not None:
         out = out.masked_fill(empty, 0.0)
     return out, weights
+
+
+def _bias_as(bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``bias`` in the kernel's dtype without overflow: finite values beyond float16's
+    range saturate at its largest finite value instead of becoming +-inf (which would turn
+    "very unlikely" into "excluded" and could empty a row). +-inf stays +-inf."""
+    if dtype != torch.float16 or bias.dtype == torch.float16:
+        return bias.to(dtype)
+    big = torch.finfo(torch.float16).max
+    return torch.where(torch.isinf(bias), bias, bias.clamp(-big, big)).to(dtype)
 
 
 def _tril(Tq: int, Tk: int, device: torch.device) -> torch.Tensor:
