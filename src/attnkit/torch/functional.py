@@ -408,12 +408,9 @@ def _triton_path(
     out, lse = kernels.flash_attention(
         q, k, v, causal=causal, window=window, scale=scale, return_lse=True
     )
-    s = _scores(q, k, G, scale)
-    keep = attention_mask(tuple(s.shape), causal=causal, window=window, device=q.device)
-    if keep is not None:
-        s = s.masked_fill(~keep, float("-inf"))
-    w = _SoftmaxFromLse.apply(s, lse.to(s.dtype))
-    return out, w.to(q.dtype)
+    keep = attention_mask(_scores_shape(q, k, G), causal=causal, window=window,
+                          device=q.device)
+    return out, _weights_from_lse(q, k, G, scale, keep, False, lse).to(q.dtype)
 
 
 # -- public ----------------------------------------------------------------------------------
