@@ -33,8 +33,9 @@ class DotProductAttention(nn.Module):
     Args:
         dropout: probability of zeroing an attention weight in training.
 
-    After each forward, ``attention_weights`` holds the pre-dropout weights
-    ``(B, Tq, Tk)`` (detached from nothing: it is the tensor the output was computed from).
+    After each forward, ``attention_weights`` holds the pre-dropout weights ``(B, Tq, Tk)``,
+    differentiable as in d2l (the output itself comes from the fused kernel; see
+    ``need_weights`` in :func:`attnkit.torch.attention` for what the weights cost).
     """
 
     attention_weights: torch.Tensor | None
