@@ -47,7 +47,7 @@ def test_cache_layout_and_weights():
         _, w_full = m(x, causal=True, need_weights=True)
     torch.testing.assert_close(w, w_full[:, 4:], rtol=1e-12, atol=1e-13)
     k_full = m.k_proj(x).view(2, 6, 2, 5).transpose(1, 2)
-    torch.testing.assert_close(cache.k[:, :, :6], k_full.detach(), rtol=0, atol=0)
+    torch.testing.assert_close(cache.k[:, :, :6], k_full.detach(), rtol=1e-13, atol=1e-14)
 
 
 def test_overflow_raises_and_leaves_cache_intact():
@@ -128,3 +128,37 @@ def test_cache_errors():
     cache = at.KVCache(1, 2, 4, 3)
     with pytest.raises(ValueError, match=r"\(1, 2, T, 3\).*got k \(1, 2, 2, 4\)"):
         cache.append(torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 2, 3))
+
+
+def test_decode_hands_cache_buffers_to_triton_kernel_in_place(monkeypatch):
+    """Wiring check without a GPU: with the Triton decode kernel reported usable, the layer
+    passes the cache's own buffers and filled length to it (a stand-in computes the
+    reference from those buffers, so a wrong length or layout changes the output)."""
+    import sys
+    import types
+
+    from attnkit.torch import functional as fn
+
+    seen = []
+
+    def decode_attention(q, k_cache, v_cache, cache_len, *, scale=None, return_lse=False):
+        seen.append((k_cache.data_ptr(), v_cache.data_ptr(), cache_len, scale))
+        out, _ = at.attention(q, k_cache[:, :, :cache_len], v_cache[:, :, :cache_len],
+                              causal=True, scale=scale, backend="math")
+        return out
+
+    fake = types.ModuleType("attnkit.triton")
+    fake.is_available = lambda: True
+    fake.decode_attention = decode_attention
+    monkeypatch.setitem(sys.modules, "attnkit.triton", fake)
+    m = _model()
+    x = torch.randn(2, 6, 12, dtype=torch.float64)
+    full, _ = m(x, causal=True)
+    monkeypatch.setattr(fn, "_triton_reason", lambda *a: None)
+    cache = m.init_cache(2, 8)
+    with torch.no_grad():
+        outs = [m(x[:, :3], causal=True, cache=cache)[0]]
+        outs += [m(x[:, t:t + 1], causal=True, cache=cache)[0] for t in range(3, 6)]
+    assert [s[2] for s in seen] == [3, 4, 5, 6]
+    assert all(s[0] == cache.k.data_ptr() and s[1] == cache.v.data_ptr() for s in seen)
+    torch.testing.assert_close(torch.cat(outs, dim=1), full, rtol=1e-12, atol=1e-13)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import types
 
@@ -289,6 +290,10 @@ def test_triton_dispatch_conditions(monkeypatch):
     assert "mask" in fn._triton_reason(q, True, False, 0.0)
     assert "dropout" in fn._triton_reason(q, False, False, 0.1)
     assert "float16/bfloat16" in fn._triton_reason(q.float(), False, False, 0.0)
+    k = torch.empty(2, 2, 4, 8, dtype=torch.float16, device="meta")
+    assert "broadcast batch" in fn._triton_reason(q, False, False, 0.0, k, k)
+    big = torch.empty(1, 2, 4, 512, dtype=torch.float16, device="meta")
+    assert "head dims up to 256" in fn._triton_reason(big, False, False, 0.0, big, big)
     monkeypatch.setitem(sys.modules, "attnkit.triton", None)  # not importable
     assert "not importable" in fn._triton_reason(q, False, False, 0.0)
 
@@ -324,3 +329,31 @@ def test_integer_inputs_rejected():
     x = torch.ones(1, 2, 3, dtype=torch.long)
     with pytest.raises(TypeError, match="floating-point"):
         at.attention(x, x, x)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("attnkit.triton") is None,
+    reason="attnkit.triton is not part of this checkout (it lives on the triton branch)",
+)
+def test_triton_hand_off_matches_math_path(monkeypatch):
+    """With the real kernels: on a GPU in float16; on CPU under TRITON_INTERPRET=1 in
+    float32 (the dispatcher's CUDA/half check is bypassed there, the call is unchanged)."""
+    if torch.cuda.is_available():
+        device, dtype, tol = "cuda", torch.float16, 2e-3
+    else:
+        from attnkit.torch import functional as fn
+
+        monkeypatch.setenv("TRITON_INTERPRET", "1")  # read when the kernels first load
+        monkeypatch.setattr(fn, "_triton_reason", lambda *a: None)
+        device, dtype, tol = "cpu", torch.float32, 1e-5
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, 5, 16, generator=g).to(device, dtype)
+    k = torch.randn(1, 2, 7, 16, generator=g).to(device, dtype)
+    v = torch.randn(1, 2, 7, 16, generator=g).to(device, dtype)
+    for causal, window in ((False, None), (True, None), (False, (2, 1))):
+        out, w = at.attention(q, k, v, causal=causal, window=window, need_weights=True,
+                              backend="triton")
+        ref, ref_w = at.attention(q, k, v, causal=causal, window=window, need_weights=True,
+                                  backend="math")
+        torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
+        torch.testing.assert_close(w, ref_w, rtol=tol, atol=tol)

@@ -69,6 +69,13 @@ def test_low_precision_by_rule(case, backend, dtype):
     assert_close_by_rule(out, ref_out, base_out, factor=2, name=f"{backend} out")
     for name, factor, g, r, b in zip(("dq", "dk", "dv"), (5, 3, 3), grads, ref_grads, base_grads):
         assert_close_by_rule(g, r, b, factor=factor, name=f"{backend} {name}")
+    if backend == "sdpa":  # the fused path against attnkit's own math path, same rule
+        math_out, math_grads = run(lambda q, k, v: at.attention(q, k, v, **tkw,
+                                                                backend="math")[0])
+        assert_close_by_rule(out, ref_out, math_out, factor=2, name="sdpa vs math out")
+        for name, factor, g, r, b in zip(("dq", "dk", "dv"), (5, 3, 3), grads, ref_grads,
+                                         math_grads):
+            assert_close_by_rule(g, r, b, factor=factor, name=f"sdpa vs math {name}")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
@@ -83,3 +90,15 @@ def test_half_precision_weights_and_large_scores(backend, dtype):
     assert not torch.isnan(out).any() and not torch.isinf(out).any()
     torch.testing.assert_close(w.float().sum(-1), torch.ones(1, 1, 4), atol=1e-2, rtol=0)
     assert torch.all(w[0, 0, 0, 3:] == 0)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "math"])
+def test_float16_large_finite_bias_does_not_overflow_into_masking(backend):
+    """A float32 bias of -1e5 on every key (beyond float16's range) is still a bias: the
+    row stays a uniform average, as in float64, not an empty row."""
+    q, k, v = (torch.randn(1, 1, 3, 8) for _ in range(3))
+    bias = torch.full((1, 1, 3, 3), -1e5)
+    ref, _ = at.attention(q.double(), k.double(), v.double(), bias=bias.double())
+    out, _ = at.attention(q.half(), k.half(), v.half(), bias=bias, backend=backend)
+    assert not torch.all(out == 0)
+    torch.testing.assert_close(out.double(), ref, atol=1e-2, rtol=1e-2)

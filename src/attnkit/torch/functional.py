@@ -30,9 +30,10 @@ import math
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
 from .masks import Window, _check_broadcast, attention_mask, check_window
+
+F = torch.nn.functional
 
 __all__ = ["Backend", "additive_attention", "attention", "safe_softmax"]
 
@@ -178,16 +179,18 @@ class _SoftmaxFromLse(torch.autograd.Function):
     kernel that produced the output), with the exact softmax gradient.
 
     The fused kernel already knows each row's log-sum-exp, so the weights cost one pass over
-    the scores instead of three (max, sum, divide). The lse is treated as a constant in the
-    forward but the backward is the full softmax Jacobian ``w * (g - sum(g * w))``, so
-    gradients through the returned weights are exact.
+    the scores instead of three (max, sum, divide), done in place in ``s`` (a temporary the
+    caller owns). The lse is treated as a constant in the forward but the backward is the
+    full softmax Jacobian ``w * (g - sum(g * w))``, so gradients through the returned
+    weights are exact.
     """
 
     @staticmethod
     def forward(ctx: object, s: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
         # Rows with lse = -inf have every score -inf: exp(-inf - 0) = 0, never NaN.
         lse = lse.masked_fill(lse == float("-inf"), 0.0)
-        w = torch.exp(s - lse[..., None])
+        w = s.sub_(lse[..., None]).exp_()
+        ctx.mark_dirty(w)  # type: ignore[attr-defined]
         ctx.save_for_backward(w)  # type: ignore[attr-defined]
         return w
 
@@ -195,7 +198,39 @@ class _SoftmaxFromLse(torch.autograd.Function):
     def backward(ctx: object, g: torch.Tensor) -> tuple[torch.Tensor, None]:
         (w,) = ctx.saved_tensors  # type: ignore[attr-defined]
         gw = g * w
-        return gw - w * gw.sum(dim=-1, keepdim=True), None
+        return gw.sub_(w * gw.sum(dim=-1, keepdim=True)), None
+
+
+def _weights_from_lse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    G: int,
+    scale: float,
+    attn_mask: torch.Tensor | None,
+    causal_top_left: bool,
+    lse: torch.Tensor | None,
+) -> torch.Tensor:
+    """Attention weights ``(..., H, Tq, Tk)`` (statistics dtype) next to a fused output.
+
+    Costs one extra ``q k^T`` and one pass over the scores; the scores are built in a single
+    buffer (scale, bias and mask applied in place, which autograd allows because nothing
+    saved for backward reads them) that becomes the returned weights. When the kernel gave
+    no ``lse``, it is computed here (one more pass).
+    """
+    s = _ungroup(_group(q, G) @ k.transpose(-1, -2), G, q.shape[-2])
+    s = s.to(_stat_dtype(s.dtype)) if s.dtype in _HALF else s
+    s = s * scale if s.dtype != q.dtype else s.mul_(scale)  # own buffer either way
+    if causal_top_left:
+        s = s.masked_fill_(~_tril(s.shape[-2], s.shape[-1], s.device), float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            s = s.masked_fill_(~attn_mask, float("-inf"))
+        else:
+            s = s + attn_mask.to(s.dtype)  # not in place: attn_mask may need a gradient
+    if lse is None:
+        with torch.no_grad():
+            lse = torch.logsumexp(s, dim=-1)
+    return _SoftmaxFromLse.apply(s, lse.to(s.dtype))
 
 
 # -- paths ---------------------------------------------------------------------------------
@@ -238,7 +273,7 @@ def _sdpa_path(
     attn_mask: torch.Tensor | None = None
     empty: torch.Tensor | None = None
     if bias is not None:
-        b = bias.to(q.dtype)
+        b = _bias_as(bias, q.dtype)
         attn_mask = b if keep is None else b.masked_fill(~keep, float("-inf"))
         empty = (attn_mask == float("-inf")).all(dim=-1, keepdim=True)
         # Un-mask empty rows for the kernel (its softmax would be 0/0); zeroed below.
@@ -255,15 +290,6 @@ def _sdpa_path(
             scale=scale, **gqa,
         )
     else:
-        s = _scores(q, k, G, scale)
-        if causal_top_left:
-            s = s.masked_fill(~_tril(s.shape[-2], s.shape[-1], s.device), float("-inf"))
-        if attn_mask is not None:
-            s = (
-                s.masked_fill(~attn_mask, float("-inf"))
-                if attn_mask.dtype == torch.bool
-                else s + attn_mask.to(s.dtype)
-            )
         lse = None
         if (
             q.device.type == "cpu" and q.ndim == 4 and q.shape[-1] == v.shape[-1]
@@ -278,22 +304,28 @@ def _sdpa_path(
             out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                 q, k, v, 0.0, causal_top_left, attn_mask=fmask, scale=scale
             )[:2]
-            lse = lse.to(s.dtype)
         else:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
                 is_causal=causal_top_left, scale=scale, **gqa,
             )
-        if lse is None:
-            with torch.no_grad():
-                lse = torch.logsumexp(s, dim=-1)
-        weights = _SoftmaxFromLse.apply(s, lse)
+        weights = _weights_from_lse(q, k, G, scale, attn_mask, causal_top_left, lse)
         if empty is not None:
             weights = weights.masked_fill(empty, 0.0)
         weights = weights.to(q.dtype)
     if empty is not None:
         out = out.masked_fill(empty, 0.0)
     return out, weights
+
+
+def _bias_as(bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``bias`` in the kernel's dtype without overflow: finite values beyond float16's
+    range saturate at its largest finite value instead of becoming +-inf (which would turn
+    "very unlikely" into "excluded" and could empty a row). +-inf stays +-inf."""
+    if dtype != torch.float16 or bias.dtype == torch.float16:
+        return bias.to(dtype)
+    big = torch.finfo(torch.float16).max
+    return torch.where(torch.isinf(bias), bias, bias.clamp(-big, big)).to(dtype)
 
 
 def _tril(Tq: int, Tk: int, device: torch.device) -> torch.Tensor:
@@ -309,8 +341,12 @@ def _triton_module() -> object | None:
     return kernels if kernels.is_available() else None
 
 
+_TRITON_MAX_HEAD_DIM = 256
+
+
 def _triton_reason(
-    q: torch.Tensor, has_mask: bool, has_bias: bool, dropout_p: float
+    q: torch.Tensor, has_mask: bool, has_bias: bool, dropout_p: float,
+    k: torch.Tensor | None = None, v: torch.Tensor | None = None,
 ) -> str | None:
     """Why the Triton kernel cannot take this call, or None when it can."""
     if not q.is_cuda:
@@ -319,6 +355,13 @@ def _triton_reason(
         return f"the Triton kernel takes float16/bfloat16, got {q.dtype}"
     if q.ndim != 4:
         return f"the Triton kernel takes (B, H, T, D), got q {tuple(q.shape)}"
+    if k is not None and v is not None:
+        if k.shape[0] != q.shape[0]:
+            return f"the Triton kernel does not broadcast batch: q {tuple(q.shape)}, k " \
+                   f"{tuple(k.shape)}"
+        if max(q.shape[-1], v.shape[-1]) > _TRITON_MAX_HEAD_DIM:
+            return f"the Triton kernel takes head dims up to {_TRITON_MAX_HEAD_DIM}, got " \
+                   f"Dk={q.shape[-1]}, Dv={v.shape[-1]}"
     if has_mask or has_bias:
         return "the Triton kernel takes no mask, bias or valid_lens (causal/window only)"
     if dropout_p > 0.0:
@@ -326,6 +369,25 @@ def _triton_reason(
     if _triton_module() is None:
         return "attnkit.triton is not importable or reports it is unavailable"
     return None
+
+
+def triton_decode(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, length: int,
+    scale: float | None = None,
+) -> torch.Tensor | None:
+    """Decoding attention straight from KV-cache buffers with attnkit's Triton kernel, or
+    None when it cannot take the call (then use :func:`attention` on the filled views).
+
+    Args:
+        q: ``(B, H, Tq, Dk)``, the newest ``Tq`` positions (bottom-right causal).
+        k_cache: ``(B, Hkv, capacity, Dk)``; positions ``[0, length)`` are filled.
+        v_cache: ``(B, Hkv, capacity, Dv)``.
+        length: filled positions, including this step's.
+    """
+    if _triton_reason(q, False, False, 0.0, k_cache, v_cache) is not None:
+        return None
+    kernels = _triton_module()
+    return kernels.decode_attention(q, k_cache, v_cache, length, scale=scale)
 
 
 def _triton_path(
@@ -346,12 +408,9 @@ def _triton_path(
     out, lse = kernels.flash_attention(
         q, k, v, causal=causal, window=window, scale=scale, return_lse=True
     )
-    s = _scores(q, k, G, scale)
-    keep = attention_mask(tuple(s.shape), causal=causal, window=window, device=q.device)
-    if keep is not None:
-        s = s.masked_fill(~keep, float("-inf"))
-    w = _SoftmaxFromLse.apply(s, lse.to(s.dtype))
-    return out, w.to(q.dtype)
+    keep = attention_mask(_scores_shape(q, k, G), causal=causal, window=window,
+                          device=q.device)
+    return out, _weights_from_lse(q, k, G, scale, keep, False, lse).to(q.dtype)
 
 
 # -- public ----------------------------------------------------------------------------------
@@ -416,13 +475,16 @@ def attention(
     p = float(dropout_p) if training else 0.0
     Tq, Tk = shape[-2], shape[-1]
 
-    reason = _triton_reason(q, mask is not None or valid_lens is not None, bias is not None, p)
+    reason = _triton_reason(
+        q, mask is not None or valid_lens is not None, bias is not None, p, k, v
+    )
     if backend == "triton" and reason is not None:
         raise ValueError(f"backend='triton' cannot take this call: {reason}")
     if backend == "triton" or (backend == "auto" and reason is None and Tq and Tk):
         return _triton_path(q, k, v, G, causal, win, scale, need_weights)
 
-    # Only Tq == Tk causal with nothing else is SDPA's own (top-left == bottom-right) case.
+    if causal and Tq == 1:
+        causal = False  # one query at the bottom-right corner sees every key (decoding)
     # Only Tq == Tk causal with nothing else is SDPA's own (top-left == bottom-right) case.
     sdpa_causal = (
         causal and Tq == Tk and win is None and mask is None and valid_lens is None
@@ -445,13 +507,20 @@ def attention(
         return _math_path(q, k, v, G, keep, bias, scale, p, need_weights)
 
     out, weights = run(v, need_weights)
-    if (keep is not None or sdpa_causal) and not bool(torch.isfinite(v).all()):
+    if (keep is not None or sdpa_causal) and not _all_finite(v):
         out = _without_masked_nonfinite(
             out, run(torch.nan_to_num(v, 0.0, 0.0, 0.0), False)[0], v, G,
             attention_mask(shape, mask=mask, valid_lens=valid_lens, causal=causal,
                            window=win, device=q.device),
         )
     return out, weights
+
+
+def _all_finite(x: torch.Tensor) -> bool:
+    """True when every entry is finite. One reduction: a finite sum implies finite entries
+    (inf or NaN anywhere makes the sum inf or NaN); a sum that overflows merely sends the
+    caller down its slower, still exact, path."""
+    return bool(torch.isfinite(torch.sum(x, dtype=torch.float32 if x.dtype in _HALF else None)))
 
 
 def _without_masked_nonfinite(
@@ -476,26 +545,25 @@ def _without_masked_nonfinite(
 class _AdditiveScores(torch.autograd.Function):
     """``scores[..., i, j] = w_v . tanh(qh[..., i, :] + kh[..., j, :])``, key chunk by key chunk.
 
-    Only a ``(..., Tq, chunk, h)`` slab of tanh features exists at a time, in the forward
-    and in the backward (which recomputes the slab instead of storing it), so the peak extra
-    memory is about ``3 * prod(...) * Tq * chunk * h`` elements, not ``Tq * Tk * h``.
+    Only one ``(..., Tq, chunk, h)`` slab of tanh features exists at a time, in the forward
+    and in the backward (which recomputes the slab instead of storing it, and then turns it
+    into the pre-activation gradient in place), so the extra memory is one slab plus
+    ``(..., Tq, Tk)`` scores, not ``Tq * Tk * h`` features.
     """
 
     @staticmethod
     def forward(
         ctx: object, qh: torch.Tensor, kh: torch.Tensor, w_v: torch.Tensor, chunk: int
     ) -> torch.Tensor:
-        Tk = kh.shape[-2]
-        parts = []
+        lead = torch.broadcast_shapes(qh.shape[:-2], kh.shape[:-2])
+        Tq, Tk = qh.shape[-2], kh.shape[-2]
+        scores = qh.new_empty(lead + (Tq, Tk))
         for j0 in range(0, Tk, chunk):
-            feats = torch.tanh(qh[..., :, None, :] + kh[..., None, j0:j0 + chunk, :])
-            parts.append(feats @ w_v)  # (..., Tq, c)
+            feats = qh[..., :, None, :] + kh[..., None, j0:j0 + chunk, :]  # (..., Tq, c, h)
+            scores[..., j0:j0 + chunk] = feats.tanh_() @ w_v  # (..., Tq, c)
         ctx.save_for_backward(qh, kh, w_v)  # type: ignore[attr-defined]
         ctx.chunk = chunk  # type: ignore[attr-defined]
-        if not parts:
-            return qh.new_zeros(torch.broadcast_shapes(qh.shape[:-2], kh.shape[:-2])
-                                + (qh.shape[-2], 0))
-        return torch.cat(parts, dim=-1)
+        return scores
 
     @staticmethod
     def backward(
@@ -503,17 +571,18 @@ class _AdditiveScores(torch.autograd.Function):
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None]:
         qh, kh, w_v = ctx.saved_tensors  # type: ignore[attr-defined]
         chunk: int = ctx.chunk  # type: ignore[attr-defined]
-        Tk = kh.shape[-2]
-        dqh = torch.zeros(g.shape[:-1] + qh.shape[-1:], dtype=g.dtype, device=g.device)
-        dkh = torch.zeros(g.shape[:-2] + kh.shape[-2:], dtype=g.dtype, device=g.device)
+        Tk, h = kh.shape[-2], kh.shape[-1]
+        dqh = torch.zeros(g.shape[:-1] + (h,), dtype=g.dtype, device=g.device)
+        dkh = torch.empty(g.shape[:-2] + (Tk, h), dtype=g.dtype, device=g.device)
         dw_v = torch.zeros_like(w_v)
         for j0 in range(0, Tk, chunk):
             j1 = min(j0 + chunk, Tk)
-            feats = torch.tanh(qh[..., :, None, :] + kh[..., None, j0:j1, :])  # (..., Tq, c, h)
-            gj = g[..., j0:j1, None]  # (..., Tq, c, 1)
-            dw_v = dw_v + (gj * feats).sum(dim=tuple(range(feats.ndim - 1)))
-            dpre = gj * w_v * (1.0 - feats * feats)  # d tanh = 1 - tanh^2
-            dqh = dqh + dpre.sum(dim=-2)
+            feats = (qh[..., :, None, :] + kh[..., None, j0:j1, :]).tanh_()  # (..., Tq, c, h)
+            gj = g[..., j0:j1]  # (..., Tq, c)
+            dw_v += gj.reshape(1, -1).matmul(feats.reshape(-1, h)).reshape(h)
+            # d tanh(x) = 1 - tanh(x)^2; the slab becomes the pre-activation gradient.
+            dpre = feats.square_().neg_().add_(1.0).mul_(gj[..., None]).mul_(w_v)
+            dqh += dpre.sum(dim=-2)
             dkh[..., j0:j1, :] = dpre.sum(dim=-3)
         return _unbroadcast(dqh, qh.shape), _unbroadcast(dkh, kh.shape), dw_v, None
 
@@ -541,8 +610,9 @@ def additive_scores(
         max_chunk_elements: the slab budget (default 4 Mi elements = 16 MiB in float32).
 
     Returns:
-        ``(..., Tq, Tk)`` scores. Extra memory beyond the inputs and result: at most about
-        three slabs (features, their gradient, a temporary) in forward or backward.
+        ``(..., Tq, Tk)`` scores. Extra memory beyond the inputs and result: one feature
+        slab ``(..., Tq, chunk, h)`` (plus small per-chunk sums), in the forward and in the
+        backward alike.
     """
     lead = torch.broadcast_shapes(qh.shape[:-2], kh.shape[:-2])
     Tq, Tk, h = qh.shape[-2], kh.shape[-2], qh.shape[-1]
@@ -639,7 +709,7 @@ def additive_attention(
     p = float(dropout_p) if training else 0.0
     dropped = F.dropout(w, p, training=True) if p > 0.0 else w
     out = dropped.to(v.dtype) @ v
-    if keep is not None and not bool(torch.isfinite(v).all()):
+    if keep is not None and not _all_finite(v):
         clean = dropped.to(v.dtype) @ torch.nan_to_num(v, 0.0, 0.0, 0.0)
         out = _without_masked_nonfinite(out, clean, v, 1, keep)
     return out, w.to(q.dtype)

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from .cache import KVCache
-from .functional import additive_attention, attention
+from .functional import additive_attention, attention, triton_decode
 from .masks import Window
 
 if TYPE_CHECKING:
@@ -33,8 +33,9 @@ class DotProductAttention(nn.Module):
     Args:
         dropout: probability of zeroing an attention weight in training.
 
-    After each forward, ``attention_weights`` holds the pre-dropout weights
-    ``(B, Tq, Tk)`` (detached from nothing: it is the tensor the output was computed from).
+    After each forward, ``attention_weights`` holds the pre-dropout weights ``(B, Tq, Tk)``,
+    differentiable as in d2l (the output itself comes from the fused kernel; see
+    ``need_weights`` in :func:`attnkit.torch.attention` for what the weights cost).
     """
 
     attention_weights: torch.Tensor | None
@@ -74,8 +75,8 @@ class AdditiveAttention(nn.Module):
     The ``(B, Tq, Tk, num_hiddens)`` feature tensor is never built for long inputs: scores
     are computed in key chunks holding at most ``max_chunk_elements`` features (default
     4 Mi, 16 MiB in float32), and the backward recomputes each chunk instead of storing it.
-    Peak extra memory: about three such chunks plus the ``(B, Tq, Tk)`` scores; results
-    equal the one-shot computation.
+    Peak extra memory: one such chunk plus a few ``(B, Tq, Tk)`` tensors (scores, weights,
+    their gradients); results equal the one-shot computation to float rounding.
 
     Args:
         key_size: width of the keys.
@@ -218,6 +219,20 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, heads, dim).transpose(1, 2)
 
+    def _packed_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention projections as one matmul against the stacked weights (one GEMM
+        and one input gradient instead of three; the stacking copies only the weights).
+
+        Returns q ``(B, H, T, Dk)``, k ``(B, Hkv, T, Dk)``, v ``(B, Hkv, T, Dv)`` (views).
+        """
+        H, Hkv, Dk, Dv = self.num_heads, self.num_kv_heads, self.head_dim, self.v_head_dim
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        w = torch.cat([p.weight for p in projs])
+        b = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
+        qkv = torch.nn.functional.linear(x, w, b)  # (B, T, H*Dk + Hkv*Dk + Hkv*Dv)
+        q, k, v = qkv.split([H * Dk, Hkv * Dk, Hkv * Dv], dim=-1)
+        return self._heads(q, H, Dk), self._heads(k, Hkv, Dk), self._heads(v, Hkv, Dv)
+
     def _check_input(self, name: str, x: torch.Tensor, width: int) -> None:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
@@ -263,39 +278,54 @@ class MultiHeadAttention(nn.Module):
         self._check_input("query", query, self.embed_dim)
         B, Tq, _ = query.shape
         H, Hkv, Dk, Dv = self.num_heads, self.num_kv_heads, self.head_dim, self.v_head_dim
-        q = self._heads(self.q_proj(query), H, Dk)  # (B, H, Tq, Dk)
-
-        if cache is not None and cache.cross and cache.length > 0:
-            if key is not None and (key.ndim != 3 or key.shape[:2] != (B, cache.length)):
-                raise ValueError(
-                    f"cross-attention cache holds (B, Tk) = ({cache.k.shape[0]}, "
-                    f"{cache.length}) positions, key {tuple(key.shape)} does not match"
-                )
-            k, v = cache.keys(), cache.values()
+        self_attention = (key is None or key is query) and (value is None or value is query)
+        cross_cache = cache is not None and cache.cross
+        # Stacking the weights costs a copy of them per call: worth it for a training or
+        # prefill batch (one GEMM, one input gradient), not for a one-token decoding step.
+        if self_attention and cache is None and self.kdim == self.vdim == self.embed_dim:
+            q, k, v = self._packed_qkv(query)
         else:
-            if cache is not None and cache.cross and key is None:
+            q = self._heads(self.q_proj(query), H, Dk)  # (B, H, Tq, Dk)
+            if cross_cache and cache.length > 0:
+                if key is not None and (key.ndim != 3 or key.shape[:2] != (B, cache.length)):
+                    raise ValueError(
+                        f"cross-attention cache holds (B, Tk) = ({cache.k.shape[0]}, "
+                        f"{cache.length}) positions, key {tuple(key.shape)} does not match"
+                    )
+                key = value = None  # reuse the cached projections
+            elif cross_cache and key is None:
                 raise ValueError("an empty cross-attention cache needs `key` to fill it")
-            key = query if key is None else key
-            value = key if value is None else value
-            self._check_input("key", key, self.kdim)
-            self._check_input("value", value, self.vdim)
-            if key.shape[:2] != value.shape[:2] or key.shape[0] != B:
-                raise ValueError(
-                    f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
-                    f"{tuple(value.shape)} must share B, and key/value must share Tk"
-                )
-            k = self._heads(self.k_proj(key), Hkv, Dk)  # (B, Hkv, Tk, Dk)
-            v = self._heads(self.v_proj(value), Hkv, Dv)  # (B, Hkv, Tk, Dv)
-            if cache is not None:
+            if key is not None or not cross_cache:
+                key = query if key is None else key
+                value = key if value is None else value
+                self._check_input("key", key, self.kdim)
+                self._check_input("value", value, self.vdim)
+                if key.shape[:2] != value.shape[:2] or key.shape[0] != B:
+                    raise ValueError(
+                        f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
+                        f"{tuple(value.shape)} must share B, and key/value must share Tk"
+                    )
+                k = self._heads(self.k_proj(key), Hkv, Dk)  # (B, Hkv, Tk, Dk)
+                v = self._heads(self.v_proj(value), Hkv, Dv)  # (B, Hkv, Tk, Dv)
+        if cache is not None:
+            if not (cross_cache and cache.length > 0):
                 self._check_cache(cache, B)
-                cache.append(k, v)
-                k, v = cache.keys(), cache.values()
+                cache.append(k, v)  # a cross cache is filled once, here
+            k, v = cache.keys(), cache.values()
 
-        out, weights = attention(
-            q, k, v, mask=mask, bias=bias, valid_lens=valid_lens, causal=causal,
-            window=window, dropout_p=self.dropout, training=self.training,
-            need_weights=need_weights,
-        )  # (B, H, Tq, Dv)
+        out = None
+        if cache is not None and not cache.cross and not need_weights and mask is None \
+                and bias is None and valid_lens is None and window is None \
+                and (causal or Tq == 1) and not (self.training and self.dropout > 0):
+            # Decoding: the Triton kernel reads the cache buffers in place (None elsewhere).
+            out = triton_decode(q, cache.k, cache.v, cache.length)
+        weights = None
+        if out is None:
+            out, weights = attention(
+                q, k, v, mask=mask, bias=bias, valid_lens=valid_lens, causal=causal,
+                window=window, dropout_p=self.dropout, training=self.training,
+                need_weights=need_weights,
+            )  # (B, H, Tq, Dv)
         out = self.out_proj(out.transpose(1, 2).reshape(B, Tq, H * Dv))  # (B, Tq, E)
         if weights is not None and average_weights:
             weights = weights.mean(dim=1)  # (B, Tq, Tk)
