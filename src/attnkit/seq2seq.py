@@ -309,9 +309,10 @@ def plot_cross_attention(
 ) -> Figure:
     """The learned cross-attention of greedy decoding, as a Figure.
 
-    Panels: one held-out example (token labels: its digits in, the predictions out) and
-    the mean over the whole held-out set; for ``mha``, the per-head means as well. For
-    reversal the mass sits on the anti-diagonal, for copy on the diagonal.
+    Panels: one held-out example (token labels: its digits in, the predictions out) and,
+    for the positional tasks, the mean over the whole held-out set; for ``mha``, the
+    per-head means as well. For reversal the mass sits on the anti-diagonal, for copy on
+    the diagonal; for sort each output step looks at the positions holding its digit.
 
     Args:
         result: from :func:`train`.
@@ -330,6 +331,8 @@ def plot_cross_attention(
         titles = [f"held-out example {example}", f"mean of {n} (by position)"] + [
             f"head {h}, mean of {n}" for h in range(w.shape[1])
         ]
+    elif result.config.task == "sort":  # content-based: a mean by position is uniform
+        panels, titles = [w[example]], [f"held-out example {example}"]
     else:
         panels = [w[example], w.mean(0)]
         titles = [f"held-out example {example}", f"mean of {n} (by position)"]
@@ -342,7 +345,7 @@ def plot_cross_attention(
         panel_size=2.8,
     )
     fig.suptitle(
-        f"{cfg.task}, {cfg.model} attention: exact-match {result.accuracy:.3f} "
+        f"{cfg.task}, {cfg.model} attention\nexact-match {result.accuracy:.3f} "
         f"after {cfg.steps} steps", fontsize=10,
     )
     if path is not None:
