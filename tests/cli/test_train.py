@@ -90,6 +90,23 @@ def test_training_is_reproducible():
     assert c.losses != a.losses
 
 
+def test_held_out_sequences_never_train(monkeypatch):
+    """Short sequences make collisions certain; the training batches must skip them."""
+    cfg = seq2seq.TrainConfig(length=3, eval_size=400, steps=30, hidden=8, batch_size=32)
+    held_out = {tuple(r) for r in seq2seq._held_out(cfg).tolist()}
+    seen_in_training = []
+    real_forward = seq2seq.Seq2Seq.forward
+
+    def spy(self, src, tgt):
+        seen_in_training.extend(tuple(r) for r in src.tolist())
+        return real_forward(self, src, tgt)
+
+    monkeypatch.setattr(seq2seq.Seq2Seq, "forward", spy)
+    seq2seq.train(cfg)
+    assert len(held_out) > 300 and len(seen_in_training) > 500
+    assert not held_out & set(seen_in_training)
+
+
 def test_train_restores_torch_threads():
     before = torch.get_num_threads()
     seq2seq.train(seq2seq.TrainConfig(steps=2, hidden=8, batch_size=4, eval_size=4,
@@ -98,7 +115,8 @@ def test_train_restores_torch_threads():
 
 
 @pytest.mark.parametrize("bad", [{"task": "shuffle"}, {"steps": 0}, {"model": "rnn"},
-                                 {"lr": float("nan")}, {"model": "mha", "hidden": 6}])
+                                 {"lr": float("nan")}, {"model": "mha", "hidden": 6},
+                                 {"length": 3, "eval_size": 1000}])
 def test_train_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         seq2seq.TrainConfig(**bad)
