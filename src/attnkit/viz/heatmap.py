@@ -29,7 +29,7 @@ import numpy as np
 
 __all__ = ["MASKED_COLOR", "MASKED_GID", "plot_attention", "save_figure", "show_heatmaps"]
 
-MASKED_COLOR = "#c8c8c8"  # fill of excluded cells: grey, a hue no sequential colormap uses
+MASKED_COLOR = "#c8c8c8"  # fill of excluded cells: grey, unlike the white low end of "Reds"
 MASKED_HATCH_COLOR = "#7a7a7a"
 MASKED_GID = "masked-cells"  # gid of the hatch overlay, so tests and tools can find it
 
@@ -37,7 +37,8 @@ PathLike = str | os.PathLike
 
 
 def to_numpy(x: Any, name: str = "array") -> np.ndarray:
-    """A float NumPy array from an array-like or a torch tensor (no torch import).
+    """A float64 NumPy array (bool stays bool) from an array-like or a torch tensor,
+    without importing torch.
 
     bfloat16/float16 tensors are widened to float32 first: NumPy has no bfloat16.
     """
