@@ -43,7 +43,8 @@ def _shifted(x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     ``-inf - (-inf)``: an all ``-inf`` row gives ``exp(-inf) = 0`` everywhere. NaN still
     propagates, because ``exp(nan) = nan``.
     """
-    m = np.max(x, axis=axis, keepdims=True)
+    # initial=-inf: an empty axis reduces like an all -inf row (log-sum-exp of nothing).
+    m = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
     m = np.where(np.isfinite(m), m, 0.0).astype(x.dtype, copy=False)
     return x - m, m
 
