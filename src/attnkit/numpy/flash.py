@@ -176,6 +176,8 @@ def merge_partials(
     safe = np.where(finite, lse, 0.0)
     w_a = np.where(finite & ~np.isneginf(lse_a), np.exp(lse_a - safe), 0.0)[..., None]
     w_b = np.where(finite & ~np.isneginf(lse_b), np.exp(lse_b - safe), 0.0)[..., None]
-    # where(), not a bare product: an empty side's output never leaks into the result.
-    out = np.where(w_a != 0, w_a * out_a, 0.0) + np.where(w_b != 0, w_b * out_b, 0.0)
+    # where(), not a bare product: an empty side's output never leaks into the result
+    # (its 0 * nan / 0 * inf products are discarded, so they need not warn either).
+    with np.errstate(invalid="ignore"):
+        out = np.where(w_a != 0, w_a * out_a, 0.0) + np.where(w_b != 0, w_b * out_b, 0.0)
     return out.astype(np.result_type(out_a.dtype, out_b.dtype), copy=False), lse
