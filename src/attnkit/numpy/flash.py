@@ -20,6 +20,7 @@ Two partial results over disjoint key sets combine exactly through their log-sum
 from __future__ import annotations
 
 import math
+import numbers
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -46,9 +47,12 @@ def _band(
 
 
 def _resolve_band(causal: bool, window: Window | None) -> tuple[int | None, int | None]:
-    left, right = (None, None) if window is None else window
     if window is not None and not (isinstance(window, (tuple, list)) and len(window) == 2):
         raise TypeError(f"window must be a (left, right) pair, got {window!r}")
+    left, right = (None, None) if window is None else window
+    for name, side in (("left", left), ("right", right)):
+        if side is not None and not isinstance(side, numbers.Integral):
+            raise TypeError(f"window {name} must be an int or None, got {side!r}")
     if causal:
         right = 0 if right is None else min(right, 0)
     return left, right
