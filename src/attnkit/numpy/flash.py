@@ -81,7 +81,9 @@ def flash_attention(
         scale: defaults to ``1/sqrt(Dk)``.
         block_q, block_k: tile sizes.
         num_threads: query blocks run on this many threads (NumPy releases the GIL in
-            BLAS and ufuncs).
+            BLAS and ufuncs). With more than one, limit BLAS to one thread per caller
+            (``OPENBLAS_NUM_THREADS=1`` or threadpoolctl): BLAS threads started inside
+            each worker oversubscribe the cores (measured 3-9x slower on a busy 2-core box).
 
     Returns:
         ``(out (..., H, Tq, Dv), lse (..., H, Tq))``: ``lse`` is the natural-log
@@ -105,28 +107,38 @@ def flash_attention(
     out = np.zeros(lead + (Tq, Dv), dtype=dt)
     lse = np.full(lead + (Tq,), -np.inf, dtype=dt)
 
+    # K^T laid out once (one K-sized copy, linear in T): each tile's q @ k^T then reads
+    # contiguous rows, BLAS's fast path.
+    kT = np.ascontiguousarray(np.swapaxes(kg, -1, -2))  # (..., Hkv, 1, Dk, Tk)
+
     def one_query_block(i0: int) -> None:
         i1 = min(i0 + block_q, Tq)
         qi = qg[..., i0:i1, :] * dt.type(scale)
         m_i = np.full(lead + (i1 - i0,), -np.inf, dtype=dt)
         l_i = np.zeros(lead + (i1 - i0,), dtype=dt)
         acc = np.zeros(lead + (i1 - i0, Dv), dtype=dt)
+        tile = np.empty(lead + (i1 - i0, block_k), dtype=dt)  # scores, reused per key block
         # Only key blocks that meet the band [i0 + offset - left, i1 - 1 + offset + right].
         j_lo = 0 if left is None else max(0, i0 + offset - left)
         j_hi = Tk if right is None else min(Tk, i1 - 1 + offset + right + 1)
         for j0 in range((j_lo // block_k) * block_k, j_hi, block_k):
             j1 = min(j0 + block_k, Tk)
-            s = qi @ np.swapaxes(kg[..., j0:j1, :], -1, -2)  # (..., bq, bk)
+            # s lives in this block's private buffer, so the steps below work on it in
+            # place: every extra pass over a tile costs ~20% of its matmul.
+            s = np.matmul(qi, kT[..., j0:j1], out=tile[..., : j1 - j0])  # (..., bq, bk)
             keep = _band(i0, i1, j0, j1, offset, left, right)
             if keep is not None:
-                s = np.where(keep, s, -np.inf)
+                np.copyto(s, -np.inf, where=~keep)
             m_new = np.maximum(m_i, s.max(axis=-1))
             # A row with nothing allowed yet keeps m = -inf; rebase against 0 instead.
-            m_safe = np.where(np.isneginf(m_new), 0.0, m_new)
-            p = np.exp(s - m_safe[..., None])
+            m_safe = np.where(np.isneginf(m_new), 0.0, m_new).astype(dt, copy=False)
+            s -= m_safe[..., None]
+            p = np.exp(s, out=s)  # exp(score - m), in the score buffer
             alpha = np.exp(m_i - m_safe)  # exp(-inf) = 0 on the first allowed block
-            l_i = alpha * l_i + p.sum(axis=-1)
-            acc = alpha[..., None] * acc + p @ vg[..., j0:j1, :]
+            l_i *= alpha
+            l_i += p.sum(axis=-1)
+            acc *= alpha[..., None]
+            acc += p @ vg[..., j0:j1, :]
             m_i = m_new
         # l_i == 0 exactly when a row saw no allowed key: output 0, lse -inf.
         out[..., i0:i1, :] = np.divide(
