@@ -66,8 +66,8 @@ def flash_attention(
     causal: bool = False,
     window: Window | None = None,
     scale: float | None = None,
-    block_q: int = 64,
-    block_k: int = 64,
+    block_q: int = 128,
+    block_k: int = 256,
     num_threads: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Attention computed block by block; equal to :func:`scaled_dot_product_attention`.
@@ -79,7 +79,9 @@ def flash_attention(
         causal: bottom-right aligned causal mask.
         window: ``(left, right)`` band around the diagonal; None = unbounded.
         scale: defaults to ``1/sqrt(Dk)``.
-        block_q, block_k: tile sizes.
+        block_q, block_k: tile sizes. A tile holds every head's ``block_q x block_k``
+            scores; 128 x 256 amortises the per-tile Python and ufunc overhead (64 x 64
+            costs ~45% more CPU time at T=4096) while staying cache-sized.
         num_threads: query blocks run on this many threads (NumPy releases the GIL in
             BLAS and ufuncs). With more than one, limit BLAS to one thread per caller
             (``OPENBLAS_NUM_THREADS=1`` or threadpoolctl): BLAS threads started inside
