@@ -105,6 +105,14 @@ def test_flash_scale_threads_and_float32():
     assert o32.dtype == np.float32 and l32.dtype == np.float32
     np.testing.assert_allclose(o32, a[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(l32, a[1], rtol=1e-5, atol=1e-5)
+    # Half precision: statistics in float32, output back in float16, lse float32.
+    q16, k16, v16 = (x.astype(np.float16) for x in (q, k, v))
+    o16, l16 = an.flash_attention(q16, k16, v16, causal=True, scale=0.3, block_q=16, block_k=8)
+    assert o16.dtype == np.float16 and l16.dtype == np.float32
+    want16, _ = an.scaled_dot_product_attention(
+        *(x.astype(np.float64) for x in (q16, k16, v16)), causal=True, scale=0.3
+    )
+    np.testing.assert_allclose(o16.astype(np.float64), want16, rtol=2e-3, atol=2e-3)
 
 
 def test_flash_fully_masked_rows_out_zero_lse_neg_inf():
