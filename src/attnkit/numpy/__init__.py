@@ -11,12 +11,15 @@ from .flash import flash_attention, merge_partials
 from .masks import attention_mask, causal_mask, masked_softmax, sequence_mask, window_mask
 from .mha import MultiHeadParams, multi_head_attention
 from .softmax import log_softmax, logsumexp, softmax
+from .vjp import Grads, check_vjp, vjp
 
 __all__ = [
+    "Grads",
     "MultiHeadParams",
     "additive_attention",
     "attention_mask",
     "causal_mask",
+    "check_vjp",
     "flash_attention",
     "log_softmax",
     "logsumexp",
@@ -26,5 +29,6 @@ __all__ = [
     "scaled_dot_product_attention",
     "sequence_mask",
     "softmax",
+    "vjp",
     "window_mask",
 ]
