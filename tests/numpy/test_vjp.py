@@ -21,6 +21,7 @@ from attnkit.numpy import (
     softmax,
     vjp,
 )
+from attnkit.numpy.flash import flash_attention_backward
 
 vjp_module = sys.modules["attnkit.numpy.vjp"]
 
@@ -207,3 +208,69 @@ def test_check_vjp_catches_a_wrong_gradient(monkeypatch) -> None:
     monkeypatch.setattr(vjp_module, "sdpa_backward", off_by_a_little)
     errors = check_vjp(scaled_dot_product_attention, q, k, v)
     assert errors["q"] > 1e-6 and errors["k"] < 1e-6
+
+
+def test_nan_in_masked_queries_and_keys_does_not_leak() -> None:
+    """NaN-padded batches: padded keys (valid_lens) and fully masked query rows hold NaN."""
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((2, 2, 4, 3)) for _ in range(3))
+    lens = np.array([2, 4])
+    for x in (k, v):
+        x[0, :, 2:, :] = np.nan  # keys past the valid length
+    clean = [x.copy() for x in (q, k, v)]
+    for x in clean[1:]:
+        x[0, :, 2:, :] = 0.0
+    g = rng.standard_normal((2, 2, 4, 3))
+    grads = vjp(scaled_dot_product_attention, q, k, v, valid_lens=lens)[1](g)
+    ref = vjp(scaled_dot_product_attention, *clean, valid_lens=lens)[1](g)
+    for a, b in zip(grads, ref):
+        assert np.array_equal(a, b)
+
+    # a query row with nothing allowed (causal, Tq > Tk) may hold NaN too
+    q2 = rng.standard_normal((1, 5, 3))
+    k2, v2 = rng.standard_normal((1, 3, 3)), rng.standard_normal((1, 3, 3))
+    q2[0, 0] = np.nan  # row 0 sees no key: j <= 0 + 3 - 5 < 0
+    for fn in (scaled_dot_product_attention, flash_attention):
+        grads = vjp(fn, q2, k2, v2, causal=True)[1](np.ones((1, 5, 3)))
+        assert all(np.all(np.isfinite(x)) for x in grads[1:]), fn.__name__
+        assert np.all(np.isfinite(grads[0][0, 1:]))
+
+    # flash: NaN in keys/values outside the band (query i sees only key i + 3)
+    q3 = rng.standard_normal((1, 3, 3))
+    k3, v3 = rng.standard_normal((1, 6, 3)), rng.standard_normal((1, 6, 3))
+    out, lse = flash_attention(q3, k3, v3, window=(0, 0), block_q=2, block_k=2)
+    k3n, v3n = k3.copy(), v3.copy()
+    k3n[0, :3], v3n[0, :3] = np.nan, np.nan  # keys no query sees
+    g3 = rng.standard_normal(out.shape)
+    band = {"window": (0, 0), "block_q": 2, "block_k": 2}
+    dirty = flash_attention_backward(g3, q3, k3n, v3n, out, lse, **band)
+    clean = flash_attention_backward(g3, q3, k3, v3, out, lse, **band)
+    for a, b in zip(dirty, clean):
+        assert np.array_equal(a, b)
+
+    # MHA with NaN-padded key/value inputs and valid_lens
+    params = MultiHeadParams.init(6, 2, rng=rng)
+    query = rng.standard_normal((2, 3, 6))
+    memory = rng.standard_normal((2, 5, 6))
+    memory[1, 3:] = np.nan
+    (out, _), pullback = vjp(
+        multi_head_attention, params, query, memory, memory, valid_lens=np.array([5, 3])
+    )
+    d_params, d_query, d_key, d_value = pullback(np.ones_like(out))
+    assert np.all(np.isfinite(out)) and np.all(np.isfinite(d_query))
+    assert all(np.all(np.isfinite(a)) for _, a in d_params.items())
+    assert np.all(np.isfinite(d_key[1, :3])) and np.all(d_key[1, 3:] == 0.0)
+
+
+def test_nan_in_additive_masked_keys_does_not_leak() -> None:
+    rng = np.random.default_rng(8)
+    q, k = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 5, 4))
+    v = rng.standard_normal((2, 5, 2))
+    w = [rng.standard_normal((4, 6)), rng.standard_normal((4, 6)), rng.standard_normal(6)]
+    k[1, 3:], v[1, 3:] = np.nan, np.nan
+    (out, _), pullback = vjp(additive_attention, q, k, v, *w, valid_lens=np.array([5, 3]))
+    grads = pullback(np.ones_like(out))
+    assert np.all(np.isfinite(out))
+    for name, g in zip(("q", "k[valid]", "v[valid]", "w_q", "w_k", "w_v"),
+                       (grads[0], grads[1][1, :3], grads[2][1, :3], *grads[3:])):
+        assert np.all(np.isfinite(g)), name

@@ -381,6 +381,16 @@ def sum_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return x.reshape(shape)
 
 
+def finite_or_zero(x: np.ndarray) -> np.ndarray:
+    """``x`` with NaN/inf replaced by 0 (``x`` itself when all finite, the usual case).
+
+    For the operand of a backward matmul whose other factor is exactly 0 wherever ``x`` is
+    masked: ``0 * nan = nan`` would otherwise leak a masked NaN into every gradient. Where
+    the non-finite entry was attended, the other factor is NaN itself, so NaN still flows.
+    """
+    return x if np.all(np.isfinite(x)) else np.where(np.isfinite(x), x, 0.0)
+
+
 def _fold_groups(x: np.ndarray, G: int) -> np.ndarray:
     """``(..., H, T, X)`` as ``(..., Hkv, G*T, X)``: the G heads of a group stacked along T."""
     if G == 1:
@@ -439,7 +449,7 @@ def scores_backward(
     """VJP of ``scores = scale * q k^T`` (GQA-aware): ``dq = scale dS k``,
     ``dk = scale dS^T q`` (summed over each group). Returns ``(dq, dk)`` shaped like q, k."""
     dt = d_scores.dtype
-    q, k = q.astype(dt, copy=False), k.astype(dt, copy=False)
+    q, k = finite_or_zero(q.astype(dt, copy=False)), finite_or_zero(k.astype(dt, copy=False))
     # (..., Hkv, G, Tq, Tk) @ (..., Hkv, 1, Tk, Dk) -> (..., H, Tq, Dk)
     dq = _ungrouped(_grouped(d_scores, G) @ _kv_grouped(k, G), G) * dt.type(scale)
     dk = _group_sum_matmul(d_scores, q, G) * dt.type(scale)
@@ -496,6 +506,8 @@ def additive_backward(
     d_scores, dv = attend_backward(d_out, v, cache)
     dt = d_scores.dtype
     q, k, w_q, w_k, w_v = (np.asarray(x).astype(dt, copy=False) for x in (q, k, w_q, w_k, w_v))
+    q, k = finite_or_zero(q), finite_or_zero(k)
+    features = finite_or_zero(features)  # NaN features of masked pairs meet dS = 0
     hidden = w_v.shape[0]
     dw_v = d_scores.reshape(-1) @ features.reshape(-1, hidden)
     d_a = d_scores[..., None] * w_v * (1.0 - features * features)  # (..., Tq, Tk, h)

@@ -24,7 +24,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .attention import _floats, _grouped, _kv_grouped, _ungrouped, check_qkv, sum_to_shape
+from .attention import (
+    _floats,
+    _grouped,
+    _kv_grouped,
+    _ungrouped,
+    check_qkv,
+    finite_or_zero,
+    sum_to_shape,
+)
 from .masks import Window
 from .softmax import compute_dtype
 
@@ -258,6 +266,9 @@ def flash_attention_backward(
     dk = np.zeros(k.shape, dtype=dt)
     dv = np.zeros(v.shape, dtype=dt)
     s_scale = dt.type(scale)
+    # The dS matmuls use copies with NaN/inf zeroed (see finite_or_zero); the scores use
+    # the originals, so an attended NaN still reaches dS.
+    q_mm, k_mm, v_mm = finite_or_zero(qg), finite_or_zero(kg), finite_or_zero(vg)
 
     for i0 in range(0, Tq, block_q):
         i1 = min(i0 + block_q, Tq)
@@ -270,18 +281,19 @@ def flash_attention_backward(
         j_hi = Tk if right is None else min(Tk, i1 - 1 + offset + right + 1)
         for j0 in range((j_lo // block_k) * block_k, j_hi, block_k):
             j1 = min(j0 + block_k, Tk)
-            kj, vj = kg[..., j0:j1, :], vg[..., j0:j1, :]
+            kj = kg[..., j0:j1, :]
             s = (qi * s_scale) @ np.swapaxes(kj, -1, -2)  # (..., bq, bk), as in the forward
             keep = _band(i0, i1, j0, j1, offset, left, right)
             if keep is not None:
                 s = np.where(keep, s, -np.inf)
             p = np.exp(s - lse_i)  # the forward's probabilities, recomputed
-            dp = do_i @ np.swapaxes(vj, -1, -2)
+            dp = do_i @ np.swapaxes(v_mm[..., j0:j1, :], -1, -2)
             ds = p * (dp - delta_i)
-            dq_i += ds @ kj
+            dq_i += ds @ k_mm[..., j0:j1, :]
             # sum over the G heads of each group and over broadcast batch dims
-            dv_j = np.swapaxes(_fold(p, G), -1, -2) @ _fold(do_i, G)  # (..., Hkv, bk, Dv)
-            dk_j = np.swapaxes(_fold(ds, G), -1, -2) @ _fold(qi, G)  # (..., Hkv, bk, Dk)
+            # (..., Hkv, bk, Dv) and (..., Hkv, bk, Dk)
+            dv_j = np.swapaxes(_fold(p, G), -1, -2) @ _fold(do_i, G)
+            dk_j = np.swapaxes(_fold(ds, G), -1, -2) @ _fold(q_mm[..., i0:i1, :], G)
             dv[..., j0:j1, :] += sum_to_shape(dv_j, dv[..., j0:j1, :].shape)
             dk[..., j0:j1, :] += sum_to_shape(dk_j, dk[..., j0:j1, :].shape)
         dq[..., i0:i1, :] = dq_i

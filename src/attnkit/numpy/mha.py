@@ -29,6 +29,7 @@ from .attention import (
     attend,
     attend_backward,
     check_qkv,
+    finite_or_zero,
     scores_backward,
 )
 from .masks import Window
@@ -394,7 +395,7 @@ def _project_backward(
     """VJP of :func:`_project` (``y[b,h,t,d] = sum_e x[b,t,e] w[h,e,d] + b[h,d]``):
     ``dx = sum_hd dy w``, ``dw = sum_bt x dy``, ``db = sum_bt dy``."""
     dx = np.einsum("bhtd,hed->bte", dy, w, optimize=True)
-    dw = np.einsum("bte,bhtd->hed", x, dy, optimize=True)
+    dw = np.einsum("bte,bhtd->hed", finite_or_zero(x), dy, optimize=True)
     return dx, dw, (dy.sum(axis=(0, 2)) if has_bias else None)
 
 
