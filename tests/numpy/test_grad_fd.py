@@ -20,6 +20,7 @@ from attnkit.numpy import (
     check_vjp,
     flash_attention,
     log_softmax,
+    logsumexp,
     masked_softmax,
     multi_head_attention,
     scaled_dot_product_attention,
@@ -220,6 +221,21 @@ def test_softmax_family_matches_finite_differences(fn, axis) -> None:
     (dx,) = pullback(rng.standard_normal(x.shape))
     assert dx[0, 1, 2] == 0.0
     assert np.all(np.isfinite(dx))
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_logsumexp_matches_finite_differences(axis, keepdims) -> None:
+    rng = np.random.default_rng(6)
+    x = 3.0 * rng.standard_normal((3, 4))
+    x[1, :] = -np.inf  # an empty row along axis -1
+    x[0, 2] = -np.inf
+    _assert_fd(logsumexp, x, axis=axis, keepdims=keepdims)
+    out, pullback = vjp(logsumexp, x, axis=axis, keepdims=keepdims)
+    (dx,) = pullback(np.ones_like(out))
+    assert np.all(np.isfinite(dx)) and dx[0, 2] == 0.0
+    if axis == -1:
+        assert np.array_equal(dx[1], np.zeros(4))
 
 
 @pytest.mark.parametrize("fn", [softmax, log_softmax], ids=["softmax", "log_softmax"])

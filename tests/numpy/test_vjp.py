@@ -16,6 +16,7 @@ from attnkit.numpy import (
     log_softmax,
     logsumexp,
     masked_softmax,
+    merge_partials,
     multi_head_attention,
     scaled_dot_product_attention,
     softmax,
@@ -36,6 +37,7 @@ def _calls(rng: np.random.Generator):
     return [
         (softmax, (rng.standard_normal((3, 4)),), {"axis": 0}),
         (log_softmax, (rng.standard_normal((3, 4)),), {}),
+        (logsumexp, (rng.standard_normal((3, 4)),), {"axis": 0, "keepdims": True}),
         (masked_softmax, (rng.standard_normal((2, 3, 4)), np.array([1, 3])), {}),
         (scaled_dot_product_attention, (q, k, v), {"causal": True}),
         (
@@ -49,7 +51,7 @@ def _calls(rng: np.random.Generator):
     ]
 
 
-@pytest.mark.parametrize("index", range(7))
+@pytest.mark.parametrize("index", range(8))
 def test_out_is_exactly_what_fn_returns_and_grads_match_args(index) -> None:
     fn, args, options = _calls(np.random.default_rng(0))[index]
     copies = [a.copy() for a in args]
@@ -192,7 +194,7 @@ def test_pullback_rejects_a_wrong_cotangent_shape() -> None:
 
 def test_vjp_rejects_an_unsupported_function() -> None:
     with pytest.raises(TypeError, match="scaled_dot_product_attention"):
-        vjp(logsumexp, np.zeros(3))
+        vjp(merge_partials, np.zeros((2, 3)), np.zeros(2), np.zeros((2, 3)), np.zeros(2))
 
 
 def test_check_vjp_catches_a_wrong_gradient(monkeypatch) -> None:

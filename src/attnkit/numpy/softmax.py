@@ -160,3 +160,29 @@ def log_softmax_backward(y: np.ndarray, dy: np.ndarray, axis: int = -1) -> np.nd
     dy = np.where(allowed, dy, 0.0)
     p = np.exp(y)  # exp(-inf) = 0 for excluded entries
     return np.where(allowed, dy - p * np.sum(dy, axis=axis, keepdims=True), 0.0)
+
+
+def logsumexp_backward(
+    x: np.ndarray, lse: np.ndarray, d_lse: np.ndarray, axis: int = -1, keepdims: bool = False
+) -> np.ndarray:
+    """VJP of :func:`logsumexp`: ``dx = d_lse * exp(x - lse) = d_lse * softmax(x)``.
+
+    An all ``-inf`` row (``lse = -inf``) gets zeros, as do its ``-inf`` entries.
+
+    Args:
+        x: the forward's input.
+        lse: the forward's output (with or without the reduced axis, per ``keepdims``).
+        d_lse: the cotangent of ``lse``, shaped like it.
+        axis, keepdims: as given to the forward.
+
+    Returns:
+        ``dx``, shaped like ``x``.
+    """
+    x = np.asarray(x)
+    dt = compute_dtype(np.result_type(x.dtype, np.asarray(lse).dtype, np.asarray(d_lse).dtype))
+    lse, d_lse = np.asarray(lse, dtype=dt), np.asarray(d_lse, dtype=dt)
+    if not keepdims:
+        lse, d_lse = np.expand_dims(lse, axis), np.expand_dims(d_lse, axis)
+    # +inf for empty rows: exp(-inf - inf) = 0, no inf - inf.
+    p = np.exp(x.astype(dt, copy=False) - np.where(np.isneginf(lse), np.inf, lse))
+    return d_lse * p

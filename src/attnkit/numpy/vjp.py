@@ -43,6 +43,8 @@ from .softmax import (
     compute_dtype,
     log_softmax,
     log_softmax_backward,
+    logsumexp,
+    logsumexp_backward,
     result_dtype,
     softmax,
     softmax_backward,
@@ -99,6 +101,18 @@ def _softmax_rule(fn: Callable[..., np.ndarray], backward: Callable[..., np.ndar
         return out, back
 
     return rule
+
+
+def _logsumexp_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
+    x = np.asarray(args["x"])
+    axis, keepdims = args["axis"], args["keepdims"]
+    lse = logsumexp(x.astype(compute_dtype(x.dtype), copy=False), axis=axis, keepdims=keepdims)
+    out = lse.astype(result_dtype(x.dtype), copy=False)
+
+    def back(d_out: np.ndarray) -> dict[str, Any]:
+        return {"x": _like(logsumexp_backward(x, lse, d_out, axis=axis, keepdims=keepdims), x)}
+
+    return out, back
 
 
 def _masked_softmax_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
@@ -199,6 +213,7 @@ def _mha_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
 _RULES: dict[Callable[..., Any], _Rule] = {
     softmax: _softmax_rule(softmax, softmax_backward),
     log_softmax: _softmax_rule(log_softmax, log_softmax_backward),
+    logsumexp: _logsumexp_rule,
     masked_softmax: _masked_softmax_rule,
     scaled_dot_product_attention: _sdpa_rule,
     additive_attention: _additive_rule,
@@ -211,7 +226,8 @@ def vjp(fn: Callable[..., Any], *args: Any, **options: Any) -> tuple[Any, Pullba
     """Run ``fn(*args, **options)`` and return its output with a pullback.
 
     Args:
-        fn: one of :func:`softmax`, :func:`log_softmax`, :func:`masked_softmax`,
+        fn: one of :func:`softmax`, :func:`log_softmax`, :func:`logsumexp`,
+            :func:`masked_softmax`,
             :func:`scaled_dot_product_attention`, :func:`additive_attention`,
             :func:`flash_attention`, :func:`multi_head_attention`.
         *args: its positional arguments (arrays; for ``multi_head_attention``
