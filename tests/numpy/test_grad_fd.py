@@ -261,3 +261,22 @@ def test_masked_softmax_matches_finite_differences(lens) -> None:
     d_scores, d_lens = pullback(rng.standard_normal(scores.shape))
     assert d_lens is None  # lengths are not differentiable
     assert np.all(d_scores[out == 0] == 0.0)
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        ((5, 4), (7, 4), (7, 3)),  # no batch or head axis
+        ((3, 2, 4, 5), (1, 2, 6, 5), (1, 2, 6, 2)),  # k/v broadcast over the batch
+        ((2, 1, 4, 5), (2, 1, 6, 5), (2, 1, 6, 2)),  # one head
+        ((2, 3, 4, 6, 5), (2, 1, 2, 3, 5), (2, 1, 2, 3, 4)),  # two batch axes, one broadcast
+    ],
+    ids=["unbatched", "broadcast-kv", "one-head", "broadcast-middle"],
+)
+def test_sdpa_broadcast_shapes_match_finite_differences(shapes) -> None:
+    rng = np.random.default_rng(12)
+    q, k, v = (rng.standard_normal(s) for s in shapes)
+    _assert_fd(scaled_dot_product_attention, q, k, v)
+    _assert_fd(scaled_dot_product_attention, q, k, v, causal=True, bias=rng.standard_normal(
+        (shapes[0][-2], shapes[1][-2])
+    ))

@@ -139,22 +139,23 @@ def test_mha_positional_key_value_and_none() -> None:
     assert np.allclose(grads[1], dq_e + dk_e + dv_e, rtol=1e-12, atol=1e-12)
 
 
-def test_dropout_backward_uses_the_forward_mask() -> None:
+@pytest.mark.parametrize("gqa", [False, True], ids=["mha", "gqa+mask"])
+def test_dropout_backward_uses_the_forward_mask(gqa) -> None:
     rng = np.random.default_rng(4)
-    q, k, v = (rng.standard_normal((2, 2, 4, 3)) for _ in range(3))
+    q = rng.standard_normal((2, 4 if gqa else 2, 4, 3))
+    k, v = (rng.standard_normal((2, 2, 5, 3)) for _ in range(2))
     p = 0.4
+    opts = {"dropout_p": p, "mask": rng.random((4, 5)) < 0.7} if gqa else {"dropout_p": p}
     (out, _), pullback = vjp(
-        scaled_dot_product_attention, q, k, v, dropout_p=p, rng=np.random.default_rng(9)
+        scaled_dot_product_attention, q, k, v, rng=np.random.default_rng(9), **opts
     )
-    same, _ = scaled_dot_product_attention(q, k, v, dropout_p=p, rng=np.random.default_rng(9))
+    same, _ = scaled_dot_product_attention(q, k, v, rng=np.random.default_rng(9), **opts)
     assert np.array_equal(out, same)
     g = rng.standard_normal(out.shape)
     grads = pullback(g)
 
     def f(qq, kk, vv):  # the same dropout mask on every call
-        res, _ = scaled_dot_product_attention(
-            qq, kk, vv, dropout_p=p, rng=np.random.default_rng(9)
-        )
+        res, _ = scaled_dot_product_attention(qq, kk, vv, rng=np.random.default_rng(9), **opts)
         return float(np.sum(res * g))
 
     eps = 1e-6
@@ -166,8 +167,34 @@ def test_dropout_backward_uses_the_forward_mask() -> None:
         numeric = (f(*args_p) - f(*args_m)) / (2 * eps)
         assert abs(np.sum(gx * u) - numeric) < 1e-6 * max(1.0, abs(numeric))
     # and the mask matters: without dropout the gradient differs
-    no_drop = vjp(scaled_dot_product_attention, q, k, v)[1](g)
+    no_drop = vjp(scaled_dot_product_attention, q, k, v, mask=opts.get("mask"))[1](g)
     assert not np.allclose(no_drop[2], grads[2])
+
+
+def test_mha_dropout_backward_uses_the_forward_mask() -> None:
+    rng = np.random.default_rng(10)
+    params = MultiHeadParams.init(6, 2, rng=rng)
+    x = rng.standard_normal((2, 4, 6))
+    opts = {"dropout_p": 0.3}
+    (out, _), pullback = vjp(multi_head_attention, params, x, rng=np.random.default_rng(1), **opts)
+    g = rng.standard_normal(out.shape)
+    d_params, dx = pullback(g)
+
+    def f(pp, xx):
+        res, _ = multi_head_attention(pp, xx, rng=np.random.default_rng(1), **opts)
+        return float(np.sum(res * g))
+
+    eps = 1e-6
+    u = rng.standard_normal(x.shape)
+    numeric = (f(params, x + eps * u) - f(params, x - eps * u)) / (2 * eps)
+    assert abs(np.sum(dx * u) - numeric) < 1e-6 * max(1.0, abs(numeric))
+    for name, w in params.items():
+        du = rng.standard_normal(w.shape)
+        plus = params.map(lambda a, w=w, du=du: a + eps * du if a is w else a)
+        minus = params.map(lambda a, w=w, du=du: a - eps * du if a is w else a)
+        numeric = (f(plus, x) - f(minus, x)) / (2 * eps)
+        analytic = np.sum(getattr(d_params, name) * du)
+        assert abs(analytic - numeric) < 1e-6 * max(1.0, abs(numeric)), name
 
 
 def test_nan_in_masked_values_does_not_leak_into_gradients() -> None:
