@@ -429,7 +429,9 @@ def attend_backward(
     v = np.asarray(v).astype(w.dtype, copy=False)
     dropped = w
     if cache.dropout_keep is not None:
-        rescale = np.where(cache.dropout_keep, 1.0 / (1.0 - cache.dropout_p), 0.0)
+        rescale = np.where(cache.dropout_keep, 1.0 / (1.0 - cache.dropout_p), 0.0).astype(
+            w.dtype
+        )
         dropped = w * rescale
     d_v = sum_to_shape(_group_sum_matmul(dropped, d_out, G), v.shape)
     # (..., Hkv, G, Tq, Dv) @ (..., Hkv, 1, Dv, Tk) -> (..., H, Tq, Tk)
