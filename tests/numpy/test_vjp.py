@@ -303,3 +303,35 @@ def test_nan_in_additive_masked_keys_does_not_leak() -> None:
     for name, g in zip(("q", "k[valid]", "v[valid]", "w_q", "w_k", "w_v"),
                        (grads[0], grads[1][1, :3], grads[2][1, :3], *grads[3:])):
         assert np.all(np.isfinite(g)), name
+
+
+def test_bool_mask_and_minus_inf_bias_have_the_same_gradients() -> None:
+    rng = np.random.default_rng(11)
+    q, k = rng.standard_normal((2, 4, 3, 5)), rng.standard_normal((2, 2, 6, 5))
+    v = rng.standard_normal((2, 2, 6, 4))
+    mask = rng.random((2, 1, 3, 6)) < 0.5
+    mask[0, 0, 1] = False  # a fully masked row
+    bias = np.where(mask, 0.0, -np.inf)
+    g = rng.standard_normal((2, 4, 3, 4))
+    by_mask = vjp(scaled_dot_product_attention, q, k, v, mask=mask)[1](g)
+    by_bias = vjp(scaled_dot_product_attention, q, k, v, bias=bias)[1](g)
+    for a, b in zip(by_mask, by_bias):
+        assert np.allclose(a, b, rtol=1e-13, atol=1e-15)
+    assert np.all(by_bias.bias[~mask] == 0.0)  # an excluded score cannot move the output
+
+
+def test_permuting_keys_permutes_their_gradients() -> None:
+    rng = np.random.default_rng(12)
+    q, k, v = (rng.standard_normal((2, 2, n, 3)) for n in (4, 7, 7))
+    lens = np.array([5, 7])
+    perm = np.array([3, 0, 4, 1, 2, 6, 5])  # keeps keys 0..4 (valid in batch 0) among 0..4
+    mask = rng.random((4, 7)) < 0.8
+    g = rng.standard_normal((2, 2, 4, 3))
+    for fn_opts in ({"mask": mask}, {"mask": mask, "valid_lens": lens}):
+        dq, dk, dv = vjp(scaled_dot_product_attention, q, k, v, **fn_opts)[1](g)
+        opts = {**fn_opts, "mask": mask[:, perm]}
+        _, pullback = vjp(scaled_dot_product_attention, q, k[..., perm, :], v[..., perm, :], **opts)
+        pq, pk, pv = pullback(g)
+        assert np.allclose(pq, dq, rtol=1e-12, atol=1e-14)
+        assert np.allclose(pk, dk[..., perm, :], rtol=1e-12, atol=1e-14)
+        assert np.allclose(pv, dv[..., perm, :], rtol=1e-12, atol=1e-14)
