@@ -25,7 +25,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .attention import _floats, _grouped, _kv_grouped, _ungrouped, check_qkv
+from .attention import (
+    _floats,
+    _grouped,
+    _kv_grouped,
+    _ungrouped,
+    check_qkv,
+    finite_or_zero,
+    sum_to_shape,
+)
 from .masks import Window
 from .softmax import compute_dtype
 
@@ -199,3 +207,115 @@ def merge_partials(
     with np.errstate(invalid="ignore"):
         out = np.where(w_a != 0, w_a * out_a, 0.0) + np.where(w_b != 0, w_b * out_b, 0.0)
     return out.astype(np.result_type(out_a.dtype, out_b.dtype), copy=False), lse
+
+
+# -- backward -----------------------------------------------------------------------------
+
+
+def _fold(x: np.ndarray, G: int) -> np.ndarray:
+    """A grouped tile ``(..., Hkv, G, T, X)`` as ``(..., Hkv, G*T, X)`` (sums over G in a
+    matmul that contracts T); identity without GQA, where tiles carry no G axis."""
+    if G == 1:
+        return x
+    return x.reshape(x.shape[:-3] + (G * x.shape[-2], x.shape[-1]))
+
+
+def flash_attention_backward(
+    d_out: np.ndarray,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    out: np.ndarray,
+    lse: np.ndarray,
+    *,
+    causal: bool = False,
+    window: Window | None = None,
+    scale: float | None = None,
+    block_q: int = 64,
+    block_k: int = 64,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """VJP of :func:`flash_attention`, block by block, from the saved ``out`` and ``lse``.
+
+    The probabilities are recomputed tile by tile as ``P = exp(S - lse)`` (exactly the
+    normalised softmax, since ``lse`` is each row's log normaliser). For ``O = P V``:
+    ``dV = P^T dO`` and ``dP = dO V^T``; the softmax backward
+    ``dS = P * (dP - rowsum(dP * P))`` needs one number per row,
+    ``D_i = rowsum(dP * P) = rowsum(dO * (P V)) = rowsum(dO * O)``, computed once up front.
+    Then ``dQ = scale dS K`` and ``dK = scale dS^T Q``. Only ``block_q x block_k`` tiles
+    exist, so memory is linear in T; key blocks outside the causal/window band are skipped
+    as in the forward. A row with ``lse = -inf`` (no allowed key) has ``P = 0`` and gets
+    zero gradients.
+
+    Args:
+        d_out: cotangent of ``out``, ``(..., H, Tq, Dv)``.
+        q, k, v: the forward's inputs.
+        out, lse: the forward's outputs.
+        causal, window, scale, block_q, block_k: as given to the forward.
+
+    Returns:
+        ``(dq, dk, dv)`` shaped like ``q``, ``k``, ``v``, in the compute dtype.
+    """
+    q, k, v = _floats("q", q), _floats("k", k), _floats("v", v)
+    G = check_qkv(q, k, v)
+    if block_q < 1 or block_k < 1:
+        raise ValueError(f"block sizes must be positive, got block_q={block_q}, block_k={block_k}")
+    dt = compute_dtype(np.result_type(q.dtype, k.dtype, v.dtype))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    left, right = _resolve_band(causal, window)
+    qg = _grouped(q.astype(dt, copy=False), G)  # (..., Hkv, G, Tq, Dk)
+    kg = _kv_grouped(k.astype(dt, copy=False), G)  # (..., Hkv, 1, Tk, Dk)
+    vg = _kv_grouped(v.astype(dt, copy=False), G)  # (..., Hkv, 1, Tk, Dv)
+    Tq, Tk = q.shape[-2], k.shape[-2]
+    lead = np.broadcast_shapes(qg.shape[:-2], kg.shape[:-2])
+    heads = lead if G == 1 else lead[:-2] + (lead[-2] * G,)
+    out_shape = heads + (Tq, v.shape[-1])
+    d_out, out, lse = np.asarray(d_out), np.asarray(out), np.asarray(lse)
+    if d_out.shape != out_shape or out.shape != out_shape or lse.shape != out_shape[:-1]:
+        raise ValueError(
+            f"expected d_out and out {out_shape} and lse {out_shape[:-1]}, got d_out "
+            f"{d_out.shape}, out {out.shape}, lse {lse.shape}"
+        )
+    dog = _grouped(d_out.astype(dt, copy=False), G)  # (..., Hkv, G, Tq, Dv)
+    # D_i = rowsum(dO * O), one number per query row.
+    delta = np.sum(dog * _grouped(out.astype(dt, copy=False), G), axis=-1)  # (..., Hkv, G, Tq)
+    # An empty row has lse = -inf; using +inf there makes exp(S - lse) = 0 with no inf - inf.
+    lse_g = _grouped(lse.astype(dt, copy=False)[..., None], G)[..., 0]
+    lse_g = np.where(np.isneginf(lse_g), np.inf, lse_g)
+    offset = Tk - Tq
+    dq = np.zeros(lead + (Tq, q.shape[-1]), dtype=dt)
+    dk = np.zeros(k.shape, dtype=dt)
+    dv = np.zeros(v.shape, dtype=dt)
+    s_scale = dt.type(scale)
+    # The dS matmuls use copies with NaN/inf zeroed (see finite_or_zero); the scores use
+    # the originals, so an attended NaN still reaches dS.
+    q_mm, k_mm, v_mm = finite_or_zero(qg), finite_or_zero(kg), finite_or_zero(vg)
+
+    for i0 in range(0, Tq, block_q):
+        i1 = min(i0 + block_q, Tq)
+        qi = qg[..., i0:i1, :]
+        do_i = dog[..., i0:i1, :]
+        lse_i = lse_g[..., i0:i1, None]
+        delta_i = delta[..., i0:i1, None]
+        dq_i = np.zeros(lead + (i1 - i0, q.shape[-1]), dtype=dt)
+        j_lo = 0 if left is None else max(0, i0 + offset - left)
+        j_hi = Tk if right is None else min(Tk, i1 - 1 + offset + right + 1)
+        for j0 in range((j_lo // block_k) * block_k, j_hi, block_k):
+            j1 = min(j0 + block_k, Tk)
+            kj = kg[..., j0:j1, :]
+            s = (qi * s_scale) @ np.swapaxes(kj, -1, -2)  # (..., bq, bk), as in the forward
+            keep = _band(i0, i1, j0, j1, offset, left, right)
+            if keep is not None:
+                s = np.where(keep, s, -np.inf)
+            p = np.exp(s - lse_i)  # the forward's probabilities, recomputed
+            dp = do_i @ np.swapaxes(v_mm[..., j0:j1, :], -1, -2)
+            ds = p * (dp - delta_i)
+            dq_i += ds @ k_mm[..., j0:j1, :]
+            # sum over the G heads of each group and over broadcast batch dims
+            # (..., Hkv, bk, Dv) and (..., Hkv, bk, Dk)
+            dv_j = np.swapaxes(_fold(p, G), -1, -2) @ _fold(do_i, G)
+            dk_j = np.swapaxes(_fold(ds, G), -1, -2) @ _fold(q_mm[..., i0:i1, :], G)
+            dv[..., j0:j1, :] += sum_to_shape(dv_j, dv[..., j0:j1, :].shape)
+            dk[..., j0:j1, :] += sum_to_shape(dk_j, dk[..., j0:j1, :].shape)
+        dq[..., i0:i1, :] = dq_i
+    dq = sum_to_shape(_ungrouped(dq * s_scale, G), q.shape)
+    return dq, dk * s_scale, dv
