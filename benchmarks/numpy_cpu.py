@@ -2,18 +2,20 @@
 
 Compares ``attnkit.numpy.scaled_dot_product_attention`` and ``attnkit.numpy.flash_attention``
 with PyTorch's CPU SDPA on the same float32 inputs (B=1, H=8, D=64, no mask), in one run:
-median time after warm-up, the ratio to torch, and peak memory.
+time, the ratio to torch, and peak memory.
 
-Every (op, T) case runs in a fresh subprocess, one at a time, so one case's memory cannot
-hide or inflate another's, and the multi-GB score arrays of the NumPy SDPA at large T never
-coexist with anything else. In that process:
+Each (numpy op, T) pair runs in a fresh subprocess, one at a time, so the multi-GB score
+arrays of the NumPy SDPA at large T never coexist with anything else. In that process:
 
-* time: ``median_time`` after warm-up, default allocator settings;
-* memory: glibc's mmap threshold is then pinned at 64 KiB and the heap trimmed, so freed
+* time: after warm-up, the NumPy op and torch are called alternately (order swapped every
+  round, a short pause between calls so torch's OpenMP threads stop spinning); the ratio
+  is the median of the per-round ratios, so both sides of a ratio saw the same load on a
+  shared machine;
+* memory: glibc's mmap threshold is pinned at 64 KiB and the heap trimmed, so freed
   temporaries leave RSS instead of being cached in the heap (which would hide them); after
-  one more warm-up call the kernel's peak-RSS counter is reset (``/proc/self/clear_refs``)
-  and the growth of ``VmHWM`` over the RSS before one call is the peak extra memory of that
-  call. RSS counts every allocator alike (NumPy, torch, BLAS), so it is the fair
+  a warm-up call the kernel's peak-RSS counter is reset (``/proc/self/clear_refs``) and
+  the growth of ``VmHWM`` over the RSS before one call is the peak extra memory of that
+  call. RSS counts every allocator alike (NumPy, torch/oneDNN, BLAS), so it is the fair
   comparison; for the NumPy ops ``tracemalloc`` (NumPy's own allocations) is reported too.
 
 Attention FLOPs (forward, no mask): ``4 * B * H * T * T * D``.
@@ -30,9 +32,10 @@ import argparse
 import ctypes
 import json
 import os
+import statistics
 import subprocess
 import sys
-import tempfile
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -42,7 +45,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import median_time, report  # noqa: E402
 
 B, H, D = 1, 8, 64
-OPS = ("torch", "sdpa", "flash")
 NAMES = {"torch": "torch SDPA (CPU)", "sdpa": "numpy SDPA", "flash": "numpy flash"}
 
 
@@ -96,28 +98,43 @@ def _release_freed_memory() -> None:
     libc.malloc_trim(0)
 
 
-def worker(name: str, T: int, repeats: int, sample: str) -> None:
-    fn, config = _op(name, T)
-    result: dict[str, object] = {"config": config}
-    out = fn()  # also the first warm-up
-    stride = max(1, T // 64)
-    np.save(sample, out[..., ::stride, :])  # compared across ops by the parent
-    del out
-    result["time_s"] = median_time(fn, repeats=repeats, warmup=1)
-
-    _release_freed_memory()
-    fn()  # warm-up under the new allocator settings
+def _peak_rss(fn) -> int:
+    """Peak RSS growth (bytes) during one call of ``fn``."""
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM (peak RSS) to the current RSS
     before = _status("VmRSS")
     out = fn()
-    result["rss_peak_bytes"] = _status("VmHWM") - before
+    peak = _status("VmHWM") - before
     del out
-    if name != "torch":
-        tracemalloc.start()
-        fn()
-        result["tracemalloc_peak_bytes"] = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
+    return peak
+
+
+def worker(name: str, T: int, repeats: int) -> None:
+    ours, config = _op(name, T)
+    theirs, torch_config = _op("torch", T)
+    result: dict[str, object] = {"config": config, "torch_config": torch_config}
+    result["max_err"] = float(np.abs(ours() - theirs()).max())  # also the first warm-up
+
+    times: dict[str, list[float]] = {"ours": [], "torch": []}
+    for r in range(repeats + 1):  # round 0 is one more warm-up
+        pair = [("ours", ours), ("torch", theirs)]
+        for side, fn in pair if r % 2 else pair[::-1]:
+            time.sleep(0.05)  # let the other side's worker threads go idle
+            t = median_time(fn, repeats=1, warmup=0)
+            if r:
+                times[side].append(t)
+    result["time_s"] = statistics.median(times["ours"])
+    result["torch_time_s"] = statistics.median(times["torch"])
+    result["ratio"] = statistics.median(a / b for a, b in zip(times["ours"], times["torch"]))
+
+    _release_freed_memory()
+    for side, fn in (("torch", theirs), ("ours", ours)):
+        fn()  # warm-up under the new allocator settings
+        result[f"{side}_rss_peak_bytes"] = _peak_rss(fn)
+    tracemalloc.start()
+    ours()
+    result["tracemalloc_peak_bytes"] = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
     print("RESULT " + json.dumps(result))
 
 
@@ -129,14 +146,15 @@ def _env(name: str) -> dict[str, str]:
     src = str(Path(__file__).resolve().parent.parent / "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     if name == "flash":
-        # The flash thread pool already uses every core; letting BLAS start its own
-        # threads inside each worker oversubscribes the cores (measured: 3-9x slower).
-        env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        # The flash thread pool already uses every core; letting NumPy's OpenBLAS start
+        # its own threads inside each worker oversubscribes the cores (measured: 3-9x
+        # slower). torch uses MKL/OpenMP, which this variable does not touch.
+        env["OPENBLAS_NUM_THREADS"] = "1"
     return env
 
 
-def _run_case(name: str, T: int, repeats: int, sample: str) -> dict:
-    cmd = [sys.executable, __file__, "--worker", name, str(T), str(repeats), sample]
+def _run_case(name: str, T: int, repeats: int) -> dict:
+    cmd = [sys.executable, __file__, "--worker", name, str(T), str(repeats)]
     proc = subprocess.run(cmd, env=_env(name), capture_output=True, text=True)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -161,59 +179,55 @@ def main() -> None:
     mib = 2.0**20
     rows, configs, skipped, errors = [], {}, [], []
     ratio_4096, flash_mem = None, {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for T in sizes:
-            repeats = 3 if (args.quick or T >= 8192) else 5
-            results = {}
-            for name in OPS:
-                # The NumPy SDPA holds ~4 float32 (H, T, T) arrays at once; do not run it
-                # where it would push the shared machine into swap or the OOM killer.
-                need = 5 * B * H * T * T * 4
-                if name == "sdpa" and need > 0.6 * _mem_available():
-                    skipped.append(
-                        f"numpy SDPA at T={T} skipped: needs ~{need / 2**30:.0f} GiB, "
-                        f"{_mem_available() / 2**30:.0f} GiB available"
-                    )
-                    continue
-                sample = os.path.join(tmp, f"{name}-{T}.npy")
-                res = _run_case(name, T, repeats, sample)
-                if "error" in res:
-                    errors.append(f"{NAMES[name]} at T={T}: {res['error']}")
-                    continue
-                configs[name] = res["config"]
-                results[name] = res
-            ref = np.load(os.path.join(tmp, f"torch-{T}.npy")) if "torch" in results else None
-            for name, res in results.items():
-                t = res["time_s"]
-                ratio = t / results["torch"]["time_s"] if "torch" in results else float("nan")
-                err = "-"
-                if ref is not None and name != "torch":
-                    err = f"{np.abs(np.load(os.path.join(tmp, f'{name}-{T}.npy')) - ref).max():.1e}"
-                tm = res.get("tracemalloc_peak_bytes")
-                rows.append([
-                    T, NAMES[name], t * 1e3, ratio, 4 * B * H * T * T * D / t / 1e9,
-                    res["rss_peak_bytes"] / mib, "-" if tm is None else tm / mib, err,
-                ])
-                if name == "flash":
-                    flash_mem[T] = res["rss_peak_bytes"]
-                    if T == 4096:
-                        ratio_4096 = ratio
+    load_before = os.getloadavg()[0]
+    for T in sizes:
+        repeats = 3 if (args.quick or T >= 8192) else 5
+        for name in ("flash", "sdpa"):
+            # The NumPy SDPA holds ~4 float32 (H, T, T) arrays at once; do not run it
+            # where it would push the shared machine into swap or the OOM killer.
+            need = 5 * B * H * T * T * 4
+            if name == "sdpa" and need > 0.6 * _mem_available():
+                skipped.append(
+                    f"numpy SDPA at T={T} skipped: needs ~{need / 2**30:.0f} GiB, "
+                    f"{_mem_available() / 2**30:.0f} GiB available"
+                )
+                continue
+            res = _run_case(name, T, repeats)
+            if "error" in res:
+                errors.append(f"{NAMES[name]} at T={T}: {res['error']}")
+                continue
+            configs[name], configs["torch"] = res["config"], res["torch_config"]
+            t, tm = res["time_s"], res["tracemalloc_peak_bytes"]
+            rows.append([
+                T, NAMES[name], t * 1e3, res["torch_time_s"] * 1e3, res["ratio"],
+                4 * B * H * T * T * D / t / 1e9, res["ours_rss_peak_bytes"] / mib,
+                res["torch_rss_peak_bytes"] / mib, tm / mib, f"{res['max_err']:.1e}",
+            ])
+            if name == "flash":
+                flash_mem[T] = res["ours_rss_peak_bytes"]
+                if T == 4096:
+                    ratio_4096 = res["ratio"]
 
+    load = f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
+    rounds = "3" if args.quick else "5 (3 at T=8192)"
     notes = [
-        f"B={B}, H={H}, D={D}, float32, no mask; torch: {configs.get('torch', '?')}; "
-        f"numpy flash: {configs.get('flash', '?')} with OPENBLAS_NUM_THREADS=1 (the pool "
-        f"replaces BLAS threading); numpy SDPA: {configs.get('sdpa', '?')}.",
-        f"time: median of {'3' if args.quick else '5 (3 at T=8192)'} after one warm-up, each "
-        "op in its own fresh process, ops run one after another; ratio = time / torch time "
-        "at the same T.",
+        f"B={B}, H={H}, D={D}, float32, no mask. torch: {configs.get('torch', '?')}. numpy "
+        f"flash: {configs.get('flash', '?')}, OPENBLAS_NUM_THREADS=1 (the pool replaces "
+        f"BLAS threading). numpy SDPA: {configs.get('sdpa', '?')}.",
+        f"time: median of {rounds} rounds after warm-up; in each round the NumPy op and "
+        "torch run back to back in the same process (order alternating); vs torch = median "
+        "of the per-round ratios. torch (ms) is torch's median in that same process.",
         "peak RSS: growth of VmHWM over VmRSS during one call after warm-up (fresh process "
-        "per case, glibc mmap threshold pinned at 64 KiB and heap trimmed first, so freed "
-        "blocks leave RSS); counts every allocator alike, torch included, so it is the fair "
-        "comparison (the kernel's counters are exact to ~1 MiB). tracemalloc: NumPy's own "
-        "allocations only.",
-        "max |err|: largest difference from torch's output on a strided sample of rows.",
-        "The machine is shared with other jobs (2 cores, load often above 2): absolute times "
-        "are noisy; ratios are taken minutes apart at most.",
+        "per NumPy op and T; glibc mmap threshold pinned at 64 KiB and heap trimmed first, so "
+        "freed blocks leave RSS); counts every allocator alike, torch included, so it is the "
+        "fair comparison (the kernel's counters are exact to ~1 MiB). tracemalloc: NumPy's "
+        "own allocations only.",
+        "max |err|: largest difference from torch's output over the whole output.",
+        f"The machine is shared with other jobs ({os.cpu_count()} cores, 1-min load average "
+        f"{load}): absolute times are noisy; the paired ratios are the figures to read. "
+        "Under such load the default multi-threaded OpenBLAS makes the NumPy SDPA erratic "
+        "at small T (T=256: 21 ms with OPENBLAS_NUM_THREADS=1 vs 33-620 ms default, "
+        "measured separately).",
     ]
     if ratio_4096 is not None:
         verdict = "met" if ratio_4096 <= 1.5 else "NOT met"
@@ -228,8 +242,8 @@ def main() -> None:
     notes += skipped + errors
     report(
         "NumPy attention on the CPU vs torch SDPA (float32)",
-        ["T", "op", "time (ms)", "vs torch", "GFLOP/s", "peak RSS (MiB)",
-         "tracemalloc (MiB)", "max |err|"],
+        ["T", "op", "time (ms)", "torch (ms)", "vs torch", "GFLOP/s", "peak RSS (MiB)",
+         "torch peak RSS (MiB)", "tracemalloc (MiB)", "max |err|"],
         rows,
         notes="\n".join(f"- {n}" for n in notes),
         record=not args.quick,
@@ -238,7 +252,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _, _, op_name, t_arg, rep_arg, sample_arg = sys.argv
-        worker(op_name, int(t_arg), int(rep_arg), sample_arg)
+        _, _, op_name, t_arg, rep_arg = sys.argv
+        worker(op_name, int(t_arg), int(rep_arg))
     else:
         main()
