@@ -39,6 +39,9 @@ from .softmax import compute_dtype
 
 __all__ = ["flash_attention", "merge_partials"]
 
+LOG2E = 1.0 / math.log(2.0)  # exp(x) == exp2(x * LOG2E)
+LN2 = math.log(2.0)
+
 
 def _band(
     i0: int, i1: int, j0: int, j1: int, offset: int, left: int | None, right: int | None
@@ -121,9 +124,14 @@ def flash_attention(
     # contiguous rows, BLAS's fast path.
     kT = np.ascontiguousarray(np.swapaxes(kg, -1, -2))  # (..., Hkv, 1, Dk, Tk)
 
+    ones = np.ones(block_k, dtype=dt)
+
     def one_query_block(i0: int) -> None:
         i1 = min(i0 + block_q, Tq)
-        qi = qg[..., i0:i1, :] * dt.type(scale)
+        # Scores in base 2 (log2(e) folded into the scale): NumPy's exp2 loop is ~1.5x
+        # faster than its exp, and exp2(s*log2(e) - m) is the same softmax. m_i is in
+        # base-2 units too; lse goes back to natural log at the end.
+        qi = qg[..., i0:i1, :] * dt.type(scale * LOG2E)
         m_i = np.full(lead + (i1 - i0,), -np.inf, dtype=dt)
         l_i = np.zeros(lead + (i1 - i0,), dtype=dt)
         acc = np.zeros(lead + (i1 - i0, Dv), dtype=dt)
@@ -143,10 +151,10 @@ def flash_attention(
             # A row with nothing allowed yet keeps m = -inf; rebase against 0 instead.
             m_safe = np.where(np.isneginf(m_new), 0.0, m_new).astype(dt, copy=False)
             s -= m_safe[..., None]
-            p = np.exp(s, out=s)  # exp(score - m), in the score buffer
-            alpha = np.exp(m_i - m_safe)  # exp(-inf) = 0 on the first allowed block
+            p = np.exp2(s, out=s)  # exp(score - m), in the score buffer
+            alpha = np.exp2(m_i - m_safe)  # exp(-inf) = 0 on the first allowed block
             l_i *= alpha
-            l_i += p.sum(axis=-1)
+            l_i += p @ ones[: j1 - j0]  # row sums; a BLAS matvec reads p ~3x faster than sum()
             acc *= alpha[..., None]
             acc += p @ vg[..., j0:j1, :]
             m_i = m_new
@@ -155,7 +163,7 @@ def flash_attention(
             acc, l_i[..., None], out=np.zeros_like(acc), where=l_i[..., None] != 0
         )
         with np.errstate(divide="ignore"):
-            lse[..., i0:i1] = np.where(l_i != 0, m_i + np.log(l_i), -np.inf)
+            lse[..., i0:i1] = np.where(l_i != 0, m_i * dt.type(LN2) + np.log(l_i), -np.inf)
 
     starts = range(0, Tq, block_q)
     if num_threads > 1 and len(starts) > 1:
