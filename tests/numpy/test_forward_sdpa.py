@@ -100,13 +100,18 @@ def test_sdpa_matches_loop_reference(ref, unchanged, shape, case):
     assert not np.any(np.isnan(out))
 
 
-def test_fully_masked_rows_occur_in_the_parametrization(ref):
-    # Guard for the test above: make sure it really exercises empty rows.
-    B, H, Hkv, Tq, Tk, Dk, Dv = SHAPES["Tq>Tk"]
-    _, w, lse = ref.attention(
-        np.zeros((1, Tq, 1)), np.zeros((1, Tk, 1)), np.zeros((1, Tk, 1)), causal=True
-    )
-    assert np.all(lse[0, : Tq - Tk] == -np.inf) and np.all(w[0, : Tq - Tk] == 0)
+@pytest.mark.parametrize(
+    "shape_id,case_id",
+    [("Tq>Tk", "causal"), ("GQA", "valid_lens-1d"), ("square", "bias-with-inf"),
+     ("Tq=1", "valid_lens-2d")],
+)
+def test_parametrization_really_has_fully_masked_rows(ref, shape_id, case_id):
+    # Guard for the test above: its empty-row assertions must not be vacuous.
+    shape, case = SHAPES[shape_id], MASK_CASES[case_id]
+    rng = np.random.default_rng(zlib.crc32(repr((shape, case)).encode()))
+    q, k, v, kw = draw(rng, shape, case)
+    _, want_w, _ = ref.attention(q, k, v, **kw)
+    assert np.any(want_w.sum(axis=-1) == 0)
 
 
 @pytest.mark.parametrize(
