@@ -13,9 +13,8 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 import numpy as np
+import pytest
 
 
 def allowed(i: int, j: int, Tq: int, Tk: int, causal: bool, window: Any) -> bool:

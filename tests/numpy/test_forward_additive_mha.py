@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 import attnkit.numpy as an
-import numpy as np
 
 # --- additive ---------------------------------------------------------------------------
 

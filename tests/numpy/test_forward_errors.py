@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 import attnkit.numpy as an
-import numpy as np
 
 
 def shape(*dims):

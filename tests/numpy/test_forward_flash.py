@@ -7,10 +7,10 @@ import math
 import tracemalloc
 import warnings
 
+import numpy as np
 import pytest
 
 import attnkit.numpy as an
-import numpy as np
 
 # (B, H, Hkv, Tq, Tk, Dk, Dv)
 SHAPES = {

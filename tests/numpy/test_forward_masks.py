@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 
 import attnkit.numpy as an
-import numpy as np
 
 
 @pytest.mark.parametrize("maxlen", [0, 1, 6])

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import attnkit.numpy as an
-import numpy as np
 
 PROPERTY = settings(max_examples=50, deadline=None)
 values = st.floats(-4.0, 4.0, allow_nan=False, allow_infinity=False, width=64)

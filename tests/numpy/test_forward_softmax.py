@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 
 import attnkit.numpy as an
-import numpy as np
 
 # Output tolerance per dtype: half precision rounds to ~5e-4 relative.
 TOL = {np.float16: 2e-3, np.float32: 2e-6, np.float64: 1e-13}

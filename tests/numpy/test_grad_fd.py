@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import zlib
 
+import numpy as np
 import pytest
 
-import numpy as np
 from attnkit.numpy import (
     MultiHeadParams,
     additive_attention,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import tracemalloc
 
+import numpy as np
 import pytest
 
 import attnkit.numpy.flash as flash_module
-import numpy as np
 from attnkit.numpy import flash_attention, scaled_dot_product_attention, vjp
 from attnkit.numpy.flash import flash_attention_backward
 

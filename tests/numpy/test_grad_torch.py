@@ -8,9 +8,9 @@ gradients are defined there too.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-import numpy as np
 from attnkit.numpy import (
     MultiHeadParams,
     additive_attention,

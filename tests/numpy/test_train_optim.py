@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-import numpy as np
 from attnkit.numpy import MultiHeadParams
 from attnkit.numpy.optim import SGD, Adam, AdamW, named_arrays
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from attnkit.numpy.train import train_reverse
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 
-import numpy as np
 from attnkit.numpy import (
     Grads,
     MultiHeadParams,
