@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
+import torch
 
 import attnkit.numpy as an
 import attnkit.torch as at
-import numpy as np
-import torch
 from attnkit.torch.functional import additive_scores
 
 

@@ -22,6 +22,7 @@ from .masks import Window
 
 if TYPE_CHECKING:
     import numpy as np
+
     from attnkit.numpy import MultiHeadParams
 
 __all__ = ["AdditiveAttention", "DotProductAttention", "MultiHeadAttention"]
