@@ -319,6 +319,13 @@ class MultiHeadAttention(nn.Module):
         self._check_input("query", query, self.embed_dim)
         B, Tq, _ = query.shape
         H, Dv = self.num_heads, self.v_head_dim
+        for name, m in (("mask", mask), ("bias", bias)):
+            if m is not None and m.ndim not in (2, 4):
+                # (B, Tq, Tk) would silently broadcast B against the head axis.
+                raise ValueError(
+                    f"{name} must be (Tq, Tk) or (B|1, H|1, Tq, Tk), got {tuple(m.shape)}; "
+                    f"for a per-batch (B, Tq, Tk) {name} pass {name}[:, None]"
+                )
         if cache is not None:
             self._check_cache(cache, B)
         q, k, v = self._project(query, key, value, cache)  # (B, H|Hkv, T, Dk|Dv)
