@@ -299,8 +299,9 @@ class MultiHeadAttention(nn.Module):
             query: ``(B, Tq, E)``.
             key: ``(B, Tk, kdim)``; None = self-attention on ``query``.
             value: ``(B, Tk, vdim)``; None = ``key``.
-            mask: bool, True = may attend, broadcastable to ``(B, H, Tq, Tk)``.
-            bias: float, broadcastable to ``(B, H, Tq, Tk)``, added to the scaled scores
+            mask: bool, True = may attend, ``(Tq, Tk)`` or 4-D broadcastable to
+                ``(B, H, Tq, Tk)`` (3-D is rejected as ambiguous).
+            bias: float, same shapes, added to the scaled scores
                 (``nn.MultiheadAttention``'s float ``attn_mask``).
             valid_lens: ``(B,)`` or ``(B, Tq)``: keys ``j < valid_len`` are valid.
             causal: bottom-right aligned (with a cache: over everything cached).
