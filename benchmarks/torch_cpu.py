@@ -276,9 +276,9 @@ def bench_additive(T_fwd: int, T_bwd: int, h: int, D: int, repeats: int, record:
         notes=(
             f"float32, B=1, query/key width {D}. Chunk budget {budget:.0f} MiB of features "
             "(max_chunk_elements); the chunked backward recomputes each chunk instead of "
-            "storing it. The materialised fwd+bwd case is run at a shorter length because at "
-            f"T={T_fwd} it needs several {T_fwd * T_fwd * h * 4 / MiB:.0f} MiB tensors "
-            "at once on a shared machine. Median of "
+            f"storing it. fwd+bwd runs at T={T_bwd}: the materialised version at T={T_fwd} "
+            f"would hold several {T_fwd * T_fwd * h * 4 / MiB:.0f} MiB tensors at once on a "
+            "shared machine. Median of "
             f"{repeats} interleaved runs. " + context()
         ),
         record=record,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import io
 
 import pytest
+import torch
 
 import attnkit.torch as at
-import torch
 
 SPLITS = [[11], [4, 1, 1, 1, 1, 1, 1, 1], [1] * 11, [3, 5, 2, 1], [1, 10]]
 

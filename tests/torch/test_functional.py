@@ -6,12 +6,12 @@ import importlib.util
 import sys
 import types
 
+import numpy as np
 import pytest
+import torch
 
 import attnkit.numpy as an
 import attnkit.torch as at
-import numpy as np
-import torch
 
 
 def t64(x: np.ndarray, requires_grad: bool = False) -> torch.Tensor:

@@ -5,10 +5,10 @@ and float attn_mask, averaged and per-head weights."""
 from __future__ import annotations
 
 import pytest
-
-import attnkit.torch as at
 import torch
 from torch import nn
+
+import attnkit.torch as at
 
 B, Tq, Tk, E, H = 2, 5, 6, 8, 2
 MASKS = ["none", "key_padding", "bool_2d", "float_2d", "bool_3d", "all"]

@@ -3,12 +3,12 @@ True = ignore convention of nn.MultiheadAttention."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import torch
 
 import attnkit.numpy as an
 import attnkit.torch as at
-import numpy as np
-import torch
 
 
 @pytest.mark.parametrize("Tq, Tk", [(1, 1), (4, 4), (2, 5), (5, 2), (7, 13)])

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
+import torch
 
 import attnkit.numpy as an
 import attnkit.torch as at
-import numpy as np
-import torch
 from attnkit.torch.functional import additive_scores
 
 
@@ -274,6 +274,18 @@ def test_mha_self_attention_defaults():
 def test_mha_errors_name_shapes(args, kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         at.MultiHeadAttention(8, 2)(*args, **kwargs)
+
+
+def test_mha_rejects_ambiguous_3d_masks():
+    """(B, Tq, Tk) with B == H would broadcast B against the head axis without a word."""
+    m = at.MultiHeadAttention(8, 2)
+    x = torch.randn(2, 3, 8)
+    with pytest.raises(ValueError, match=r"mask\[:, None\]"):
+        m(x, mask=torch.ones(2, 3, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"bias must be \(Tq, Tk\)"):
+        m(x, bias=torch.zeros(2, 3, 3))
+    out, _ = m(x, mask=torch.ones(2, 3, 3, dtype=torch.bool)[:, None])
+    assert out.shape == (2, 3, 8)
 
 
 def test_mha_constructor_errors():

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
+import torch
 
 import attnkit.numpy as an
 import attnkit.torch as at
-import numpy as np
-import torch
 from attnkit.testing import assert_close_by_rule
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnkit.torch as at
-import torch
 
 shapes = st.tuples(
     st.integers(1, 2),  # B

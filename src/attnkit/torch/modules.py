@@ -22,6 +22,7 @@ from .masks import Window
 
 if TYPE_CHECKING:
     import numpy as np
+
     from attnkit.numpy import MultiHeadParams
 
 __all__ = ["AdditiveAttention", "DotProductAttention", "MultiHeadAttention"]
@@ -219,6 +220,46 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, heads, dim).transpose(1, 2)
 
+    def _project(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None,
+        value: torch.Tensor | None,
+        cache: KVCache | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """q ``(B, H, Tq, Dk)`` and this call's k/v ``(B, Hkv, Tk, Dk/Dv)``; k and v are
+        None when a filled cross-attention cache already holds them."""
+        B, H, Hkv = query.shape[0], self.num_heads, self.num_kv_heads
+        Dk, Dv = self.head_dim, self.v_head_dim
+        self_attention = (key is None or key is query) and (value is None or value is query)
+        # Stacking the weights costs a copy of them per call: worth it for a training or
+        # prefill batch (one GEMM, one input gradient), not for a one-token decoding step.
+        if self_attention and cache is None and self.kdim == self.vdim == self.embed_dim:
+            return self._packed_qkv(query)
+        q = self._heads(self.q_proj(query), H, Dk)
+        if cache is not None and cache.cross:
+            if cache.length > 0:
+                if key is not None and (key.ndim != 3 or key.shape[:2] != (B, cache.length)):
+                    raise ValueError(
+                        f"cross-attention cache holds (B, Tk) = ({B}, {cache.length}) "
+                        f"positions, key {tuple(key.shape)} does not match"
+                    )
+                return q, None, None  # reuse the cached projections
+            if key is None:
+                raise ValueError("an empty cross-attention cache needs `key` to fill it")
+        key = query if key is None else key
+        value = key if value is None else value
+        self._check_input("key", key, self.kdim)
+        self._check_input("value", value, self.vdim)
+        if key.shape[:2] != value.shape[:2] or key.shape[0] != B:
+            raise ValueError(
+                f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
+                f"{tuple(value.shape)} must share B, and key/value must share Tk"
+            )
+        k = self._heads(self.k_proj(key), Hkv, Dk)
+        v = self._heads(self.v_proj(value), Hkv, Dv)
+        return q, k, v
+
     def _packed_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Self-attention projections as one matmul against the stacked weights (one GEMM
         and one input gradient instead of three; the stacking copies only the weights).
@@ -258,8 +299,9 @@ class MultiHeadAttention(nn.Module):
             query: ``(B, Tq, E)``.
             key: ``(B, Tk, kdim)``; None = self-attention on ``query``.
             value: ``(B, Tk, vdim)``; None = ``key``.
-            mask: bool, True = may attend, broadcastable to ``(B, H, Tq, Tk)``.
-            bias: float, broadcastable to ``(B, H, Tq, Tk)``, added to the scaled scores
+            mask: bool, True = may attend, ``(Tq, Tk)`` or 4-D broadcastable to
+                ``(B, H, Tq, Tk)`` (3-D is rejected as ambiguous).
+            bias: float, same shapes, added to the scaled scores
                 (``nn.MultiheadAttention``'s float ``attn_mask``).
             valid_lens: ``(B,)`` or ``(B, Tq)``: keys ``j < valid_len`` are valid.
             causal: bottom-right aligned (with a cache: over everything cached).
@@ -277,41 +319,21 @@ class MultiHeadAttention(nn.Module):
         """
         self._check_input("query", query, self.embed_dim)
         B, Tq, _ = query.shape
-        H, Hkv, Dk, Dv = self.num_heads, self.num_kv_heads, self.head_dim, self.v_head_dim
-        self_attention = (key is None or key is query) and (value is None or value is query)
-        cross_cache = cache is not None and cache.cross
-        # Stacking the weights costs a copy of them per call: worth it for a training or
-        # prefill batch (one GEMM, one input gradient), not for a one-token decoding step.
-        if self_attention and cache is None and self.kdim == self.vdim == self.embed_dim:
-            q, k, v = self._packed_qkv(query)
-        else:
-            q = self._heads(self.q_proj(query), H, Dk)  # (B, H, Tq, Dk)
-            if cross_cache and cache.length > 0:
-                if key is not None and (key.ndim != 3 or key.shape[:2] != (B, cache.length)):
-                    raise ValueError(
-                        f"cross-attention cache holds (B, Tk) = ({cache.k.shape[0]}, "
-                        f"{cache.length}) positions, key {tuple(key.shape)} does not match"
-                    )
-                key = value = None  # reuse the cached projections
-            elif cross_cache and key is None:
-                raise ValueError("an empty cross-attention cache needs `key` to fill it")
-            if key is not None or not cross_cache:
-                key = query if key is None else key
-                value = key if value is None else value
-                self._check_input("key", key, self.kdim)
-                self._check_input("value", value, self.vdim)
-                if key.shape[:2] != value.shape[:2] or key.shape[0] != B:
-                    raise ValueError(
-                        f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
-                        f"{tuple(value.shape)} must share B, and key/value must share Tk"
-                    )
-                k = self._heads(self.k_proj(key), Hkv, Dk)  # (B, Hkv, Tk, Dk)
-                v = self._heads(self.v_proj(value), Hkv, Dv)  # (B, Hkv, Tk, Dv)
+        H, Dv = self.num_heads, self.v_head_dim
+        for name, m in (("mask", mask), ("bias", bias)):
+            if m is not None and m.ndim not in (2, 4):
+                # (B, Tq, Tk) would silently broadcast B against the head axis.
+                raise ValueError(
+                    f"{name} must be (Tq, Tk) or (B|1, H|1, Tq, Tk), got {tuple(m.shape)}; "
+                    f"for a per-batch (B, Tq, Tk) {name} pass {name}[:, None]"
+                )
         if cache is not None:
-            if not (cross_cache and cache.length > 0):
-                self._check_cache(cache, B)
-                cache.append(k, v)  # a cross cache is filled once, here
-            k, v = cache.keys(), cache.values()
+            self._check_cache(cache, B)
+        q, k, v = self._project(query, key, value, cache)  # (B, H|Hkv, T, Dk|Dv)
+        if cache is not None:
+            if not (cache.cross and cache.length > 0):
+                cache.append(k, v)  # every step of a self cache; a cross cache once
+            k, v = cache.keys(), cache.values()  # (B, Hkv, positions cached, D)
 
         out = None
         if cache is not None and not cache.cross and not need_weights and mask is None \
