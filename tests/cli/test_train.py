@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-import pytest
-
 import numpy as np
+import pytest
 
 torch = pytest.importorskip("torch", reason="attnkit train needs torch")
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import matplotlib.image as mpimg
-import pytest
-
 import numpy as np
+import pytest
 
 
 def _check_png(path) -> np.ndarray:

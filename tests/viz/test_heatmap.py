@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import matplotlib.colors as mcolors
+import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 import attnkit.numpy as an
-import numpy as np
 from attnkit.viz import MASKED_COLOR, MASKED_GID, plot_attention, show_heatmaps
 
 

@@ -18,14 +18,13 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from matplotlib.collections import PatchCollection
 from matplotlib.colors import Colormap
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
-
-import numpy as np
 
 __all__ = ["MASKED_COLOR", "MASKED_GID", "plot_attention", "save_figure", "show_heatmaps"]
 

@@ -16,9 +16,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from matplotlib.figure import Figure
-
 import numpy as np
+from matplotlib.figure import Figure
 
 from .. import numpy as an
 from .heatmap import PathLike, plot_attention, save_figure, show_heatmaps
