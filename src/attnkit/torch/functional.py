@@ -294,8 +294,10 @@ def _sdpa_path(
         if (
             q.device.type == "cpu" and q.ndim == 4 and q.shape[-1] == v.shape[-1]
             and dropout_p == 0.0 and not (bias is not None and bias.requires_grad)
+            and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
         ):
-            # The CPU flash kernel returns the row log-sum-exp next to the output.
+            # The CPU flash kernel returns the row log-sum-exp next to the output. It is a
+            # private op (what SDPA itself calls on CPU); without it, lse is computed below.
             fmask = attn_mask
             if fmask is not None and fmask.dtype == torch.bool:
                 fmask = torch.zeros(fmask.shape, dtype=q.dtype, device=q.device).masked_fill(
