@@ -24,7 +24,7 @@ $(VENV)/.stamp-test: pyproject.toml | $(PY)
 
 demo: $(VENV)/.stamp-demo
 	$(PY) -m attnkit demo --out attnkit-out
-	$(PY) -m attnkit train --steps 600 --out attnkit-out
+	$(PY) -m attnkit train --out attnkit-out
 
 test: $(VENV)/.stamp-test
 	$(PY) -m pytest -q
