@@ -318,8 +318,7 @@ class MultiHeadAttention(nn.Module):
             ``(out (B, Tq, E), weights or None)``.
         """
         self._check_input("query", query, self.embed_dim)
-        B, Tq, _ = query.shape
-        H, Dv = self.num_heads, self.v_head_dim
+        B = query.shape[0]
         for name, m in (("mask", mask), ("bias", bias)):
             if m is not None and m.ndim not in (2, 4):
                 # (B, Tq, Tk) would silently broadcast B against the head axis.
@@ -327,8 +326,38 @@ class MultiHeadAttention(nn.Module):
                     f"{name} must be (Tq, Tk) or (B|1, H|1, Tq, Tk), got {tuple(m.shape)}; "
                     f"for a per-batch (B, Tq, Tk) {name} pass {name}[:, None]"
                 )
-        if cache is not None:
-            self._check_cache(cache, B)
+        if cache is None:
+            return self._attend(query, key, value, None, mask, bias, valid_lens, causal,
+                                window, need_weights, average_weights)
+        self._check_cache(cache, B)
+        # The append comes before the mask checks (they need Tk = positions cached): a
+        # call that raises afterwards takes its positions back out, so that a retry does
+        # not attend to them twice. Positions past `length` are never read.
+        length = cache.length
+        try:
+            return self._attend(query, key, value, cache, mask, bias, valid_lens, causal,
+                                window, need_weights, average_weights)
+        except BaseException:
+            cache.length = length
+            raise
+
+    def _attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None,
+        value: torch.Tensor | None,
+        cache: KVCache | None,
+        mask: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        valid_lens: torch.Tensor | None,
+        causal: bool,
+        window: Window | None,
+        need_weights: bool,
+        average_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`forward` after its argument checks."""
+        B, Tq, _ = query.shape
+        H, Dv = self.num_heads, self.v_head_dim
         q, k, v = self._project(query, key, value, cache)  # (B, H|Hkv, T, Dk|Dv)
         if cache is not None:
             if not (cache.cross and cache.length > 0):
