@@ -155,9 +155,15 @@ def _ungroup(x: torch.Tensor, G: int, T: int) -> torch.Tensor:
 
 
 def _scores(q: torch.Tensor, k: torch.Tensor, G: int, scale: float) -> torch.Tensor:
-    """Scaled scores ``(..., H, Tq, Tk)`` in the statistics dtype."""
-    s = _ungroup(_group(q, G) @ k.transpose(-1, -2), G, q.shape[-2])
-    return s.to(_stat_dtype(s.dtype)) * scale
+    """Scaled scores ``(..., H, Tq, Tk)`` in the statistics dtype, in a buffer of their own.
+
+    Half-precision q and k are multiplied in float32: a float16 ``q . k`` overflows to inf
+    past 65504 (``Dk=64`` entries of 32 suffice) even when the scaled score is small. Only
+    q and k are cast; the ``Tq x Tk`` result is wanted in float32 anyway.
+    """
+    st = _stat_dtype(q.dtype)
+    s = _ungroup(_group(q.to(st), G) @ k.to(st).transpose(-1, -2), G, q.shape[-2])
+    return s.mul_(scale)  # in place: the matmul's backward does not read its output
 
 
 def _scores_shape(q: torch.Tensor, k: torch.Tensor, G: int) -> tuple[int, ...]:
@@ -217,9 +223,7 @@ def _weights_from_lse(
     saved for backward reads them) that becomes the returned weights. When the kernel gave
     no ``lse``, it is computed here (one more pass).
     """
-    s = _ungroup(_group(q, G) @ k.transpose(-1, -2), G, q.shape[-2])
-    s = s.to(_stat_dtype(s.dtype)) if s.dtype in _HALF else s
-    s = s * scale if s.dtype != q.dtype else s.mul_(scale)  # own buffer either way
+    s = _scores(q, k, G, scale)
     if causal_top_left:
         s = s.masked_fill_(~_tril(s.shape[-2], s.shape[-1], s.device), float("-inf"))
     if attn_mask is not None:
