@@ -51,6 +51,16 @@ def test_dot_product_matches_numpy(rng, valid_lens):
     np.testing.assert_allclose(npy(attn.attention_weights), ref_w, rtol=1e-12, atol=1e-14)
 
 
+def test_dot_product_rejects_batch_mismatch_instead_of_grouping_it():
+    """(B, T, D) inputs have no head axis: queries of batch 4 against keys of batch 2 are
+    an error (as d2l's bmm makes it), not grouped-query attention over the batch axis."""
+    attn = at.DotProductAttention()
+    with pytest.raises(ValueError, match=r"queries \(4, 3, 5\).*keys \(2, 6, 5\)"):
+        attn(torch.randn(4, 3, 5), torch.randn(2, 6, 5), torch.randn(2, 6, 5))
+    with pytest.raises(ValueError, match=r"\(B, Tq, D\).*\(2, 1, 3, 5\)"):
+        attn(torch.randn(2, 1, 3, 5), torch.randn(2, 1, 6, 5), torch.randn(2, 1, 6, 5))
+
+
 def test_dot_product_dropout_in_train_only():
     attn = at.DotProductAttention(0.5)
     q, k, v = torch.randn(2, 16, 4), torch.randn(2, 16, 4), torch.ones(2, 16, 1)

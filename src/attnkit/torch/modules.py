@@ -62,6 +62,13 @@ class DotProductAttention(nn.Module):
         Returns:
             ``(B, Tq, Dv)``.
         """
+        shapes = (tuple(queries.shape), tuple(keys.shape), tuple(values.shape))
+        if any(len(s) != 3 for s in shapes) or not shapes[0][0] == shapes[1][0] == shapes[2][0]:
+            # attention() reads axis -3 as heads: batch 4 against 2 would become GQA.
+            raise ValueError(
+                f"expected queries (B, Tq, D), keys (B, Tk, D), values (B, Tk, Dv) with one "
+                f"B, got queries {shapes[0]}, keys {shapes[1]}, values {shapes[2]}"
+            )
         out, weights = attention(
             queries, keys, values, valid_lens=valid_lens, dropout_p=self.dropout.p,
             training=self.training, need_weights=True,
