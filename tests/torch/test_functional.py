@@ -247,6 +247,26 @@ def test_nan_in_padding_leaks_into_neither_output_nor_gradients(rng, backend, wh
         np.testing.assert_allclose(npy(got), want, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("where", ["k", "v"])
+def test_additive_nan_in_padding_leaks_into_neither_output_nor_gradients(rng, where):
+    q, k, v = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 5, 6)), \
+        rng.standard_normal((2, 5, 3))
+    w_q, w_k, w_v = rng.standard_normal((4, 8)), rng.standard_normal((6, 8)), \
+        rng.standard_normal(8)
+    {"k": k, "v": v}[where][0, 3:] = np.nan
+    vl = np.array([3, 5])
+    d_out = rng.standard_normal((2, 3, 3))
+    (ref, _), pull = an.vjp(an.additive_attention, q, k, v, w_q, w_k, w_v, valid_lens=vl)
+    ref_grads = pull(d_out)
+    assert not any(np.isnan(g).any() for g in ref_grads)
+    args = [t64(x, requires_grad=True) for x in (q, k, v, w_q, w_k, w_v)]
+    out, _ = at.additive_attention(*args, valid_lens=torch.tensor(vl))
+    np.testing.assert_allclose(npy(out), ref, rtol=1e-12, atol=1e-14)
+    out.backward(t64(d_out))
+    for got, want in zip(args, ref_grads):
+        np.testing.assert_allclose(npy(got.grad), want, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_nan_in_masked_key_does_not_leak_but_attended_nan_propagates(rng, backend):
     q, k, v = (rng.standard_normal((1, 2, 4, 3)) for _ in range(3))

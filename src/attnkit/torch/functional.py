@@ -750,14 +750,17 @@ def additive_attention(
     _check_common(dropout_p, "math", None)
     shape = lead + (q.shape[-2], k.shape[-2])
     _check_bias(bias, shape)
+    keep = attention_mask(
+        shape, mask=mask, valid_lens=valid_lens, causal=causal, window=window, device=q.device
+    )
+    if keep is not None and not (_all_finite(k) and _all_finite(v)):
+        # Garbage in padding rows: zeroed so that no 0 * nan reaches a gradient.
+        k, v = _zero_unattended_nonfinite(k, v, keep, shape, 1)
     scores = additive_scores(
         q @ w_q, k @ w_k, w_v, chunk_size=chunk_size, max_chunk_elements=max_chunk_elements
     )
     if bias is not None:
         scores = scores.to(_stat_dtype(scores.dtype)) + bias.to(_stat_dtype(scores.dtype))
-    keep = attention_mask(
-        shape, mask=mask, valid_lens=valid_lens, causal=causal, window=window, device=q.device
-    )
     w = safe_softmax(scores, keep)
     p = float(dropout_p) if training else 0.0
     dropped = F.dropout(w, p, training=True) if p > 0.0 else w
