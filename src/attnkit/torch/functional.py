@@ -157,12 +157,14 @@ def _ungroup(x: torch.Tensor, G: int, T: int) -> torch.Tensor:
 def _scores(q: torch.Tensor, k: torch.Tensor, G: int, scale: float) -> torch.Tensor:
     """Scaled scores ``(..., H, Tq, Tk)`` in the statistics dtype, in a buffer of their own.
 
-    Half-precision q and k are multiplied in float32: a float16 ``q . k`` overflows to inf
-    past 65504 (``Dk=64`` entries of 32 suffice) even when the scaled score is small. Only
-    q and k are cast; the ``Tq x Tk`` result is wanted in float32 anyway.
+    float16 q and k are multiplied in float32: a float16 ``q . k`` overflows to inf past
+    65504 (``Dk=64`` entries of 32 suffice) even when the scaled score is small. Only q and
+    k are cast; the ``Tq x Tk`` result is wanted in float32 anyway. bfloat16 has float32's
+    range, so it keeps its faster half-precision matmul.
     """
-    st = _stat_dtype(q.dtype)
-    s = _ungroup(_group(q.to(st), G) @ k.to(st).transpose(-1, -2), G, q.shape[-2])
+    mm = torch.float32 if q.dtype == torch.float16 else q.dtype
+    s = _ungroup(_group(q.to(mm), G) @ k.to(mm).transpose(-1, -2), G, q.shape[-2])
+    s = s.to(_stat_dtype(s.dtype))  # a no-op unless bfloat16 (then a new float32 buffer)
     return s.mul_(scale)  # in place: the matmul's backward does not read its output
 
 
