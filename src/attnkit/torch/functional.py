@@ -510,12 +510,12 @@ def attention(
     full = keep  # every constraint, whichever path applies it
     if sdpa_causal and use_sdpa:
         full = attention_mask(shape, causal=True, device=q.device)
-    finite = full is None or (_all_finite(k) and _all_finite(v))
+    finite = full is None or _all_finite(k, v)
     if not finite:
         # Garbage in key/value rows no query may attend (padding) is zeroed up front, so
         # that no 0 * nan reaches the output or, in the backward, any gradient.
         k, v = _zero_unattended_nonfinite(k, v, full, shape, G)
-        finite = _all_finite(k) and _all_finite(v)
+        finite = _all_finite(k, v)
 
     def run(
         k: torch.Tensor, v: torch.Tensor, need_weights: bool
@@ -543,11 +543,13 @@ def attention(
     return out, weights
 
 
-def _all_finite(x: torch.Tensor) -> bool:
-    """True when every entry is finite. One reduction: a finite sum implies finite entries
-    (inf or NaN anywhere makes the sum inf or NaN); a sum that overflows merely sends the
-    caller down its slower, still exact, path."""
-    return bool(torch.isfinite(torch.sum(x, dtype=torch.float32 if x.dtype in _HALF else None)))
+def _all_finite(*xs: torch.Tensor) -> bool:
+    """True when every entry of every tensor is finite. One reduction each and one host
+    sync in all: a finite sum implies finite entries (inf or NaN anywhere makes the sum inf
+    or NaN); a sum that overflows merely sends the caller down its slower, still exact,
+    path."""
+    total = sum(torch.sum(x, dtype=torch.float32 if x.dtype in _HALF else None) for x in xs)
+    return bool(torch.isfinite(torch.as_tensor(total)))
 
 
 def _zero_unattended_nonfinite(
@@ -755,7 +757,7 @@ def additive_attention(
     keep = attention_mask(
         shape, mask=mask, valid_lens=valid_lens, causal=causal, window=window, device=q.device
     )
-    if keep is not None and not (_all_finite(k) and _all_finite(v)):
+    if keep is not None and not _all_finite(k, v):
         # Garbage in padding rows: zeroed so that no 0 * nan reaches a gradient.
         k, v = _zero_unattended_nonfinite(k, v, keep, shape, 1)
     scores = additive_scores(
