@@ -117,7 +117,19 @@ def _missing(what: str, extra: str, err: ImportError) -> int:
     return 1
 
 
+def _check_out(folder: str, parser: argparse.ArgumentParser) -> None:
+    """Create ``--out`` now: a folder that cannot be written is an argument error, found
+    before the work whose figures it would hold, not a traceback after it."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as err:
+        parser.error(f"--out {folder}: {err.strerror or err}")
+    if not os.access(folder, os.W_OK):
+        parser.error(f"--out {folder}: not writable")
+
+
 def cmd_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    _check_out(args.out, parser)
     try:
         from attnkit.viz.tour import run_demo
     except ImportError as err:
@@ -155,6 +167,7 @@ def cmd_train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         )
     except ValueError as err:
         parser.error(str(err))
+    _check_out(args.out, parser)
     print(f"training {config.task} (length {config.length}) with {config.model} attention: "
           f"{config.steps} steps of {config.batch_size}, seed {config.seed}, "
           f"{config.threads} thread{'s' if config.threads > 1 else ''}")

@@ -3,7 +3,9 @@
 A lower-precision result passes when its max error against the float64 reference is at
 most ``factor`` times the max error of a plain same-precision math implementation, plus
 ``atol`` (factor 2 for outputs, 3 for dK/dV, 5 for dQ). NaN where the reference has none
-fails. Failure messages carry max and mean errors.
+fails, and so does a finite value where it has NaN. The baseline's error is measured where
+the baseline is finite, so a NaN in it cannot lift the bound. Failure messages carry max
+and mean errors.
 
 Accepts NumPy arrays and anything with ``.detach().cpu()`` (torch tensors), without
 importing torch.
@@ -66,12 +68,20 @@ def assert_close_by_rule(
         raise AssertionError(
             f"{name}: {int(np.sum(nan_a & ~nan_r))} NaN where the reference has none"
         )
+    if np.any(nan_r & ~nan_a):
+        raise AssertionError(
+            f"{name}: {int(np.sum(nan_r & ~nan_a))} finite where the reference is NaN "
+            f"(NaN in an attended position must propagate)"
+        )
     inf_bad = np.isinf(a) & ~(np.isinf(r) & (np.sign(a) == np.sign(r)))
     if np.any(inf_bad):
         raise AssertionError(f"{name}: {int(np.sum(inf_bad))} inf where the reference differs")
     ok = ~nan_r
     err_max, err_mean = max_mean_error(a[ok], r[ok])
-    base_max, base_mean = max_mean_error(b[ok], r[ok])
+    # The baseline's error is taken where the baseline is usable: one NaN or wrong inf in
+    # it would make the bound NaN or inf, and then any error at all would pass.
+    b_ok = ok & ~np.isnan(b) & ~(np.isinf(b) & ~(np.isinf(r) & (np.sign(b) == np.sign(r))))
+    base_max, base_mean = max_mean_error(b[b_ok], r[b_ok])
     bound = factor * base_max + atol
     if err_max > bound:
         raise AssertionError(

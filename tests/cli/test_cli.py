@@ -71,6 +71,21 @@ def test_bad_arguments_give_one_line_and_exit_2(argv, fragment, capsys):
     assert "Traceback" not in captured.err and captured.out == ""
 
 
+@pytest.mark.parametrize("command", ["demo", "train"])
+def test_unusable_out_folder_is_one_line_before_any_work(command, tmp_path, capsys):
+    """--out under a regular file: an argument error up front, not a traceback after the
+    demo or a whole training run."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--out", str(blocker / "figures")])
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and "--out" in lines[0] and str(blocker) in lines[0], captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+
+
 def test_demo_writes_figures_without_torch(tmp_path, check_png):
     """The demo needs NumPy and matplotlib only: run it where torch was never imported."""
     out = tmp_path / "demo"

@@ -124,6 +124,11 @@ def test_bad_window():
         an.flash_attention(q, k, v, window=(1, 2, 3))
     with pytest.raises(TypeError, match=r"window right must be an int or None, got 0.5"):
         an.flash_attention(q, k, v, window=(None, 0.5))
+    # A bool is not a width (attnkit.torch rejects it too): True would silently mean 1.
+    with pytest.raises(TypeError, match=r"window left must be an int or None, got True"):
+        an.scaled_dot_product_attention(q, k, v, window=(True, 0))
+    with pytest.raises(TypeError, match=r"window right must be an int or None, got False"):
+        an.flash_attention(q, k, v, window=(None, False))
 
 
 def test_non_real_inputs_are_type_errors():

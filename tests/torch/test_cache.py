@@ -162,3 +162,26 @@ def test_decode_hands_cache_buffers_to_triton_kernel_in_place(monkeypatch):
     assert [s[2] for s in seen] == [3, 4, 5, 6]
     assert all(s[0] == cache.k.data_ptr() and s[1] == cache.v.data_ptr() for s in seen)
     torch.testing.assert_close(torch.cat(outs, dim=1), full, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_failing_forward_leaves_cache_unchanged(cross):
+    """A forward that raises after the append (a bad mask, valid_lens out of range) must not
+    leave this call's keys in the cache: a retry would otherwise attend to them twice."""
+    m = _model()
+    x = torch.randn(2, 6, 12, dtype=torch.float64)
+    cache = m.init_cache(2, 8, cross=cross)
+    key = x if cross else None
+    bad = [
+        {"mask": torch.ones(3, 5, dtype=torch.bool)},
+        {"valid_lens": torch.tensor([11, 2])},
+    ]
+    with torch.no_grad():
+        for kw in bad:
+            with pytest.raises(ValueError, match="valid_lens must lie|not broadcastable"):
+                m(x[:, :3], key, causal=not cross, cache=cache, **kw)
+            assert cache.length == 0
+        out, _ = m(x[:, :3], key, causal=not cross, cache=cache)
+    full, _ = m(x[:, :3], key, causal=not cross)
+    assert cache.length == (6 if cross else 3)
+    torch.testing.assert_close(out, full, rtol=1e-12, atol=1e-13)

@@ -102,3 +102,21 @@ def test_float16_large_finite_bias_does_not_overflow_into_masking(backend):
     out, _ = at.attention(q.half(), k.half(), v.half(), bias=bias, backend=backend)
     assert not torch.all(out == 0)
     torch.testing.assert_close(out.double(), ref, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("backend", ["sdpa", "math"])
+def test_float16_dot_products_beyond_range_do_not_overflow(backend, need_weights):
+    """q . k = 102400 > float16's max (65504) while the scaled score (12800) and every
+    input are representable: torch's own SDPA handles it, so must every attnkit path,
+    output and weights alike (the products are summed in float32)."""
+    q = torch.full((1, 1, 3, 64), 40.0)
+    k = torch.full((1, 1, 3, 64), 40.0)
+    k[..., 0, :] = -40.0
+    v = torch.randn(1, 1, 3, 64)
+    ref, ref_w = at.attention(q.double(), k.double(), v.double(), need_weights=True)
+    out, w = at.attention(q.half(), k.half(), v.half(), need_weights=need_weights,
+                          backend=backend)
+    torch.testing.assert_close(out.double(), ref, atol=1e-2, rtol=1e-2)
+    if need_weights:
+        torch.testing.assert_close(w.double(), ref_w, atol=1e-3, rtol=0)

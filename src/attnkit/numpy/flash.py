@@ -20,7 +20,6 @@ Two partial results over disjoint key sets combine exactly through their log-sum
 from __future__ import annotations
 
 import math
-import numbers
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -34,7 +33,7 @@ from .attention import (
     finite_or_zero,
     sum_to_shape,
 )
-from .masks import Window
+from .masks import Window, check_window_side
 from .softmax import compute_dtype
 
 __all__ = ["flash_attention", "merge_partials"]
@@ -77,9 +76,8 @@ def _resolve_band(causal: bool, window: Window | None) -> tuple[int | None, int 
     if window is not None and not (isinstance(window, (tuple, list)) and len(window) == 2):
         raise TypeError(f"window must be a (left, right) pair, got {window!r}")
     left, right = (None, None) if window is None else window
-    for name, side in (("left", left), ("right", right)):
-        if side is not None and not isinstance(side, numbers.Integral):
-            raise TypeError(f"window {name} must be an int or None, got {side!r}")
+    check_window_side("left", left)
+    check_window_side("right", right)
     if causal:
         right = 0 if right is None else min(right, 0)
     return left, right

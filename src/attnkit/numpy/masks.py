@@ -101,15 +101,20 @@ def causal_mask(Tq: int, Tk: int) -> np.ndarray:
     return window_mask(Tq, Tk, None, 0)
 
 
+def check_window_side(name: str, side: object) -> None:
+    """One side of a window is an int (a width) or None (unbounded); a bool is neither."""
+    if side is not None and (not isinstance(side, numbers.Integral) or isinstance(side, bool)):
+        raise TypeError(f"window {name} must be an int or None, got {side!r}")
+
+
 def window_mask(Tq: int, Tk: int, left: int | None, right: int | None) -> np.ndarray:
     """``(Tq, Tk)`` bool sliding window around the bottom-right diagonal.
 
     Key ``j`` is allowed for query ``i`` iff ``d - left <= j <= d + right`` with
     ``d = i + Tk - Tq``; ``None`` leaves that side unbounded.
     """
-    for name, side in (("left", left), ("right", right)):
-        if side is not None and not isinstance(side, numbers.Integral):
-            raise TypeError(f"window {name} must be an int or None, got {side!r}")
+    check_window_side("left", left)
+    check_window_side("right", right)
     i = np.arange(Tq)[:, None]
     j = np.arange(Tk)[None, :]
     d = i + (Tk - Tq)

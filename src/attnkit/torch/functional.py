@@ -155,9 +155,17 @@ def _ungroup(x: torch.Tensor, G: int, T: int) -> torch.Tensor:
 
 
 def _scores(q: torch.Tensor, k: torch.Tensor, G: int, scale: float) -> torch.Tensor:
-    """Scaled scores ``(..., H, Tq, Tk)`` in the statistics dtype."""
-    s = _ungroup(_group(q, G) @ k.transpose(-1, -2), G, q.shape[-2])
-    return s.to(_stat_dtype(s.dtype)) * scale
+    """Scaled scores ``(..., H, Tq, Tk)`` in the statistics dtype, in a buffer of their own.
+
+    float16 q and k are multiplied in float32: a float16 ``q . k`` overflows to inf past
+    65504 (``Dk=64`` entries of 32 suffice) even when the scaled score is small. Only q and
+    k are cast; the ``Tq x Tk`` result is wanted in float32 anyway. bfloat16 has float32's
+    range, so it keeps its faster half-precision matmul.
+    """
+    mm = torch.float32 if q.dtype == torch.float16 else q.dtype
+    s = _ungroup(_group(q.to(mm), G) @ k.to(mm).transpose(-1, -2), G, q.shape[-2])
+    s = s.to(_stat_dtype(s.dtype))  # a no-op unless bfloat16 (then a new float32 buffer)
+    return s.mul_(scale)  # in place: the matmul's backward does not read its output
 
 
 def _scores_shape(q: torch.Tensor, k: torch.Tensor, G: int) -> tuple[int, ...]:
@@ -217,9 +225,7 @@ def _weights_from_lse(
     saved for backward reads them) that becomes the returned weights. When the kernel gave
     no ``lse``, it is computed here (one more pass).
     """
-    s = _ungroup(_group(q, G) @ k.transpose(-1, -2), G, q.shape[-2])
-    s = s.to(_stat_dtype(s.dtype)) if s.dtype in _HALF else s
-    s = s * scale if s.dtype != q.dtype else s.mul_(scale)  # own buffer either way
+    s = _scores(q, k, G, scale)
     if causal_top_left:
         s = s.masked_fill_(~_tril(s.shape[-2], s.shape[-1], s.device), float("-inf"))
     if attn_mask is not None:
@@ -501,32 +507,84 @@ def attention(
         out = q.new_zeros(shape[:-1] + (v.shape[-1],))
         return out, (q.new_zeros(shape) if need_weights else None)
 
-    def run(v: torch.Tensor, need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    full = keep  # every constraint, whichever path applies it
+    if sdpa_causal and use_sdpa:
+        full = attention_mask(shape, causal=True, device=q.device)
+    finite = full is None or _all_finite(k, v)
+    if not finite:
+        # Garbage in key/value rows no query may attend (padding) is zeroed up front, so
+        # that no 0 * nan reaches the output or, in the backward, any gradient.
+        k, v = _zero_unattended_nonfinite(k, v, full, shape, G)
+        finite = _all_finite(k, v)
+
+    def run(
+        k: torch.Tensor, v: torch.Tensor, need_weights: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if use_sdpa:
             return _sdpa_path(
                 q, k, v, G, keep, bias, sdpa_causal, scale, p, need_weights
             )
         return _math_path(q, k, v, G, keep, bias, scale, p, need_weights)
 
-    out, weights = run(v, need_weights)
-    if (keep is not None or sdpa_causal) and not _all_finite(v):
-        out = _without_masked_nonfinite(
-            out, run(torch.nan_to_num(v, 0.0, 0.0, 0.0), False)[0], v, G,
-            attention_mask(shape, mask=mask, valid_lens=valid_lens, causal=causal,
-                           window=win, device=q.device),
+    out, weights = run(k, v, need_weights)
+    if not finite:
+        # A non-finite entry some queries attend and others may not: those that attend it
+        # keep its NaN/inf; the others take the result computed with it zeroed.
+        clean_out, clean_w = run(
+            torch.nan_to_num(k, 0.0, 0.0, 0.0), torch.nan_to_num(v, 0.0, 0.0, 0.0),
+            need_weights,
         )
+        bad_k = (~torch.isfinite(k)).any(dim=-1, keepdim=True)  # (..., Hkv, Tk, 1)
+        bad = bad_k | ~torch.isfinite(v)  # a non-finite key spoils its whole score
+        out = torch.where(_attends(full, bad, G, out.shape), out, clean_out)
+        if weights is not None and clean_w is not None:
+            rows = _attends(full, bad_k, G, out.shape[:-1] + (1,))  # (..., H, Tq, 1)
+            weights = torch.where(rows, weights, clean_w)
     return out, weights
 
 
-def _all_finite(x: torch.Tensor) -> bool:
-    """True when every entry is finite. One reduction: a finite sum implies finite entries
-    (inf or NaN anywhere makes the sum inf or NaN); a sum that overflows merely sends the
-    caller down its slower, still exact, path."""
-    return bool(torch.isfinite(torch.sum(x, dtype=torch.float32 if x.dtype in _HALF else None)))
+def _all_finite(*xs: torch.Tensor) -> bool:
+    """True when every entry of every tensor is finite. One reduction each and one host
+    sync in all: a finite sum implies finite entries (inf or NaN anywhere makes the sum inf
+    or NaN); a sum that overflows merely sends the caller down its slower, still exact,
+    path."""
+    total = sum(torch.sum(x, dtype=torch.float32 if x.dtype in _HALF else None) for x in xs)
+    return bool(torch.isfinite(torch.as_tensor(total)))
+
+
+def _zero_unattended_nonfinite(
+    k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, shape: tuple[int, ...], G: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``k`` and ``v`` with NaN/inf zeroed in the key rows no query may attend (new
+    tensors; the caller's are untouched). Only called when some entry is non-finite."""
+    used = keep.expand(shape).any(dim=-2)  # (..., H, Tk)
+    if G > 1:
+        used = used.unflatten(-2, (used.shape[-2] // G, G)).any(dim=-2)  # (..., Hkv, Tk)
+    while used.ndim > k.ndim - 1:  # leading dims q broadcast over k's
+        used = used.any(dim=0)
+    for i, n in enumerate(k.shape[:-2]):
+        if n == 1 and used.shape[i] != 1:
+            used = used.any(dim=i, keepdim=True)
+    used = used[..., None]  # (..., Hkv, Tk, 1)
+    return (
+        torch.where(used | torch.isfinite(k), k, 0.0),
+        torch.where(used | torch.isfinite(v), v, 0.0),
+    )
+
+
+def _attends(
+    keep: torch.Tensor, bad: torch.Tensor, G: int, out_shape: tuple[int, ...]
+) -> torch.Tensor:
+    """Bool ``out_shape = (..., H, Tq, X)``: True where a query may attend a key whose
+    entry ``bad (..., Hkv, Tk, X)`` is set (``X`` is ``Dv``, or 1 for whole key rows)."""
+    allowed = keep.to(torch.float32)  # counts of 0/1 products: exact
+    allowed = allowed.expand(tuple(out_shape[:-1]) + (bad.shape[-2],))  # (..., H, Tq, Tk)
+    hits = _group(allowed, G) @ bad.to(allowed.dtype)  # (..., Hkv, G*Tq, X)
+    return _ungroup(hits, G, out_shape[-2]) > 0
 
 
 def _without_masked_nonfinite(
-    out: torch.Tensor, clean: torch.Tensor, v: torch.Tensor, G: int, keep: torch.Tensor
+    out: torch.Tensor, clean: torch.Tensor, v: torch.Tensor, keep: torch.Tensor
 ) -> torch.Tensor:
     """Keep NaN/inf from *masked* value rows out of the output.
 
@@ -535,10 +593,7 @@ def _without_masked_nonfinite(
     take ``clean``, the output recomputed with non-finite values zeroed. Only called when
     ``v`` has non-finite entries, so the common case pays one ``isfinite`` pass.
     """
-    bad = (~torch.isfinite(v)).to(out.dtype)  # (..., Hkv, Tk, Dv)
-    allowed = keep.to(out.dtype).expand(out.shape[:-1] + (v.shape[-2],))  # (..., H, Tq, Tk)
-    touched = _ungroup(_group(allowed, G) @ bad, G, out.shape[-2]) > 0  # (..., H, Tq, Dv)
-    return torch.where(touched, out, clean)
+    return torch.where(_attends(keep, ~torch.isfinite(v), 1, out.shape), out, clean)
 
 
 # -- additive attention -----------------------------------------------------------------------
@@ -699,19 +754,22 @@ def additive_attention(
     _check_common(dropout_p, "math", None)
     shape = lead + (q.shape[-2], k.shape[-2])
     _check_bias(bias, shape)
+    keep = attention_mask(
+        shape, mask=mask, valid_lens=valid_lens, causal=causal, window=window, device=q.device
+    )
+    if keep is not None and not _all_finite(k, v):
+        # Garbage in padding rows: zeroed so that no 0 * nan reaches a gradient.
+        k, v = _zero_unattended_nonfinite(k, v, keep, shape, 1)
     scores = additive_scores(
         q @ w_q, k @ w_k, w_v, chunk_size=chunk_size, max_chunk_elements=max_chunk_elements
     )
     if bias is not None:
         scores = scores.to(_stat_dtype(scores.dtype)) + bias.to(_stat_dtype(scores.dtype))
-    keep = attention_mask(
-        shape, mask=mask, valid_lens=valid_lens, causal=causal, window=window, device=q.device
-    )
     w = safe_softmax(scores, keep)
     p = float(dropout_p) if training else 0.0
     dropped = F.dropout(w, p, training=True) if p > 0.0 else w
     out = dropped.to(v.dtype) @ v
     if keep is not None and not _all_finite(v):
         clean = dropped.to(v.dtype) @ torch.nan_to_num(v, 0.0, 0.0, 0.0)
-        out = _without_masked_nonfinite(out, clean, v, 1, keep)
+        out = _without_masked_nonfinite(out, clean, v, keep)
     return out, w.to(q.dtype)

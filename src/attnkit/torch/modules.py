@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from .cache import KVCache
-from .functional import additive_attention, attention, triton_decode
+from .functional import _all_finite, additive_attention, attention, triton_decode
 from .masks import Window
 
 if TYPE_CHECKING:
@@ -26,6 +27,43 @@ if TYPE_CHECKING:
     from attnkit.numpy import MultiHeadParams
 
 __all__ = ["AdditiveAttention", "DotProductAttention", "MultiHeadAttention"]
+
+
+class _FiniteSafeLinear(torch.autograd.Function):
+    """``F.linear(x, weight, bias)`` whose weight gradient reads NaN/inf in ``x`` as 0.
+
+    ``dW = dy^T x``: a padded key/value row that no query may attend has ``dy = 0``, but
+    ``0 * nan = nan`` would still spoil the whole weight gradient (as the NumPy reference
+    does not). Where the row is attended, ``dy`` carries the NaN itself, so NaN still
+    propagates. Used only when ``x`` has a non-finite entry.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: object, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)  # type: ignore[attr-defined]
+        ctx.has_bias = bias is not None  # type: ignore[attr-defined]
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(
+        ctx: object, g: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        x, weight = ctx.saved_tensors  # type: ignore[attr-defined]
+        g2 = g.reshape(-1, g.shape[-1])  # (N, out)
+        x2 = torch.where(torch.isfinite(x), x, 0.0).reshape(-1, x.shape[-1])  # (N, in)
+        d_bias = g2.sum(dim=0) if ctx.has_bias else None  # type: ignore[attr-defined]
+        return g @ weight, g2.T @ x2, d_bias
+
+
+def _linear(lin: nn.Linear, x: torch.Tensor, masked: bool) -> torch.Tensor:
+    """``lin(x)``; through :class:`_FiniteSafeLinear` when ``x`` holds NaN/inf and a mask
+    may leave some of its rows unattended (only then is the finiteness check, a host sync
+    on GPU, paid)."""
+    if not masked or _all_finite(x):
+        return lin(x)
+    return _FiniteSafeLinear.apply(x, lin.weight, lin.bias)
 
 
 class DotProductAttention(nn.Module):
@@ -62,6 +100,13 @@ class DotProductAttention(nn.Module):
         Returns:
             ``(B, Tq, Dv)``.
         """
+        shapes = (tuple(queries.shape), tuple(keys.shape), tuple(values.shape))
+        if any(len(s) != 3 for s in shapes) or not shapes[0][0] == shapes[1][0] == shapes[2][0]:
+            # attention() reads axis -3 as heads: batch 4 against 2 would become GQA.
+            raise ValueError(
+                f"expected queries (B, Tq, D), keys (B, Tk, D), values (B, Tk, Dv) with one "
+                f"B, got queries {shapes[0]}, keys {shapes[1]}, values {shapes[2]}"
+            )
         out, weights = attention(
             queries, keys, values, valid_lens=valid_lens, dropout_p=self.dropout.p,
             training=self.training, need_weights=True,
@@ -226,15 +271,18 @@ class MultiHeadAttention(nn.Module):
         key: torch.Tensor | None,
         value: torch.Tensor | None,
         cache: KVCache | None,
+        masked: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """q ``(B, H, Tq, Dk)`` and this call's k/v ``(B, Hkv, Tk, Dk/Dv)``; k and v are
-        None when a filled cross-attention cache already holds them."""
+        None when a filled cross-attention cache already holds them. ``masked``: some key
+        rows may be left unattended (their NaN must then not reach a weight gradient)."""
         B, H, Hkv = query.shape[0], self.num_heads, self.num_kv_heads
         Dk, Dv = self.head_dim, self.v_head_dim
         self_attention = (key is None or key is query) and (value is None or value is query)
         # Stacking the weights costs a copy of them per call: worth it for a training or
         # prefill batch (one GEMM, one input gradient), not for a one-token decoding step.
-        if self_attention and cache is None and self.kdim == self.vdim == self.embed_dim:
+        if self_attention and cache is None and self.kdim == self.vdim == self.embed_dim \
+                and not (masked and not _all_finite(query)):
             return self._packed_qkv(query)
         q = self._heads(self.q_proj(query), H, Dk)
         if cache is not None and cache.cross:
@@ -256,8 +304,8 @@ class MultiHeadAttention(nn.Module):
                 f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
                 f"{tuple(value.shape)} must share B, and key/value must share Tk"
             )
-        k = self._heads(self.k_proj(key), Hkv, Dk)
-        v = self._heads(self.v_proj(value), Hkv, Dv)
+        k = self._heads(_linear(self.k_proj, key, masked), Hkv, Dk)
+        v = self._heads(_linear(self.v_proj, value, masked), Hkv, Dv)
         return q, k, v
 
     def _packed_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -318,8 +366,7 @@ class MultiHeadAttention(nn.Module):
             ``(out (B, Tq, E), weights or None)``.
         """
         self._check_input("query", query, self.embed_dim)
-        B, Tq, _ = query.shape
-        H, Dv = self.num_heads, self.v_head_dim
+        B = query.shape[0]
         for name, m in (("mask", mask), ("bias", bias)):
             if m is not None and m.ndim not in (2, 4):
                 # (B, Tq, Tk) would silently broadcast B against the head axis.
@@ -327,9 +374,41 @@ class MultiHeadAttention(nn.Module):
                     f"{name} must be (Tq, Tk) or (B|1, H|1, Tq, Tk), got {tuple(m.shape)}; "
                     f"for a per-batch (B, Tq, Tk) {name} pass {name}[:, None]"
                 )
-        if cache is not None:
-            self._check_cache(cache, B)
-        q, k, v = self._project(query, key, value, cache)  # (B, H|Hkv, T, Dk|Dv)
+        if cache is None:
+            return self._attend(query, key, value, None, mask, bias, valid_lens, causal,
+                                window, need_weights, average_weights)
+        self._check_cache(cache, B)
+        # The append comes before the mask checks (they need Tk = positions cached): a
+        # call that raises afterwards takes its positions back out, so that a retry does
+        # not attend to them twice. Positions past `length` are never read.
+        length = cache.length
+        try:
+            return self._attend(query, key, value, cache, mask, bias, valid_lens, causal,
+                                window, need_weights, average_weights)
+        except BaseException:
+            cache.length = length
+            raise
+
+    def _attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None,
+        value: torch.Tensor | None,
+        cache: KVCache | None,
+        mask: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        valid_lens: torch.Tensor | None,
+        causal: bool,
+        window: Window | None,
+        need_weights: bool,
+        average_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`forward` after its argument checks."""
+        B, Tq, _ = query.shape
+        H, Dv = self.num_heads, self.v_head_dim
+        masked = mask is not None or bias is not None or valid_lens is not None \
+            or window is not None or causal
+        q, k, v = self._project(query, key, value, cache, masked)  # (B, H|Hkv, T, Dk|Dv)
         if cache is not None:
             if not (cache.cross and cache.length > 0):
                 cache.append(k, v)  # every step of a self cache; a cross cache once
