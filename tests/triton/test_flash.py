@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 
-import attnkit.numpy as an
-import numpy as np
 import pytest
 import torch
-from attnkit.testing import as_float64, assert_close_by_rule
 
+import attnkit.numpy as an
 import attnkit.triton as at
+import numpy as np
+from attnkit.testing import as_float64, assert_close_by_rule
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"

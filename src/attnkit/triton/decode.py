@@ -18,8 +18,9 @@ import math
 import operator
 
 import torch
-import triton
 import triton.language as tl
+
+import triton
 
 from ._kernels import interpreting
 
