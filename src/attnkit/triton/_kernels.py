@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import os
 
-import triton
 import triton.language as tl
+
+import triton
 
 LOG2E = 1.4426950408889634  # 1 / ln(2): exp(x) == exp2(x * LOG2E)
 LN2 = 0.6931471805599453
@@ -286,7 +287,9 @@ def _fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     DMIN: tl.constexpr, DMAX: tl.constexpr,  # the tile table's head-dim range (pruning only)
 ):
-    start_m = tl.program_id(0)
+    # Last query blocks first: under a causal band they have the most keys, and starting
+    # the long programs early shortens the tail of the launch.
+    start_m = tl.num_programs(0) - 1 - tl.program_id(0)
     off_bh = tl.program_id(1)
     off_b = (off_bh // H).to(tl.int64)
     off_h = (off_bh % H).to(tl.int64)
@@ -531,7 +534,7 @@ def _bwd_dq_kernel(
     DMIN: tl.constexpr, DMAX: tl.constexpr,  # the tile table's head-dim range (pruning only)
 ):
     """One program per (query block, batch, head): dQ = sum_j dS_ij k_j, no atomics."""
-    start_m = tl.program_id(0)
+    start_m = tl.num_programs(0) - 1 - tl.program_id(0)  # longest (causal) blocks first
     off_bh = tl.program_id(1)
     off_b = (off_bh // H).to(tl.int64)
     off_h = (off_bh % H).to(tl.int64)
