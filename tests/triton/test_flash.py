@@ -146,7 +146,8 @@ def test_float16_in_the_interpreter(case_type, inputs, reference):
     "params",
     [dict(Tq=T_MID, Tk=T_MID, window=(None, -5)),  # rows 0..4: no key at or left of i - 5
      dict(Tq=T_LONG, Tk=T_SHORT, causal=True),  # the first Tq - Tk rows see nothing
-     dict(Tq=T_SHORT, Tk=T_MID, window=(24, -20), alibi="h"),  # band [d-24, d-20]: rows < 4 empty
+     # Band [i - 8, i - 4] (diag = i + Tk - Tq): rows 0..3 have nothing to their left.
+     dict(Tq=T_SHORT, Tk=T_MID, window=(T_MID - T_SHORT + 8, T_SHORT - T_MID - 4), alibi="h"),
      ],
     ids=["negative_right_window", "causal_tq_gt_tk", "band_off_the_left_edge"],
 )
