@@ -51,6 +51,11 @@ CASES = {
     "alibi_bh_softcap_window": dict(B=2, Tq=T_MID, Tk=T_MID, alibi="bh", softcap=5.0,
                                     window=(12, 2)),
     "dk_ne_dv": dict(Tq=T_SHORT, Tk=T_MID, Dk=D_MAIN, Dv=D_ODD),
+    "dim_7": dict(Tq=T_SHORT, Tk=T_MID, Dk=7, causal=True),
+    "dim_59_window": dict(Tq=T_MID, Tk=T_LONG, Dk=59, window=(30, 5)),
+    "dim_111_gqa": dict(H=4, Hkv=2, Tq=T_SHORT, Tk=T_MID, Dk=111, causal=True),
+    "dim_256": dict(Tq=T_SHORT, Tk=T_MID, Dk=256, causal=True),
+    "len_97_causal": dict(Tq=97, Tk=97, causal=True),
     "one_query": dict(Tq=1, Tk=T_LONG, causal=True),
     "one_key": dict(Tq=T_SHORT, Tk=1),
 }
