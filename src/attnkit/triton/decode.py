@@ -23,6 +23,7 @@ import triton.language as tl
 import triton
 
 from ._kernels import interpreting
+from .flash import _check_device
 
 __all__ = ["decode_attention"]
 
@@ -186,6 +187,12 @@ def decode_attention(
             f"q, k_cache, v_cache must share a dtype, got {q.dtype}, {k_cache.dtype}, "
             f"{v_cache.dtype}"
         )
+    if not (q.device == k_cache.device == v_cache.device):
+        raise ValueError(
+            f"q, k_cache, v_cache must be on one device, got {q.device}, {k_cache.device}, "
+            f"{v_cache.device}"
+        )
+    _check_device(q.device)
     B, H, Tq, Dk = q.shape
     Bk, Hkv, cap, Dk2 = k_cache.shape
     if k_cache.shape[:3] != v_cache.shape[:3] or Bk != B or Dk2 != Dk:

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+
 import triton
 
 from . import _kernels as K
@@ -78,6 +79,14 @@ class _Spec:
         )
 
 
+def _check_device(device: torch.device) -> None:
+    if device.type != "cuda" and not K.interpreting():
+        raise ValueError(
+            f"attnkit.triton kernels run on CUDA tensors (or on the CPU under "
+            f"TRITON_INTERPRET=1); got tensors on {device}"
+        )
+
+
 def _check(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     window: tuple[int | None, int | None] | None, scale: float | None, softcap: float | None,
@@ -93,6 +102,7 @@ def _check(
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    _check_device(q.device)
     B, H, Tq, Dk = q.shape
     Bk, Hkv, Tk, Dk2 = k.shape
     if k.shape[:3] != v.shape[:3]:
