@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import attnkit.numpy as an
 import numpy as np
+
+import attnkit.numpy as an
 
 SEED001_OUT = np.array([
     -1.00275258, -25.66227608, 42.57650594, 7.97341477, -2.09239899,

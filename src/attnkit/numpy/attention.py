@@ -119,6 +119,24 @@ def _ungrouped(x: np.ndarray, G: int) -> np.ndarray:
     return x.reshape(x.shape[:-4] + (x.shape[-4] * G,) + x.shape[-2:])
 
 
+def _without_masked_nonfinite(
+    out: np.ndarray, p: np.ndarray, v: np.ndarray, keep: np.ndarray, groups: int
+) -> np.ndarray:
+    """Recompute ``out`` so NaN/inf in *masked* value rows does not leak.
+
+    A masked weight is exactly 0, but ``0 * nan = nan``. Rows of ``out`` that attend a
+    non-finite value keep it (NaN in an attended position propagates); the others are
+    recomputed with the non-finite values zeroed. Only runs when v has non-finite entries.
+    """
+    bad = ~np.isfinite(v)
+    clean = _ungrouped(_grouped(p, groups) @ _kv_grouped(np.where(bad, 0.0, v), groups), groups)
+    allowed = np.broadcast_to(keep, p.shape).astype(v.dtype)
+    touched = _ungrouped(
+        _grouped(allowed, groups) @ _kv_grouped(bad.astype(v.dtype), groups), groups
+    )
+    return np.where(touched > 0, out, clean)
+
+
 def attend(
     scores: np.ndarray,
     v: np.ndarray,
@@ -162,6 +180,8 @@ def attend(
         dropped = np.where(dropout_keep, weights / (1.0 - dropout_p), 0.0)
 
     out = _ungrouped(_grouped(dropped, groups) @ _kv_grouped(v, groups), groups)
+    if keep is not None and not np.all(np.isfinite(v)):
+        out = _without_masked_nonfinite(out, dropped, v, keep, groups)
     cache = AttentionCache(weights, keep, dropout_keep, dropout_p, groups)
     return out, cache
 
@@ -333,3 +353,169 @@ def additive_attention(
     dt = np.result_type(*(np.asarray(x).dtype for x in (q, k, v, w_q, w_k, w_v)))
     dt = dt if np.issubdtype(dt, np.floating) else np.dtype(np.float64)
     return out.astype(dt, copy=False), cache.weights.astype(dt, copy=False)
+
+
+# -- backward -----------------------------------------------------------------------------
+#
+# The forward is   scores = scale * q k^T (+ bias)  ->  w = softmax(masked scores)
+#                  ->  w' = dropout(w)  ->  out = w' v.
+# Its backward runs the same chain in reverse. GQA: query head h reads key/value head
+# h // G, so the gradient of a shared K/V head is the sum over its G query heads. That sum
+# is taken inside one matmul by stacking the G heads of a group along the time axis
+# (:func:`_fold_groups`), so K and V are never repeated G times, and nor are their gradients.
+
+
+def sum_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``x`` over the axes broadcasting added or stretched, giving an array of ``shape``.
+
+    The backward of ``broadcast_to(a, x.shape)``: every copy of an entry of ``a`` sends its
+    gradient back to that one entry.
+    """
+    shape = tuple(shape)
+    extra = x.ndim - len(shape)
+    if extra > 0:
+        x = x.sum(axis=tuple(range(extra)))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+    if stretched:
+        x = x.sum(axis=stretched, keepdims=True)
+    return x.reshape(shape)
+
+
+def finite_or_zero(x: np.ndarray) -> np.ndarray:
+    """``x`` with NaN/inf replaced by 0 (``x`` itself when all finite, the usual case).
+
+    For the operand of a backward matmul whose other factor is exactly 0 wherever ``x`` is
+    masked: ``0 * nan = nan`` would otherwise leak a masked NaN into every gradient. Where
+    the non-finite entry was attended, the other factor is NaN itself, so NaN still flows.
+    """
+    return x if np.all(np.isfinite(x)) else np.where(np.isfinite(x), x, 0.0)
+
+
+def _fold_groups(x: np.ndarray, G: int) -> np.ndarray:
+    """``(..., H, T, X)`` as ``(..., Hkv, G*T, X)``: the G heads of a group stacked along T."""
+    if G == 1:
+        return x
+    return x.reshape(x.shape[:-3] + (x.shape[-3] // G, G * x.shape[-2], x.shape[-1]))
+
+
+def _group_sum_matmul(a: np.ndarray, b: np.ndarray, G: int) -> np.ndarray:
+    """``sum over the G heads of a group of a^T @ b``: ``(..., H, T, X), (..., H, T, Y) ->
+    (..., Hkv, X, Y)``. Contracting over the folded ``G*T`` axis does the group sum."""
+    return np.swapaxes(_fold_groups(a, G), -1, -2) @ _fold_groups(b, G)
+
+
+def attend_backward(
+    d_out: np.ndarray, v: np.ndarray, cache: AttentionCache
+) -> tuple[np.ndarray, np.ndarray]:
+    """VJP of :func:`attend`: from ``d_out (..., H, Tq, Dv)`` to ``(d_scores, d_v)``.
+
+    ``out = w' v`` gives ``d_w' = d_out v^T`` and ``d_v = w'^T d_out`` (summed over each
+    GQA group and over batch dims v was broadcast along). Dropout ``w' = w * keep / (1-p)``
+    is linear with the forward's own mask, so ``d_w = d_w' * keep / (1-p)``. Softmax:
+    ``d_scores = w * (d_w - rowsum(d_w * w))``. Masked entries have ``w = 0``, so they, and
+    every entry of a fully masked row, get gradient 0. ``d_scores`` is also the gradient of
+    an additive ``bias`` (before :func:`sum_to_shape` to the bias's shape).
+
+    Args:
+        d_out: cotangent of the attention output.
+        v: the values ``(..., Hkv, Tk, Dv)`` the forward used (compute dtype).
+        cache: the forward's :class:`AttentionCache`.
+
+    Returns:
+        ``(d_scores (..., H, Tq, Tk), d_v shaped like v)``, in the compute dtype.
+    """
+    G, w = cache.groups, cache.weights
+    d_out = np.asarray(d_out).astype(w.dtype, copy=False)
+    v = np.asarray(v).astype(w.dtype, copy=False)
+    dropped = w
+    if cache.dropout_keep is not None:
+        rescale = np.where(cache.dropout_keep, 1.0 / (1.0 - cache.dropout_p), 0.0).astype(
+            w.dtype
+        )
+        dropped = w * rescale
+    d_v = sum_to_shape(_group_sum_matmul(dropped, d_out, G), v.shape)
+    # (..., Hkv, G, Tq, Dv) @ (..., Hkv, 1, Dv, Tk) -> (..., H, Tq, Tk)
+    d_w = _ungrouped(_grouped(d_out, G) @ np.swapaxes(_kv_grouped(v, G), -1, -2), G)
+    if cache.dropout_keep is not None:
+        d_w = d_w * rescale
+    if cache.keep is not None:
+        # NaN/inf in a masked value row reaches d_w through v^T; 0 * nan would leak it.
+        d_w = np.where(cache.keep, d_w, 0.0)
+    d_scores = w * (d_w - np.sum(d_w * w, axis=-1, keepdims=True))
+    return d_scores, d_v
+
+
+def scores_backward(
+    d_scores: np.ndarray, q: np.ndarray, k: np.ndarray, scale: float, G: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """VJP of ``scores = scale * q k^T`` (GQA-aware): ``dq = scale dS k``,
+    ``dk = scale dS^T q`` (summed over each group). Returns ``(dq, dk)`` shaped like q, k."""
+    dt = d_scores.dtype
+    q, k = finite_or_zero(q.astype(dt, copy=False)), finite_or_zero(k.astype(dt, copy=False))
+    # (..., Hkv, G, Tq, Tk) @ (..., Hkv, 1, Tk, Dk) -> (..., H, Tq, Dk)
+    dq = _ungrouped(_grouped(d_scores, G) @ _kv_grouped(k, G), G) * dt.type(scale)
+    dk = _group_sum_matmul(d_scores, q, G) * dt.type(scale)
+    return sum_to_shape(dq, q.shape), sum_to_shape(dk, k.shape)
+
+
+def sdpa_backward(
+    d_out: np.ndarray,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    cache: AttentionCache,
+    scale: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """VJP of :func:`scaled_dot_product_attention` given :func:`sdpa_forward`'s cache.
+
+    Args:
+        d_out: cotangent of ``out``, ``(..., H, Tq, Dv)``.
+        q, k, v: the forward's inputs.
+        cache, scale: what :func:`sdpa_forward` returned.
+
+    Returns:
+        ``(dq, dk, dv, d_scores)`` in the compute dtype; ``dq``/``dk``/``dv`` are shaped like
+        ``q``/``k``/``v`` and ``d_scores (..., H, Tq, Tk)`` is the gradient of the bias
+        before ``sum_to_shape(d_scores, bias.shape)``.
+    """
+    d_scores, dv = attend_backward(d_out, v, cache)
+    dq, dk = scores_backward(d_scores, np.asarray(q), np.asarray(k), scale, cache.groups)
+    return dq, dk, dv, d_scores
+
+
+def additive_backward(
+    d_out: np.ndarray,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    w_q: np.ndarray,
+    w_k: np.ndarray,
+    w_v: np.ndarray,
+    cache: AttentionCache,
+    features: np.ndarray,
+) -> tuple[np.ndarray, ...]:
+    """VJP of :func:`additive_attention` given :func:`additive_forward`'s cache and features.
+
+    With ``a = (q W_q)[:, None] + (k W_k)[None, :]``, ``f = tanh(a)`` and
+    ``scores = f . w_v``: ``d w_v = sum f * dS``, ``d a = dS w_v (1 - f^2)`` (tanh' is
+    ``1 - tanh^2``); ``d(q W_q)`` sums ``d a`` over keys and ``d(k W_k)`` over queries, and
+    each linear map sends ``dY`` to ``dX = dY W^T``, ``dW = X^T dY``.
+
+    Returns:
+        ``(dq, dk, dv, dw_q, dw_k, dw_v, d_scores)`` in the compute dtype, each shaped like
+        its input; ``d_scores (..., Tq, Tk)`` as in :func:`sdpa_backward`.
+    """
+    d_scores, dv = attend_backward(d_out, v, cache)
+    dt = d_scores.dtype
+    q, k, w_q, w_k, w_v = (np.asarray(x).astype(dt, copy=False) for x in (q, k, w_q, w_k, w_v))
+    q, k = finite_or_zero(q), finite_or_zero(k)
+    features = finite_or_zero(features)  # NaN features of masked pairs meet dS = 0
+    hidden = w_v.shape[0]
+    dw_v = d_scores.reshape(-1) @ features.reshape(-1, hidden)
+    d_a = d_scores[..., None] * w_v * (1.0 - features * features)  # (..., Tq, Tk, h)
+    d_qw = sum_to_shape(d_a.sum(axis=-2), q.shape[:-1] + (hidden,))  # (..., Tq, h)
+    d_kw = sum_to_shape(d_a.sum(axis=-3), k.shape[:-1] + (hidden,))  # (..., Tk, h)
+    dq, dk = d_qw @ w_q.T, d_kw @ w_k.T
+    dw_q = q.reshape(-1, q.shape[-1]).T @ d_qw.reshape(-1, hidden)
+    dw_k = k.reshape(-1, k.shape[-1]).T @ d_kw.reshape(-1, hidden)
+    return dq, dk, dv, dw_q, dw_k, dw_v, d_scores

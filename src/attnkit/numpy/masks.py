@@ -21,7 +21,7 @@ import numbers
 
 import numpy as np
 
-from .softmax import softmax
+from .softmax import softmax, softmax_backward
 
 __all__ = [
     "attention_mask",
@@ -206,3 +206,26 @@ def masked_softmax(
     if keep is None:
         return softmax(scores, axis=axis)
     return softmax(np.where(keep, scores, -np.inf), axis=axis)
+
+
+# -- backward -----------------------------------------------------------------------------
+
+
+def masked_softmax_backward(
+    weights: np.ndarray, d_weights: np.ndarray, axis: int = -1
+) -> np.ndarray:
+    """VJP of :func:`masked_softmax` with respect to ``scores``.
+
+    Masking replaces excluded scores by the constant ``-inf``, so the result is the plain
+    softmax backward ``dx = w * (dw - sum(dw * w))`` (see :func:`softmax_backward`): an
+    excluded entry has ``w = 0`` and gets gradient 0, and an empty row gets all zeros.
+
+    Args:
+        weights: the forward's output.
+        d_weights: its cotangent, same shape.
+        axis: the normalised axis.
+
+    Returns:
+        The cotangent of ``scores``, shaped like ``weights``.
+    """
+    return softmax_backward(weights, d_weights, axis=axis)

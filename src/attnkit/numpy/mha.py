@@ -21,7 +21,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import AttentionCache, _grouped, _kv_grouped, _ungrouped, attend, check_qkv
+from .attention import (
+    AttentionCache,
+    _grouped,
+    _kv_grouped,
+    _ungrouped,
+    attend,
+    attend_backward,
+    check_qkv,
+    finite_or_zero,
+    scores_backward,
+)
 from .masks import Window
 from .softmax import compute_dtype
 
@@ -374,3 +384,65 @@ def multi_head_attention(
     dt = np.result_type(np.asarray(query).dtype, params.w_q.dtype)
     dt = dt if np.issubdtype(dt, np.floating) else np.dtype(np.float64)
     return y.astype(dt, copy=False), cache.attention.weights.astype(dt, copy=False)
+
+
+# -- backward -----------------------------------------------------------------------------
+
+
+def _project_backward(
+    dy: np.ndarray, x: np.ndarray, w: np.ndarray, has_bias: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """VJP of :func:`_project` (``y[b,h,t,d] = sum_e x[b,t,e] w[h,e,d] + b[h,d]``):
+    ``dx = sum_hd dy w``, ``dw = sum_bt x dy``, ``db = sum_bt dy``."""
+    dx = np.einsum("bhtd,hed->bte", dy, w, optimize=True)
+    dw = np.einsum("bte,bhtd->hed", finite_or_zero(x), dy, optimize=True)
+    return dx, dw, (dy.sum(axis=(0, 2)) if has_bias else None)
+
+
+def mha_backward(
+    d_y: np.ndarray, params: MultiHeadParams, cache: MultiHeadCache
+) -> tuple[MultiHeadParams, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """VJP of :func:`mha_forward` given its cache.
+
+    The forward is four linear maps around an attention; the backward runs them in reverse:
+    ``y = heads W_o + b_o`` gives ``d heads = dy W_o^T``, ``dW_o = heads^T dy``,
+    ``db_o = sum dy``; the heads are split back to ``(B, H, Tq, Dv)``; the attention
+    backward (:func:`~attnkit.numpy.attention.attend_backward`,
+    :func:`~attnkit.numpy.attention.scores_backward`) gives ``dq, dk, dv`` (GQA sums over
+    groups); each per-head projection then sends its gradient to its input and weights.
+
+    Args:
+        d_y: cotangent of the output, ``(B, Tq, Eo)``.
+        params: the parameters the forward used.
+        cache: the forward's :class:`MultiHeadCache`.
+
+    Returns:
+        ``(d_params, d_query, d_key, d_value, d_scores)`` in the compute dtype.
+        ``d_key``/``d_value`` are the gradients of the key/value arrays the forward *used*:
+        when the caller passed ``key=None`` (self-attention) they belong to ``query``, and
+        the caller adds them up (:func:`attnkit.numpy.vjp` does). ``d_scores
+        (B, H, Tq, Tk)`` is the gradient of an additive ``bias`` before it is summed to the
+        bias's shape.
+    """
+    dt = cache.q.dtype
+    p = params.map(lambda a: a.astype(dt, copy=False))
+    d_y = np.asarray(d_y).astype(dt, copy=False)
+    B, Tq, _ = d_y.shape
+    H, Dv = p.num_heads, p.v_head_dim
+
+    d_heads = d_y @ p.w_o.T  # (B, Tq, H*Dv)
+    d_w_o = cache.heads.reshape(-1, H * Dv).T @ d_y.reshape(-1, d_y.shape[-1])
+    d_b_o = d_y.sum(axis=(0, 1)) if p.b_o is not None else None
+    d_out = d_heads.reshape(B, Tq, H, Dv).transpose(0, 2, 1, 3)  # (B, H, Tq, Dv)
+
+    att = cache.attention
+    d_scores, d_v = attend_backward(d_out, cache.v, att)
+    d_q, d_k = scores_backward(d_scores, cache.q, cache.k, cache.scale, att.groups)
+
+    d_query, d_w_q, d_b_q = _project_backward(d_q, cache.query, p.w_q, p.b_q is not None)
+    d_key, d_w_k, d_b_k = _project_backward(d_k, cache.key, p.w_k, p.b_k is not None)
+    d_value, d_w_v, d_b_v = _project_backward(d_v, cache.value, p.w_v, p.b_v is not None)
+    d_params = MultiHeadParams(
+        w_q=d_w_q, w_k=d_w_k, w_v=d_w_v, w_o=d_w_o, b_q=d_b_q, b_k=d_b_k, b_v=d_b_v, b_o=d_b_o
+    )
+    return d_params, d_query, d_key, d_value, d_scores

@@ -43,7 +43,8 @@ def _shifted(x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     ``-inf - (-inf)``: an all ``-inf`` row gives ``exp(-inf) = 0`` everywhere. NaN still
     propagates, because ``exp(nan) = nan``.
     """
-    m = np.max(x, axis=axis, keepdims=True)
+    # initial=-inf: an empty axis reduces like an all -inf row (log-sum-exp of nothing).
+    m = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
     m = np.where(np.isfinite(m), m, 0.0).astype(x.dtype, copy=False)
     return x - m, m
 
@@ -106,3 +107,83 @@ def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     lse = logsumexp(xc, axis=axis, keepdims=True)
     lse = np.where(np.isneginf(lse), 0.0, lse)  # empty row: -inf - 0 = -inf, not nan
     return (xc - lse).astype(result_dtype(x.dtype), copy=False)
+
+
+# -- backward (vector-Jacobian products) -------------------------------------------------
+#
+# Each function takes the forward's *output* and the cotangent of that output, and returns
+# the cotangent of the input, in the compute dtype. Nothing is recomputed from the input.
+
+
+def softmax_backward(y: np.ndarray, dy: np.ndarray, axis: int = -1) -> np.ndarray:
+    """VJP of :func:`softmax`: ``dx = y * (dy - sum(dy * y))`` along ``axis``.
+
+    Derivation: ``dy_i/dx_j = y_i (delta_ij - y_j)``, so
+    ``dx_j = sum_i dy_i y_i (delta_ij - y_j) = y_j (dy_j - sum_i dy_i y_i)``.
+    An excluded entry (``y = 0``) gets 0, and an empty row (all ``y = 0``) gets all zeros.
+
+    Args:
+        y: the softmax output.
+        dy: the cotangent of ``y``, same shape.
+        axis: the normalised axis.
+
+    Returns:
+        ``dx``, the cotangent of the softmax input, shaped like ``y``.
+    """
+    y = np.asarray(y)
+    dy = np.asarray(dy, dtype=compute_dtype(np.result_type(y.dtype, np.asarray(dy).dtype)))
+    y = y.astype(dy.dtype, copy=False)
+    # where(): a cotangent of inf/nan on an excluded entry (y == 0) must not leak as 0 * nan.
+    dy = np.where(y != 0, dy, 0.0)
+    return y * (dy - np.sum(dy * y, axis=axis, keepdims=True))
+
+
+def log_softmax_backward(y: np.ndarray, dy: np.ndarray, axis: int = -1) -> np.ndarray:
+    """VJP of :func:`log_softmax`: ``dx = dy - softmax(x) * sum(dy)`` along ``axis``.
+
+    Derivation: ``y_i = x_i - lse(x)`` and ``d lse / dx_j = softmax(x)_j = exp(y_j)``, so
+    ``dx_j = dy_j - exp(y_j) sum_i dy_i``. An excluded entry (input ``-inf``, output
+    ``-inf``) gets gradient 0 and contributes nothing to the sum: that input cannot move the
+    output, and an empty row gets all zeros.
+
+    Args:
+        y: the log-softmax output.
+        dy: the cotangent of ``y``, same shape.
+        axis: the normalised axis.
+
+    Returns:
+        ``dx``, shaped like ``y``.
+    """
+    y = np.asarray(y)
+    dy = np.asarray(dy, dtype=compute_dtype(np.result_type(y.dtype, np.asarray(dy).dtype)))
+    y = y.astype(dy.dtype, copy=False)
+    allowed = ~np.isneginf(y)
+    dy = np.where(allowed, dy, 0.0)
+    p = np.exp(y)  # exp(-inf) = 0 for excluded entries
+    return np.where(allowed, dy - p * np.sum(dy, axis=axis, keepdims=True), 0.0)
+
+
+def logsumexp_backward(
+    x: np.ndarray, lse: np.ndarray, d_lse: np.ndarray, axis: int = -1, keepdims: bool = False
+) -> np.ndarray:
+    """VJP of :func:`logsumexp`: ``dx = d_lse * exp(x - lse) = d_lse * softmax(x)``.
+
+    An all ``-inf`` row (``lse = -inf``) gets zeros, as do its ``-inf`` entries.
+
+    Args:
+        x: the forward's input.
+        lse: the forward's output (with or without the reduced axis, per ``keepdims``).
+        d_lse: the cotangent of ``lse``, shaped like it.
+        axis, keepdims: as given to the forward.
+
+    Returns:
+        ``dx``, shaped like ``x``.
+    """
+    x = np.asarray(x)
+    dt = compute_dtype(np.result_type(x.dtype, np.asarray(lse).dtype, np.asarray(d_lse).dtype))
+    lse, d_lse = np.asarray(lse, dtype=dt), np.asarray(d_lse, dtype=dt)
+    if not keepdims:
+        lse, d_lse = np.expand_dims(lse, axis), np.expand_dims(d_lse, axis)
+    # +inf for empty rows: exp(-inf - inf) = 0, no inf - inf.
+    p = np.exp(x.astype(dt, copy=False) - np.where(np.isneginf(lse), np.inf, lse))
+    return d_lse * p

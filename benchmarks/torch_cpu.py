@@ -1,0 +1,317 @@
+"""attnkit.torch on CPU, side by side with its peers in one run.
+
+1. ``MultiHeadAttention`` forward+backward vs ``torch.nn.MultiheadAttention`` (same weights,
+   same inputs), at (B=8, T=512, E=512, H=8) and (B=1, T=4096, E=512, H=8). Goal: ratio
+   <= 1.05.
+2. The same with ``need_weights=True`` (both return averaged weights): time and peak memory.
+3. KV-cache decoding of 1024 tokens vs recomputing the full causal forward at every step.
+4. Chunked additive attention vs the materialised ``(B, Tq, Tk, h)`` formulation at
+   Tq = Tk = 2048, h = 256: time and peak memory.
+
+Peak memory is the rise of the process's resident-set high-water mark (``VmHWM``, reset
+through ``/proc/self/clear_refs``) over its resident size before the call. glibc's mmap
+threshold is pinned at 128 KiB so that freed tensors go back to the OS and each
+measurement starts from the live set.
+
+Usage::
+
+    python benchmarks/torch_cpu.py           # real sizes, appends to BENCHMARKS.md
+    python benchmarks/torch_cpu.py --quick   # small sizes, prints only
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from _report import report  # noqa: E402
+
+import attnkit.torch as at  # noqa: E402
+
+MiB = 2**20
+
+
+def context() -> str:
+    return (f"torch intra-op threads: {torch.get_num_threads()}. The machine was shared with "
+            "other jobs during the run.")
+
+
+def ms(seconds: float) -> str:
+    """Milliseconds, printed plainly (the report's generic float format would use e+03)."""
+    return f"{seconds * 1e3:.1f}"
+
+
+def mib(n: float) -> str:
+    return f"{n:.1f}"
+
+
+# -- measurement ---------------------------------------------------------------------------
+
+
+def _pin_malloc() -> bool:
+    """Make glibc return freed tensors to the OS (a fixed 128 KiB mmap threshold), so RSS
+    tracks live memory. Returns False where that is not possible (non-glibc)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(-3, 128 * 1024))  # M_MMAP_THRESHOLD
+    except OSError:
+        return False
+
+
+def _status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def peak_memory(fn: Callable[[], object]) -> float:
+    """Peak resident memory added by ``fn()``, in MiB (NaN where /proc is unavailable)."""
+    gc.collect()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current RSS
+        base = _status("VmRSS")
+    except OSError:
+        return float("nan")
+    fn()
+    return (_status("VmHWM") - base) / MiB
+
+
+def side_by_side(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of each function, calls interleaved so that background load hits all
+    of them alike; one warm-up call each."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+# -- 1 and 2: MultiHeadAttention vs nn.MultiheadAttention -----------------------------------
+
+
+def mha_pair(E: int, H: int) -> tuple[nn.MultiheadAttention, at.MultiHeadAttention]:
+    torch.manual_seed(0)
+    ref = nn.MultiheadAttention(E, H, batch_first=True)
+    return ref, at.MultiHeadAttention.from_torch(ref)
+
+
+def _mha_row(B: int, T: int, E: int, H: int, repeats: int, need_weights: bool) -> list:
+    ref, ours = mha_pair(E, H)
+    x = torch.randn(B, T, E, requires_grad=True)
+
+    def run_ref() -> None:
+        out, _ = ref(x, x, x, need_weights=need_weights)
+        out.sum().backward()
+
+    def run_ours() -> None:
+        out, _ = ours(x, need_weights=need_weights)
+        out.sum().backward()
+
+    t = side_by_side({"ref": run_ref, "ours": run_ours}, repeats)
+    mem_ref, mem_ours = peak_memory(run_ref), peak_memory(run_ours)
+    flops = 3.5 * 4 * B * H * T * T * (E // H)  # attention only: fwd + 2.5x bwd
+    return [
+        f"B={B} T={T} E={E} H={H}", ms(t["ref"]), ms(t["ours"]),
+        round(t["ours"] / t["ref"], 3), mib(mem_ref), mib(mem_ours),
+        round(flops / t["ours"] / 1e9, 1),
+    ]
+
+
+def bench_mha(configs: list[tuple[int, int]], E: int, H: int, repeats: int,
+              need_weights: bool, record: bool) -> None:
+    rows = [_mha_row(B, T, E, H, repeats, need_weights) for B, T in configs]
+    kind = "need_weights=True" if need_weights else "need_weights=False"
+    report(
+        f"attnkit.torch MultiHeadAttention vs nn.MultiheadAttention, forward+backward, "
+        f"{kind} (CPU)",
+        ["config", "nn.MHA ms", "attnkit ms", "ratio", "nn.MHA peak MiB",
+         "attnkit peak MiB", "attnkit attn GFLOP/s"],
+        rows,
+        notes=(
+            f"Median of {repeats} interleaved runs after one warm-up; same weights and inputs; "
+            "loss = out.sum(). Peak = rise of VmHWM over RSS before the call. "
+            + ("Both return head-averaged weights; attnkit keeps the output on the fused "
+               "kernel and derives the weights from its log-sum-exp, nn.MultiheadAttention "
+               "falls back to its unfused math path. " if need_weights else "")
+            + "Single timings are noisy; ratios come from interleaved runs. " + context()
+        ),
+        record=record,
+    )
+
+
+# -- 3: KV-cache decoding -------------------------------------------------------------------
+
+
+def bench_decode(N: int, E: int, H: int, samples: int, record: bool) -> None:
+    torch.manual_seed(0)
+    m = at.MultiHeadAttention(E, H).eval()
+    x = torch.randn(1, N, E)
+    cache = m.init_cache(1, N)
+
+    def decode_all() -> None:
+        cache.reset()
+        for t in range(N):
+            m(x[:, t:t + 1], causal=True, cache=cache)
+
+    with torch.no_grad():
+        total_cache = side_by_side({"cache": decode_all}, 3)["cache"]
+        mem_cache = peak_memory(decode_all)
+
+        # Recomputing the full causal forward for every new token costs sum_t f(t); timing
+        # all N steps would take minutes, so f is timed at `samples` lengths and summed
+        # with the trapezoid rule over t = 1..N (f is smooth and increasing in t).
+        lengths = sorted({max(1, round(N * (i + 1) / samples)) for i in range(samples)})
+        lengths = [1] + [t for t in lengths if t > 1]
+        rows = []
+        per_step_recompute = {}
+        for t in lengths:
+            def step_cache(t: int = t) -> None:
+                cache.length = t - 1  # positions [0, t-1) still hold the decoded prefix
+                m(x[:, t - 1:t], causal=True, cache=cache)
+
+            def step_full(t: int = t) -> None:
+                m(x[:, :t], causal=True)
+
+            tm = side_by_side({"cache": step_cache, "full": step_full}, 3)
+            per_step_recompute[t] = tm["full"]
+            if t in (1, lengths[len(lengths) // 2], lengths[-1]) or len(lengths) <= 4:
+                rows.append([f"one step at t={t}", ms(tm["full"]), ms(tm["cache"]),
+                             round(tm["full"] / tm["cache"], 2), "", ""])
+        ts = sorted(per_step_recompute)
+        total_full = 0.0
+        for a, b in zip(ts, ts[1:]):
+            total_full += (per_step_recompute[a] + per_step_recompute[b]) / 2 * (b - a)
+        total_full += per_step_recompute[ts[0]]
+        mem_full = peak_memory(lambda: m(x, causal=True))
+    rows.append([f"decode {N} tokens (total)", ms(total_full), ms(total_cache),
+                 round(total_full / total_cache, 1), mib(mem_full), mib(mem_cache)])
+    report(
+        f"attnkit.torch KV-cache decoding vs full recompute per step (CPU, E={E}, H={H}, B=1)",
+        ["case", "recompute ms", "KV cache ms", "speed-up", "recompute peak MiB",
+         "cache peak MiB"],
+        rows,
+        notes=(
+            "torch.no_grad(). KV cache: all tokens decoded one at a time (median of 3 runs). "
+            "Recompute: "
+            f"the full causal forward over the prefix timed at {len(ts)} prefix lengths "
+            "(median of 3) and summed over t = 1..N by the trapezoid rule; its peak is one "
+            f"forward at t = {N}. The cache itself holds 2 x N x E floats, preallocated before "
+            "measuring. " + context()
+        ),
+        record=record,
+    )
+
+
+# -- 4: chunked vs materialised additive attention ---------------------------------------
+
+
+def materialised_additive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          attn: at.AdditiveAttention) -> torch.Tensor:
+    """The textbook formulation: all (B, Tq, Tk, h) tanh features at once (tanh in place,
+    so it holds one such tensor, not two)."""
+    feats = (attn.W_q(q)[:, :, None, :] + attn.W_k(k)[:, None, :, :]).tanh_()
+    scores = attn.w_v(feats).squeeze(-1)  # (B, Tq, Tk)
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def _additive_row(attn: at.AdditiveAttention, T: int, train: bool, D: int, h: int,
+                  repeats: int) -> list:
+    q = torch.randn(1, T, D, requires_grad=train)
+    k, v = torch.randn(1, T, D), torch.randn(1, T, D)
+
+    def chunked() -> None:
+        out = attn(q, k, v)
+        if train:
+            out.sum().backward()
+
+    def full() -> None:
+        out = materialised_additive(q, k, v, attn)
+        if train:
+            out.sum().backward()
+
+    with torch.set_grad_enabled(train):
+        t = side_by_side({"full": full, "chunked": chunked}, repeats)
+        mem_full, mem_chunked = peak_memory(full), peak_memory(chunked)
+    with torch.no_grad():
+        err = (attn(q, k, v) - materialised_additive(q, k, v, attn)).abs().max().item()
+    feats = T * T * h * 4 / MiB
+    return [
+        f"{'fwd+bwd' if train else 'forward'} Tq=Tk={T} h={h}", ms(t["full"]),
+        ms(t["chunked"]), round(t["chunked"] / t["full"], 3), mib(mem_full), mib(mem_chunked),
+        mib(feats), f"{err:.1e}",
+    ]
+
+
+def bench_additive(T_fwd: int, T_bwd: int, h: int, D: int, repeats: int, record: bool) -> None:
+    torch.manual_seed(0)
+    attn = at.AdditiveAttention(D, D, h)
+    rows = [_additive_row(attn, T, train, D, h, repeats)
+            for T, train in ((T_fwd, False), (T_bwd, True))]
+    budget = attn.max_chunk_elements * 4 / MiB
+    report(
+        "attnkit.torch AdditiveAttention: key-chunked vs materialised (B, Tq, Tk, h) (CPU)",
+        ["case", "materialised ms", "chunked ms", "ratio", "materialised peak MiB",
+         "chunked peak MiB", "features MiB", "max abs diff"],
+        rows,
+        notes=(
+            f"float32, B=1, query/key width {D}. Chunk budget {budget:.0f} MiB of features "
+            "(max_chunk_elements); the chunked backward recomputes each chunk instead of "
+            f"storing it. fwd+bwd runs at T={T_bwd}: the materialised version at T={T_fwd} "
+            f"would hold several {T_fwd * T_fwd * h * 4 / MiB:.0f} MiB tensors at once on a "
+            "shared machine. Median of "
+            f"{repeats} interleaved runs. " + context()
+        ),
+        record=record,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes, print only (no BENCHMARKS.md entry)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's own choice); on a "
+                        "machine shared with other jobs, 1 avoids timing the OS scheduler")
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    if not _pin_malloc():
+        print("warning: could not pin glibc's mmap threshold; peak memory may read low")
+    record = not args.quick
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    if args.quick:
+        bench_mha([(2, 128), (1, 512)], 128, 4, repeats=3, need_weights=False, record=record)
+        bench_mha([(2, 128)], 128, 4, repeats=3, need_weights=True, record=record)
+        bench_decode(64, 128, 4, samples=4, record=record)
+        bench_additive(256, 128, 32, 32, repeats=2, record=record)
+    else:
+        bench_mha([(8, 512), (1, 4096)], 512, 8, repeats=7, need_weights=False, record=record)
+        bench_mha([(8, 512), (1, 2048)], 512, 8, repeats=5, need_weights=True, record=record)
+        bench_decode(1024, 512, 8, samples=16, record=record)
+        bench_additive(2048, 1024, 256, 64, repeats=3, record=record)
+    if math.isnan(peak_memory(lambda: None)):
+        print("note: /proc/self/clear_refs unavailable, peak memory not measured")
+
+
+if __name__ == "__main__":
+    main()

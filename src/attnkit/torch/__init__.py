@@ -1,0 +1,42 @@
+"""attnkit.torch: functional attention and ``nn.Module`` s for PyTorch.
+
+Semantics are those of :mod:`attnkit.numpy` (the float64 oracle): masks say True = may
+attend, ``causal``/``window`` are bottom-right aligned, ``valid_lens`` follows d2l, GQA is
+read off axis -3, and a query with no allowed key gets output 0 and zero gradients.
+"""
+
+from __future__ import annotations
+
+from .cache import KVCache
+from .functional import additive_attention, additive_scores, attention, safe_softmax
+from .interop import from_torch, to_torch
+from .masks import (
+    attention_mask,
+    causal_mask,
+    from_attn_mask,
+    from_key_padding_mask,
+    masked_softmax,
+    sequence_mask,
+    window_mask,
+)
+from .modules import AdditiveAttention, DotProductAttention, MultiHeadAttention
+
+__all__ = [
+    "AdditiveAttention",
+    "DotProductAttention",
+    "KVCache",
+    "MultiHeadAttention",
+    "additive_attention",
+    "additive_scores",
+    "attention",
+    "attention_mask",
+    "causal_mask",
+    "from_attn_mask",
+    "from_key_padding_mask",
+    "from_torch",
+    "masked_softmax",
+    "safe_softmax",
+    "sequence_mask",
+    "to_torch",
+    "window_mask",
+]

@@ -1,0 +1,42 @@
+"""attnkit.viz: attention heatmaps (matplotlib, headless-safe) and the demo walk-through.
+
+- :func:`show_heatmaps`: d2l's grid of heatmaps, ``(rows, cols, Tq, Tk)``.
+- :func:`plot_attention`: token labels, one panel per head (or layer x head), masked cells
+  drawn distinctly from cells with weight ~0.
+
+Both accept NumPy arrays and torch tensors and return a :class:`matplotlib.figure.Figure`;
+``path=`` writes it to a file as well.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .heatmap import (
+        MASKED_COLOR,
+        MASKED_GID,
+        plot_attention,
+        save_figure,
+        show_heatmaps,
+        to_numpy,
+    )
+
+__all__ = [
+    "MASKED_COLOR",
+    "MASKED_GID",
+    "plot_attention",
+    "save_figure",
+    "show_heatmaps",
+    "to_numpy",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # matplotlib is imported on first use of a plotting name, so that `attnkit trace`
+    # (attnkit.viz.trace) and `import attnkit.viz` work with NumPy alone.
+    if name in __all__:
+        from . import heatmap
+
+        return getattr(heatmap, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,23 @@
+"""Helpers for the figure tests: read a written image back and check it is not blank."""
+
+from __future__ import annotations
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+
+
+def _check_png(path) -> np.ndarray:
+    img = mpimg.imread(path)  # raises when the file is not a readable image
+    assert img.ndim == 3 and img.shape[0] > 50 and img.shape[1] > 50, img.shape
+    # Not blank: the pixels vary, and more than a sliver of them is not background.
+    assert float(img[..., :3].std()) > 0.02
+    background = np.all(img[..., :3] > 0.98, axis=-1)
+    assert background.mean() < 0.97, f"{background.mean():.3f} of {path} is white"
+    return img
+
+
+@pytest.fixture
+def check_png():
+    """``check_png(path)``: the file opens as an image whose pixels vary; returns it."""
+    return _check_png
