@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
               "CPU by tests/triton under TRITON_INTERPRET=1)")
         return 0
     import triton
+
     from attnkit.triton import is_available
 
     if not is_available():

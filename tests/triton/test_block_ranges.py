@@ -13,9 +13,9 @@ import random
 
 import pytest
 import torch
+import triton
 import triton.language as tl
 
-import triton
 from attnkit.triton import _kernels as K
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
 import attnkit.numpy as an
 import attnkit.triton as at
-import numpy as np
 from attnkit.testing import as_float64, assert_close_by_rule
 
 ON_GPU = torch.cuda.is_available()

@@ -18,9 +18,8 @@ import math
 import operator
 
 import torch
-import triton.language as tl
-
 import triton
+import triton.language as tl
 
 from ._kernels import interpreting
 from .flash import _check_device

@@ -27,7 +27,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-
 import triton
 
 from . import _kernels as K
