@@ -106,6 +106,15 @@ class Reference:
         return out, lse
 
 
+@pytest.fixture(scope="session")
+def at():
+    """``attnkit.triton``, imported on first use rather than at collection, so that test
+    folders collected earlier run without the kernels (and the interpreter) loaded."""
+    import attnkit.triton
+
+    return attnkit.triton
+
+
 @pytest.fixture
 def reference() -> type[Reference]:
     return Reference

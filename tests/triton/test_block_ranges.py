@@ -16,12 +16,12 @@ import torch
 import triton
 import triton.language as tl
 
-from attnkit.triton import _kernels as K
-
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@triton.jit
+K = None  # attnkit.triton._kernels, bound by the fixture below (not at collection)
+
+
 def _ranges_kernel(OUT, T_other, diag_off, left, right, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                    BY_KEYS: tl.constexpr):
@@ -37,6 +37,15 @@ def _ranges_kernel(OUT, T_other, diag_off, left, right, BLOCK_M: tl.constexpr,
     tl.store(OUT + pid * 4 + 1, full_lo)
     tl.store(OUT + pid * 4 + 2, full_hi)
     tl.store(OUT + pid * 4 + 3, hi)
+
+
+@pytest.fixture(scope="module")
+def ranges_kernel():
+    global K
+    from attnkit.triton import _kernels
+
+    K = _kernels
+    return triton.jit(_ranges_kernel)
 
 
 def _keep(Tq, Tk, left, right):
@@ -69,12 +78,12 @@ def _visited(ranges, step, total):
 
 
 @pytest.mark.parametrize("by_keys", [True, False], ids=["key_blocks", "query_blocks"])
-def test_ranges_cover_the_band_once_and_full_blocks_need_no_mask(by_keys):
+def test_ranges_cover_the_band_once_and_full_blocks_need_no_mask(by_keys, ranges_kernel):
     for Tq, Tk, left, right, bm, bn in _shapes(250, seed=int(by_keys)):
         keep = _keep(Tq, Tk, left, right)
         n_prog = triton.cdiv(Tq, bm) if by_keys else triton.cdiv(Tk, bn)
         out = torch.empty(n_prog * 4, dtype=torch.int32, device=DEVICE)
-        _ranges_kernel[(n_prog,)](
+        ranges_kernel[(n_prog,)](
             out, Tk if by_keys else Tq, Tk - Tq, 0 if left is None else left,
             0 if right is None else right, BLOCK_M=bm, BLOCK_N=bn,
             HAS_LEFT=left is not None, HAS_RIGHT=right is not None, BY_KEYS=by_keys)

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import attnkit.numpy as an
-import attnkit.triton as at
 from attnkit.testing import as_float64, assert_close_by_rule
 
 ON_GPU = torch.cuda.is_available()
@@ -34,7 +33,7 @@ def _cache(B, Hkv, D, Dv, seed):
         (1, 2, 2, 4, 32, 2, 2),  # cache shorter than Tq: first rows see nothing
     ],
 )
-def test_decode_matches_full_attention(B, H, Hkv, Tq, D, cache_len, num_splits):
+def test_decode_matches_full_attention(B, H, Hkv, Tq, D, cache_len, num_splits, at):
     k_cache, v_cache = _cache(B, Hkv, D, D, seed=cache_len)
     # Positions past cache_len hold garbage a correct kernel never reads.
     k_cache[:, :, cache_len:] = float("nan")
@@ -64,7 +63,7 @@ def test_decode_matches_full_attention(B, H, Hkv, Tq, D, cache_len, num_splits):
         assert torch.all(lse[:, :, : Tq - cache_len] == float("-inf"))
 
 
-def test_decode_equals_flash_attention_on_the_slice():
+def test_decode_equals_flash_attention_on_the_slice(at):
     """Same function as the prefill kernel on the valid part of the cache."""
     k_cache, v_cache = _cache(1, 2, 32, 32, seed=3)
     q = torch.randn(1, 4, 2, 32, generator=torch.Generator().manual_seed(4)).to(DEVICE, DTYPE)
@@ -76,7 +75,7 @@ def test_decode_equals_flash_attention_on_the_slice():
     torch.testing.assert_close(out, full, atol=tol, rtol=tol)
 
 
-def test_split_count_does_not_change_the_result():
+def test_split_count_does_not_change_the_result(at):
     k_cache, v_cache = _cache(1, 1, 32, 32, seed=5)
     q = torch.randn(1, 2, 1, 32, generator=torch.Generator().manual_seed(6)).to(DEVICE, DTYPE)
     outs = [at.decode_attention(q, k_cache, v_cache, CAPACITY - 1, num_splits=n)
@@ -86,14 +85,14 @@ def test_split_count_does_not_change_the_result():
         torch.testing.assert_close(o, outs[0], atol=tol, rtol=tol)
 
 
-def test_empty_cache_gives_zero_and_minus_inf():
+def test_empty_cache_gives_zero_and_minus_inf(at):
     k_cache, v_cache = _cache(1, 1, 32, 32, seed=7)
     q = torch.ones(1, 1, 1, 32, device=DEVICE, dtype=DTYPE)
     out, lse = at.decode_attention(q, k_cache, v_cache, 0, return_lse=True)
     assert torch.all(out == 0) and torch.all(lse == float("-inf"))
 
 
-def test_decode_rejects_bad_arguments():
+def test_decode_rejects_bad_arguments(at):
     k_cache, v_cache = _cache(1, 2, 32, 32, seed=8)
     q = torch.ones(1, 3, 1, 32, device=DEVICE, dtype=DTYPE)
     with pytest.raises(ValueError, match="Hkv=2"):

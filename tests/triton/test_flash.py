@@ -15,7 +15,6 @@ import pytest
 import torch
 
 import attnkit.numpy as an
-import attnkit.triton as at
 from attnkit.testing import as_float64, assert_close_by_rule
 
 ON_GPU = torch.cuda.is_available()
@@ -73,6 +72,8 @@ def _run(fn, q, k, v, slopes, dout, dlse, options):
 
 
 def _kernel(q, k, v, slopes, options):
+    import attnkit.triton as at
+
     return at.flash_attention(q, k, v, **{**options, "alibi_slopes": slopes}, return_lse=True)
 
 
@@ -122,7 +123,7 @@ def test_float64_reference_matches_numpy_oracle(params, case_type, inputs, refer
 @pytest.mark.parametrize("params", [CASES[n] for n in ("causal_tq_lt_tk", "window_both",
                                                           "mqa")],
                          ids=["causal_tq_lt_tk", "window_both", "mqa"])
-def test_forward_against_numpy_oracle_directly(params, case_type, inputs):
+def test_forward_against_numpy_oracle_directly(params, case_type, inputs, at):
     """Out and LSE of the kernel against attnkit.numpy in float64, without the torch ref."""
     case = case_type(**params)
     dtype = DTYPES[0]
@@ -157,7 +158,7 @@ def test_float16_in_the_interpreter(case_type, inputs, reference):
     ids=["negative_right_window", "causal_tq_gt_tk", "band_off_the_left_edge"],
 )
 def test_fully_masked_rows_give_zero_output_minus_inf_lse_and_zero_grads(
-        params, case_type, inputs, reference):
+        params, case_type, inputs, reference, at):
     case = case_type(**params)
     dtype = DTYPES[0]
     q, k, v, slopes, dout, _ = inputs(case, dtype)
@@ -179,14 +180,14 @@ def test_fully_masked_rows_give_zero_output_minus_inf_lse_and_zero_grads(
         assert torch.all(k.grad[:, :, unseen] == 0) and torch.all(v.grad[:, :, unseen] == 0)
 
 
-def test_empty_key_sequence():
+def test_empty_key_sequence(at):
     q = torch.randn(1, 2, 5, 32, device=DEVICE, dtype=DTYPES[0])
     k = torch.randn(1, 2, 0, 32, device=DEVICE, dtype=DTYPES[0])
     out, lse = at.flash_attention_forward(q, k, k)
     assert torch.all(out == 0) and torch.all(lse == float("-inf"))
 
 
-def test_gqa_equals_expanded_kv(case_type, inputs):
+def test_gqa_equals_expanded_kv(case_type, inputs, at):
     """Sharing K/V across a group equals repeating them; dK/dV are the group sums."""
     case = case_type(H=4, Hkv=2, Tq=T_SHORT, Tk=T_MID, Dk=D_ODD, causal=True)
     q, k, v, _, dout, _ = inputs(case, DTYPES[0])
@@ -205,7 +206,8 @@ def test_gqa_equals_expanded_kv(case_type, inputs):
     torch.testing.assert_close(va.grad, ve.grad.unflatten(1, (2, 2)).sum(2), **tol)
 
 
-def test_non_contiguous_inputs_and_caller_tensors_unchanged(case_type, inputs, reference):
+def test_non_contiguous_inputs_and_caller_tensors_unchanged(case_type, inputs, reference,
+                                                           at):
     """(B, T, H, D) views transposed to (B, H, T, D) work; nothing writes into them."""
     dtype = DTYPES[0]
     case = case_type(B=2, H=2, Tq=T_SHORT, Tk=T_MID, causal=True)
@@ -223,7 +225,7 @@ def test_non_contiguous_inputs_and_caller_tensors_unchanged(case_type, inputs, r
     assert_close_by_rule(out, ref, base, factor=2)
 
 
-def test_low_level_ops_match_autograd(case_type, inputs):
+def test_low_level_ops_match_autograd(case_type, inputs, at):
     """flash_attention_forward/backward (used by ring attention) equal the autograd path,
     including the gradient that flows in through the LSE."""
     case = case_type(H=2, Hkv=1, Tq=T_SHORT, Tk=T_MID, causal=True, softcap=4.0)
@@ -238,7 +240,7 @@ def test_low_level_ops_match_autograd(case_type, inputs):
     assert torch.equal(dq, qa.grad) and torch.equal(dk, ka.grad) and torch.equal(dv, va.grad)
 
 
-def test_backward_is_deterministic(case_type, inputs):
+def test_backward_is_deterministic(case_type, inputs, at):
     case = case_type(H=2, Hkv=1, Tq=T_SHORT, Tk=T_MID, causal=True)
     q, k, v, _, dout, _ = inputs(case, DTYPES[0])
     out, lse = at.flash_attention_forward(q, k, v, causal=True)
@@ -258,14 +260,14 @@ def test_backward_is_deterministic(case_type, inputs):
         (dict(q=(1, 2, 8, 512), k=(1, 2, 8, 512), v=(1, 2, 8, 512)), ValueError, "512"),
     ],
 )
-def test_bad_shapes_raise_with_the_shapes(bad, error, words):
+def test_bad_shapes_raise_with_the_shapes(bad, error, words, at):
     shapes = {**dict(q=(1, 2, 8, 32), k=(1, 2, 8, 32), v=(1, 2, 8, 32)), **bad}
     t = {n: torch.zeros(s, device=DEVICE) for n, s in shapes.items()}
     with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
         at.flash_attention(t["q"], t["k"], t["v"])
 
 
-def test_bad_options_raise():
+def test_bad_options_raise(at):
     x = torch.zeros(1, 2, 8, 32, device=DEVICE)
     with pytest.raises(TypeError, match="dtype"):
         at.flash_attention(x, x.half(), x)
@@ -277,7 +279,7 @@ def test_bad_options_raise():
         at.flash_attention(x, x, x, softcap=0.0)
 
 
-def test_is_available_here():
+def test_is_available_here(at):
     # Either a CUDA device or the interpreter that conftest switched on.
     assert at.is_available()
     assert math.isfinite(float(at.flash_attention_forward(
