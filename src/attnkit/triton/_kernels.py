@@ -30,7 +30,6 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634  # 1 / ln(2): exp(x) == exp2(x * LOG2E)
-LN2 = 0.6931471805599453
 
 
 def interpreting() -> bool:
