@@ -261,7 +261,13 @@ def _prune(configs, named_args, **kwargs):
     args = {**named_args, **kwargs}
     d = max(args["BLOCK_DK"], args["BLOCK_DV"])
     keep = [c for c in configs if c.kwargs.get("DMIN", 0) <= d <= c.kwargs.get("DMAX", 1 << 30)]
-    return keep or configs[-1:]
+    return first_only(keep or configs[-1:])
+
+
+def first_only(configs):
+    """All configs, or only the first when ``ATTNKIT_TRITON_AUTOTUNE=0`` (skips the tuning
+    runs and most compilations, e.g. for a quick correctness pass on a GPU)."""
+    return configs[:1] if os.environ.get("ATTNKIT_TRITON_AUTOTUNE", "1") == "0" else configs
 
 
 _KEY = ["Q_BUCKET", "K_BUCKET", "BLOCK_DK", "BLOCK_DV", "HAS_LEFT", "HAS_RIGHT",

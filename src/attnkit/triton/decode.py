@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._kernels import interpreting
+from ._kernels import first_only, interpreting
 from .flash import _check_device
 
 __all__ = ["decode_attention"]
@@ -36,7 +36,9 @@ def _decode_configs() -> list[triton.Config]:
     ]
 
 
-@triton.autotune(configs=_decode_configs(), key=["K_BUCKET", "BLOCK_DK", "BLOCK_DV", "BLOCK_R"])
+@triton.autotune(configs=_decode_configs(), key=["K_BUCKET", "BLOCK_DK", "BLOCK_DV", "BLOCK_R"],
+                 prune_configs_by={"early_config_prune": lambda configs, *a, **k: first_only(
+                     configs)})
 @triton.jit
 def _decode_split_kernel(
     Q, K, V, O_PART, LSE_PART,
