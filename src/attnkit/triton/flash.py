@@ -243,7 +243,9 @@ def flash_attention_backward(
     if dlse is not None and tuple(dlse.shape) != (B, H, Tq):
         raise ValueError(f"dlse {tuple(dlse.shape)} must be (B, H, Tq) = {(B, H, Tq)}")
     slopes = _slopes(alibi_slopes, spec, q.device)
-    dout = dout.to(q.dtype)
+    # Autograd often hands in broadcast gradients (stride 0, e.g. from out.sum()); a dense
+    # copy lets the backward kernels use wide, aligned loads.
+    dout = dout.to(q.dtype).contiguous()
     lse = lse.to(torch.float32).contiguous()
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
