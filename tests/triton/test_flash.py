@@ -285,3 +285,20 @@ def test_is_available_here(at):
     assert math.isfinite(float(at.flash_attention_forward(
         torch.ones(1, 1, 1, 16, device=DEVICE), torch.ones(1, 1, 1, 16, device=DEVICE),
         torch.ones(1, 1, 1, 16, device=DEVICE))[1]))
+
+
+def test_broadcast_output_gradient(case_type, inputs, reference, at):
+    """``out.sum().backward()`` hands the kernel a stride-0 dO; gradients still follow
+    the rule."""
+    case = case_type(Tq=T_SHORT, Tk=T_MID, causal=True)
+    q, k, v, _, _, _ = inputs(case, DTYPES[0])
+    grads = []
+    for fn, dt in ((lambda a, b, c: at.flash_attention(a, b, c, causal=True), DTYPES[0]),
+                   (lambda a, b, c: reference.attention(a, b, c, causal=True)[0], DTYPES[0]),
+                   (lambda a, b, c: reference.attention(a, b, c, causal=True)[0],
+                    torch.float64)):
+        xs = [x.detach().to(dt).requires_grad_(True) for x in (q, k, v)]
+        fn(*xs).sum().backward()
+        grads.append([x.grad for x in xs])
+    for i, (name, factor) in enumerate([("dq", 5), ("dk", 3), ("dv", 3)]):
+        assert_close_by_rule(grads[0][i], grads[2][i], grads[1][i], factor=factor, name=name)
