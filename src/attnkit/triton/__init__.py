@@ -1,0 +1,55 @@
+"""attnkit.triton: fused attention kernels (forward, backward, decoding) on Triton.
+
+Import is cheap and never fails: the kernels load on first use, so ``is_available()`` can
+be asked without Triton installed.
+
+- :func:`flash_attention`: autograd-enabled fused attention, ``(B, H, T, D)`` layout,
+  causal/window (bottom-right), GQA/MQA, softcap, ALiBi, any length, head dims up to 256.
+- :func:`flash_attention_forward` / :func:`flash_attention_backward`: the same without
+  autograd (ring attention builds on them).
+- :func:`decode_attention`: few queries against a long KV cache, split over keys and
+  merged by log-sum-exp; reads the cache in place.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from typing import Any
+
+__all__ = [
+    "decode_attention",
+    "flash_attention",
+    "flash_attention_backward",
+    "flash_attention_forward",
+    "is_available",
+]
+
+_LAZY = {
+    "flash_attention": ".flash",
+    "flash_attention_forward": ".flash",
+    "flash_attention_backward": ".flash",
+    "FlashAttentionFunction": ".flash",
+    "decode_attention": ".decode",
+}
+
+
+def is_available() -> bool:
+    """Triton is importable and there is a CUDA device (or ``TRITON_INTERPRET=1``)."""
+    if importlib.util.find_spec("triton") is None:
+        return False
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return True
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module = importlib.import_module(_LAZY[name], __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,106 @@
+"""Developer tool: compile every autotune tile for sm_90 and print its resource use.
+
+No GPU is needed: Triton's front end and the ``ptxas`` it ships compile for a target
+named by hand. The report (registers, local-memory stack = spills, shared memory) is how
+the tile tables in :mod:`attnkit.triton._kernels` were chosen. Uses Triton internals
+(``ASTSource``, specialization attributes) as of Triton 3.9; other versions may need
+changes::
+
+    python -m attnkit.triton._resources --dims 64 128 --variants plain causal
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+
+from . import _kernels as K
+
+_FLOATS = ("qk_scale2", "sc_in", "sc_out2", "scale")
+_STATS = ("LSE", "SLOPES", "DELTA", "DLSE", "O_PART", "LSE_PART")  # float32 tensors
+_TENSORS = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV") + _STATS
+_VARIANTS = {  # (HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI)
+    "plain": (False, False, False, False),
+    "causal": (False, True, False, False),
+    "window": (True, True, False, False),
+    "all": (True, True, True, True),
+}
+
+
+def compile_sm90(kernel, consts: dict, dtype: str, num_warps: int, num_stages: int):
+    """Compile ``kernel`` as a real launch would specialize it: 16-byte aligned pointers,
+    strides and lengths divisible by 16, unit stride along the head dim."""
+    fn = kernel
+    while not isinstance(fn, JITFunction):
+        fn = fn.fn  # unwrap the autotuner
+    signature, constexprs, attrs = {}, {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in consts or (name.startswith("stride_") and name.endswith("d")):
+            signature[name] = "constexpr"
+            constexprs[(i,)] = consts.get(name, 1)
+        elif name in _TENSORS:
+            signature[name] = "*fp32" if name in _STATS else f"*{dtype}"
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            signature[name] = "fp32" if name in _FLOATS else "i32"
+            if name.startswith("stride_") or name in ("Tq", "Tk"):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn, signature, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def resources(compiled) -> tuple[int, int, int]:
+    """(registers, stack bytes, shared-memory bytes) from the cubin."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                        "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True,
+                             text=True).stdout
+    m = re.search(r"REG:(\d+).*?STACK:(\d+)", out)
+    regs, stack = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+    return regs, stack, int(compiled.metadata.shared)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--variants", nargs="+", default=["plain", "causal"],
+                        choices=sorted(_VARIANTS))
+    parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    args = parser.parse_args(argv)
+    kernels = [("fwd", K._fwd_kernel, K._FWD_TABLE, "BLOCK_M", "BLOCK_N"),
+               ("dkdv", K._bwd_dkdv_kernel, K._DKDV_TABLE, "BLOCK_N", "BLOCK_M"),
+               ("dq", K._bwd_dq_kernel, K._DQ_TABLE, "BLOCK_M", "BLOCK_N")]
+    print("kernel  D    variant  tile          warps stages  regs  spill  smem")
+    for d in args.dims:
+        bd = max(16, triton.next_power_of_2(d))
+        for variant in args.variants:
+            left, right, softcap, alibi = _VARIANTS[variant]
+            base = dict(Dk=d, Dv=d, BLOCK_DK=bd, BLOCK_DV=bd, HAS_LEFT=left, HAS_RIGHT=right,
+                        HAS_SOFTCAP=softcap, HAS_ALIBI=alibi,
+                        PRECISION="ieee" if args.dtype == "fp32" else "tf32")
+            for name, kernel, table, big, small in kernels:
+                for b, s, w, st, dmin, dmax in table:
+                    if not dmin <= bd <= dmax:
+                        continue
+                    consts = dict(base, **{big: b, small: s, "DMIN": dmin, "DMAX": dmax})
+                    regs, stack, smem = resources(compile_sm90(kernel, consts, args.dtype, w,
+                                                               st))
+                    tile = f"{big[-1]}{b}x{small[-1]}{s}"
+                    print(f"{name:6}  {d:<4} {variant:8} {tile:13} "
+                          f"{w:5} {st:6} {regs:5} {stack:6} {smem:6}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""Decoding attention: a few new queries against a long KV cache (split-K, merged by LSE).
+
+With ``Tq`` of 1 to a few tokens the work is reading the cache: ``B * Hkv * cache_len * (Dk
++ Dv)`` elements, once. One program per (key chunk, batch, KV head) streams its chunk of K
+and V a single time for all ``G = H / Hkv`` query heads of the group and all ``Tq``
+queries (packed as the rows of one tile), and writes a float32 partial output and its LSE.
+A second tiny kernel merges the chunks exactly::
+
+    lse = log(sum_s exp(lse_s)),   out = sum_s exp(lse_s - lse) * out_s
+
+The cache is read in place through its strides (a ``KVCache`` of capacity ``C`` holding
+``cache_len`` valid positions is never sliced or copied).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+import triton
+import triton.language as tl
+
+from ._kernels import first_only, interpreting
+from .flash import _check_device
+
+__all__ = ["decode_attention"]
+
+
+def _decode_configs() -> list[triton.Config]:
+    if interpreting():
+        return [triton.Config({"BLOCK_N": 16}, num_warps=4, num_stages=1)]
+    return [
+        triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=s)
+        for bn, w, s in [(64, 4, 3), (128, 4, 3), (64, 4, 4), (128, 8, 3)]
+    ]
+
+
+@triton.autotune(configs=_decode_configs(), key=["K_BUCKET", "BLOCK_DK", "BLOCK_DV", "BLOCK_R"],
+                 prune_configs_by={"early_config_prune": lambda configs, *a, **k: first_only(
+                     configs)})
+@triton.jit
+def _decode_split_kernel(
+    Q, K, V, O_PART, LSE_PART,
+    stride_qb, stride_qh, stride_qt, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    Hkv, G, Tq, cache_len, chunk, num_splits, qk_scale2, K_BUCKET,
+    Dk: tl.constexpr, Dv: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_R: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    split = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    off_b = (off_bh // Hkv).to(tl.int64)
+    off_hkv = (off_bh % Hkv).to(tl.int64)
+
+    # Rows of the tile: (group head g, query t) pairs, r = g * Tq + t.
+    r = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = r < G * Tq
+    g = r // Tq
+    t = r % Tq
+    off_h = off_hkv * G + g
+    offs_dk = tl.arange(0, BLOCK_DK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    q = tl.load(Q + off_b * stride_qb + off_h[:, None] * stride_qh + t[:, None] * stride_qt
+                + offs_dk[None, :] * stride_qd,
+                mask=row_ok[:, None] & (offs_dk[None, :] < Dk), other=0.0)
+    # Bottom-right causal among the new queries: query t sees keys j <= t + cache_len - Tq.
+    last = t + cache_len - Tq
+
+    start = split * chunk
+    stop = tl.minimum(start + chunk, cache_len)
+    k_base = K + off_b * stride_kb + off_hkv * stride_kh
+    v_base = V + off_b * stride_vb + off_hkv * stride_vh
+    m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_DV], dtype=tl.float32)
+    for start_n in range(start, stop, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kt = tl.load(k_base + offs_n[None, :] * stride_kn + offs_dk[:, None] * stride_kd,
+                     mask=(offs_n[None, :] < stop) & (offs_dk[:, None] < Dk), other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd,
+                    mask=(offs_n[:, None] < stop) & (offs_dv[None, :] < Dv), other=0.0)
+        s2 = tl.dot(q, kt, input_precision=PRECISION) * qk_scale2
+        keep = (offs_n[None, :] < stop) & (offs_n[None, :] <= last[:, None])
+        s2 = tl.where(keep, s2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s2, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no exp2(-inf - -inf)
+        p = tl.exp2(s2 - m_use[:, None])
+        alpha = tl.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+        m_i = m_new
+
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_safe)) * 0.6931471805599453)
+    # Partials are (B, H, Tq, num_splits[, Dv]) float32, contiguous.
+    part_row = ((off_b * (Hkv * G) + off_h) * Tq + t) * num_splits + split
+    tl.store(LSE_PART + part_row, lse, mask=row_ok)
+    tl.store(O_PART + part_row[:, None] * BLOCK_DV + offs_dv[None, :], out,
+             mask=row_ok[:, None])
+
+
+@triton.jit
+def _decode_merge_kernel(O_PART, LSE_PART, O, LSE, num_splits, Dv: tl.constexpr,
+                         BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr):
+    """One program per (b, h, t) row: combine the chunk partials by their LSEs."""
+    row = tl.program_id(0).to(tl.int64)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_DV)
+    s_ok = offs_s < num_splits
+    lse_s = tl.load(LSE_PART + row * num_splits + offs_s, mask=s_ok, other=float("-inf"))
+    m = tl.max(lse_s, 0)
+    m_use = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp(lse_s - m_use)  # 0 for empty chunks
+    total = tl.sum(w, 0)
+    o_s = tl.load(O_PART + (row * num_splits + offs_s)[:, None] * BLOCK_DV + offs_d[None, :],
+                  mask=s_ok[:, None], other=0.0)
+    empty = total == 0.0
+    out = tl.sum(o_s * w[:, None], 0) / tl.where(empty, 1.0, total)
+    lse = tl.where(empty, float("-inf"), m_use + tl.log(tl.where(empty, 1.0, total)))
+    tl.store(O + row * Dv + offs_d, out.to(O.dtype.element_ty), mask=offs_d < Dv)
+    tl.store(LSE + row, lse)
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
+
+
+def _split_plan(cache_len: int, programs_per_split: int, device: torch.device,
+                num_splits: int | None) -> tuple[int, int]:
+    """``(chunk, num_splits)`` with ``num_splits * chunk >= cache_len``, no empty chunk."""
+    if num_splits is None:
+        # Enough programs for ~2 waves of the chip, but chunks of at least 256 keys so
+        # each program streams a useful run of the cache; chunks are multiples of 128.
+        want = max(1, math.ceil(2 * _num_sms(device) / programs_per_split))
+        want = min(want, max(1, cache_len // 256))
+        chunk = triton.cdiv(triton.cdiv(cache_len, want), 128) * 128
+    else:
+        if num_splits < 1:
+            raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+        chunk = triton.cdiv(cache_len, num_splits)
+    return chunk, triton.cdiv(cache_len, chunk)
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_len: int,
+    *,
+    scale: float | None = None,
+    return_lse: bool = False,
+    num_splits: int | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Attention of ``Tq`` new queries over the first ``cache_len`` cache positions.
+
+    The queries are the last ``Tq`` positions of the sequence (their own K/V already
+    written into the cache), so causality is bottom-right: query ``t`` sees keys
+    ``j <= t + cache_len - Tq``. Equal to ``flash_attention(q, k_cache[:, :, :cache_len],
+    v_cache[:, :, :cache_len], causal=True)`` without slicing or copying the cache.
+
+    Args:
+        q: ``(B, H, Tq, Dk)``, small ``Tq``.
+        k_cache: ``(B, Hkv, capacity, Dk)`` (e.g. ``KVCache.k``); ``H % Hkv == 0``.
+        v_cache: ``(B, Hkv, capacity, Dv)``.
+        cache_len: valid positions, ``0 <= cache_len <= capacity`` (``KVCache.length``).
+        scale: defaults to ``1/sqrt(Dk)``.
+        return_lse: also return the natural-log LSE ``(B, H, Tq)`` float32.
+        num_splits: key chunks to split into (default: sized to fill the GPU).
+
+    Returns:
+        ``out (B, H, Tq, Dv)`` in q's dtype, or ``(out, lse)``.
+    """
+    for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.ndim != 4:
+            raise ValueError(f"{name} must be 4-d (B, heads, T, D), got {tuple(x.shape)}")
+        if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            raise TypeError(f"{name} must be float16, bfloat16 or float32, got {x.dtype}")
+    if not (q.dtype == k_cache.dtype == v_cache.dtype):
+        raise TypeError(
+            f"q, k_cache, v_cache must share a dtype, got {q.dtype}, {k_cache.dtype}, "
+            f"{v_cache.dtype}"
+        )
+    if not (q.device == k_cache.device == v_cache.device):
+        raise ValueError(
+            f"q, k_cache, v_cache must be on one device, got {q.device}, {k_cache.device}, "
+            f"{v_cache.device}"
+        )
+    _check_device(q.device)
+    B, H, Tq, Dk = q.shape
+    Bk, Hkv, cap, Dk2 = k_cache.shape
+    if k_cache.shape[:3] != v_cache.shape[:3] or Bk != B or Dk2 != Dk:
+        raise ValueError(
+            f"expected q (B, H, Tq, Dk), k_cache (B, Hkv, C, Dk), v_cache (B, Hkv, C, Dv); "
+            f"got q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}, "
+            f"v_cache {tuple(v_cache.shape)}"
+        )
+    if Hkv == 0 or H % Hkv:
+        raise ValueError(f"H={H} of q must be a multiple of Hkv={Hkv} of the cache")
+    Dv = v_cache.shape[-1]
+    if not (1 <= Dk <= 256 and 1 <= Dv <= 256):
+        raise ValueError(f"head dims Dk={Dk}, Dv={Dv} outside 1..256")
+    try:
+        cache_len = operator.index(cache_len)
+    except TypeError:
+        raise TypeError(f"cache_len must be an int, got {type(cache_len).__name__}") from None
+    if not 0 <= cache_len <= cap:
+        raise ValueError(f"cache_len={cache_len} outside [0, capacity={cap}]")
+    scale = 1.0 / math.sqrt(Dk) if scale is None else float(scale)
+
+    if cache_len == 0 or q.numel() == 0:  # nothing to attend: 0 and -inf
+        out = torch.zeros((B, H, Tq, Dv), dtype=q.dtype, device=q.device)
+        lse = torch.full((B, H, Tq), float("-inf"), dtype=torch.float32, device=q.device)
+        return (out, lse) if return_lse else out
+    out = torch.empty((B, H, Tq, Dv), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
+
+    G = H // Hkv
+    rows = G * Tq
+    block_r = max(16, min(64, triton.next_power_of_2(rows)))  # tl.dot needs M >= 16
+    row_blocks = triton.cdiv(rows, block_r)
+    chunk, splits = _split_plan(cache_len, B * Hkv * row_blocks, q.device, num_splits)
+    block_dk = max(16, triton.next_power_of_2(Dk))
+    block_dv = max(16, triton.next_power_of_2(Dv))
+    o_part = torch.empty((B, H, Tq, splits, block_dv), dtype=torch.float32, device=q.device)
+    lse_part = torch.empty((B, H, Tq, splits), dtype=torch.float32, device=q.device)
+    _decode_split_kernel[(splits, B * Hkv, row_blocks)](
+        q, k_cache, v_cache, o_part, lse_part,
+        *q.stride(), *k_cache.stride(), *v_cache.stride(),
+        Hkv, G, Tq, cache_len, chunk, splits, scale * 1.4426950408889634,
+        triton.next_power_of_2(cache_len),
+        Dk=Dk, Dv=Dv, BLOCK_DK=block_dk, BLOCK_DV=block_dv, BLOCK_R=block_r,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+    )
+    _decode_merge_kernel[(B * H * Tq,)](
+        o_part, lse_part, out, lse, splits, Dv=Dv, BLOCK_DV=block_dv,
+        BLOCK_S=max(2, triton.next_power_of_2(splits)),
+    )
+    return (out, lse) if return_lse else out

@@ -1,0 +1,343 @@
+"""Fused flash attention on Triton: argument checks, kernel launches, autograd.
+
+The kernels themselves are in :mod:`attnkit.triton._kernels`. Layout is ``(B, H, T, D)``.
+Masks follow DESIGN.md: causal and window are aligned to the bottom-right diagonal, so
+query ``i`` sees key ``j`` iff ``j <= i + Tk - Tq`` under ``causal``::
+
+    causal, Tq=2, Tk=4 (1 = keep)     causal, Tq=4, Tk=2 (rows 0, 1 see nothing)
+        1 1 1 0                           0 0
+        1 1 1 1                           0 0
+                                          1 0
+                                          1 1
+
+A row that sees no key gives output 0 and LSE ``-inf`` (and zero gradients).
+
+Score pipeline (the order matters when features are combined; it is FlashAttention's)::
+
+    s = scale * q.k
+    s = softcap * tanh(s / softcap)                 if softcap
+    s = s - slope[b, h] * |i + Tk - Tq - j|         if alibi_slopes
+    s = -inf where causal/window exclude (i, j)
+    out = softmax(s) @ v,  lse = logsumexp(s)   (natural log, float32)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from . import _kernels as K
+
+__all__ = ["flash_attention", "flash_attention_backward", "flash_attention_forward"]
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_HEAD_DIM = 256
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """Everything the kernels need besides the tensors, checked once."""
+
+    B: int
+    H: int
+    Hkv: int
+    Tq: int
+    Tk: int
+    Dk: int
+    Dv: int
+    scale: float
+    left: int | None
+    right: int | None
+    softcap: float | None
+
+    @property
+    def group(self) -> int:
+        return self.H // self.Hkv
+
+    def scalars(self) -> dict[str, object]:
+        """Keyword arguments shared by every kernel (scalars and constexprs)."""
+        log2e = K.LOG2E
+        sc = self.softcap
+        return dict(
+            Tq=self.Tq, Tk=self.Tk, diag_off=self.Tk - self.Tq,
+            left=0 if self.left is None else self.left,
+            right=0 if self.right is None else self.right,
+            qk_scale2=self.scale * log2e,
+            sc_in=0.0 if sc is None else self.scale / sc,
+            sc_out2=0.0 if sc is None else sc * log2e,
+            Q_BUCKET=triton.next_power_of_2(max(self.Tq, 1)),
+            K_BUCKET=triton.next_power_of_2(max(self.Tk, 1)),
+            Dk=self.Dk, Dv=self.Dv,
+            BLOCK_DK=max(16, triton.next_power_of_2(self.Dk)),
+            BLOCK_DV=max(16, triton.next_power_of_2(self.Dv)),
+            HAS_LEFT=self.left is not None, HAS_RIGHT=self.right is not None,
+            HAS_SOFTCAP=sc is not None,
+        )
+
+
+def _check_device(device: torch.device) -> None:
+    if device.type != "cuda" and not K.interpreting():
+        raise ValueError(
+            f"attnkit.triton kernels run on CUDA tensors (or on the CPU under "
+            f"TRITON_INTERPRET=1); got tensors on {device}"
+        )
+
+
+def _check(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+    window: tuple[int | None, int | None] | None, scale: float | None, softcap: float | None,
+) -> _Spec:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype not in _DTYPES:
+            raise TypeError(f"{name} must be float16, bfloat16 or float32, got {x.dtype}")
+        if x.ndim != 4:
+            raise ValueError(f"{name} must be (B, H, T, D), got shape {tuple(x.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    _check_device(q.device)
+    B, H, Tq, Dk = q.shape
+    Bk, Hkv, Tk, Dk2 = k.shape
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree on (B, Hkv, Tk)")
+    if Bk != B:
+        raise ValueError(f"batch of q {tuple(q.shape)} and k {tuple(k.shape)} differ")
+    if Dk2 != Dk:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must share Dk")
+    if Hkv == 0 or H % Hkv:
+        raise ValueError(f"H={H} of q {tuple(q.shape)} must be a multiple of Hkv={Hkv} of k")
+    Dv = v.shape[-1]
+    for name, d in (("Dk", Dk), ("Dv", Dv)):
+        if not 1 <= d <= MAX_HEAD_DIM:
+            raise ValueError(f"{name}={d} outside the supported head dims 1..{MAX_HEAD_DIM}")
+    left, right = None, None
+    if window is not None:
+        if not (isinstance(window, (tuple, list)) and len(window) == 2):
+            raise TypeError(f"window must be a (left, right) pair, got {window!r}")
+        left, right = window
+        for side, w in (("left", left), ("right", right)):
+            if w is not None and (isinstance(w, bool) or not isinstance(w, int)):
+                raise TypeError(f"window {side} must be an int or None, got {w!r}")
+    if causal:
+        right = 0 if right is None else min(right, 0)
+    scale = 1.0 / math.sqrt(Dk) if scale is None else float(scale)
+    if softcap is not None:
+        softcap = float(softcap)
+        if not softcap > 0:
+            raise ValueError(f"softcap must be positive, got {softcap}")
+    return _Spec(B, H, Hkv, Tq, Tk, Dk, Dv, scale, left, right, softcap)
+
+
+def _slopes(alibi_slopes: torch.Tensor | None, spec: _Spec, device: torch.device) -> torch.Tensor:
+    """ALiBi slopes as a float32 (B, H) contiguous tensor (a new one, never the caller's)."""
+    if alibi_slopes is None:
+        return torch.empty(1, dtype=torch.float32, device=device)
+    if not isinstance(alibi_slopes, torch.Tensor):
+        alibi_slopes = torch.as_tensor(alibi_slopes)
+    if alibi_slopes.shape not in ((spec.H,), (spec.B, spec.H)):
+        raise ValueError(
+            f"alibi_slopes must be (H,) = ({spec.H},) or (B, H) = ({spec.B}, {spec.H}), "
+            f"got {tuple(alibi_slopes.shape)}"
+        )
+    s = alibi_slopes.to(device=device, dtype=torch.float32)
+    return s.expand(spec.B, spec.H).contiguous()
+
+
+def _precision(dtype: torch.dtype) -> str:
+    # float32 inputs are for testing: keep their dots in full precision, not tf32.
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def flash_attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    scale: float | None = None,
+    softcap: float | None = None,
+    alibi_slopes: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused attention forward, no autograd.
+
+    Args:
+        q: ``(B, H, Tq, Dk)``, float16/bfloat16/float32.
+        k: ``(B, Hkv, Tk, Dk)``; ``H % Hkv == 0`` (GQA/MQA read K/V in place).
+        v: ``(B, Hkv, Tk, Dv)``.
+        causal: bottom-right aligned causal mask.
+        window: ``(left, right)`` band around the diagonal; None (or a None side) =
+            unbounded.
+        scale: defaults to ``1/sqrt(Dk)``.
+        softcap: scores -> ``softcap * tanh(scores / softcap)`` on the scaled scores.
+        alibi_slopes: ``(H,)`` or ``(B, H)``; adds ``-slope * |i + Tk - Tq - j|``.
+
+    Returns:
+        ``(out (B, H, Tq, Dv) in q's dtype, lse (B, H, Tq) float32, natural log)``.
+    """
+    spec = _check(q, k, v, causal, window, scale, softcap)
+    slopes = _slopes(alibi_slopes, spec, q.device)
+    B, H, Tq = spec.B, spec.H, spec.Tq
+    out = torch.empty((B, H, Tq, spec.Dv), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
+    if lse.numel() == 0:
+        return out, lse
+
+    def grid(meta: dict) -> tuple[int, int]:
+        return (triton.cdiv(Tq, meta["BLOCK_M"]), B * H)
+
+    K._fwd_kernel[grid](
+        q, k, v, out, lse, slopes,
+        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        H=H, G=spec.group, **spec.scalars(), HAS_ALIBI=alibi_slopes is not None,
+        PRECISION=_precision(q.dtype),
+    )
+    return out, lse
+
+
+def flash_attention_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    *,
+    causal: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    scale: float | None = None,
+    softcap: float | None = None,
+    alibi_slopes: torch.Tensor | None = None,
+    dlse: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fused attention backward, no autograd: recomputes P from the saved LSE.
+
+    Three launches: ``delta = rowsum(dO * O) - dLSE``; dK, dV per key block (looping
+    over the query heads of a GQA group, so the group's sum needs no atomics); dQ per
+    query block. Deterministic.
+
+    Args:
+        dout: ``(B, H, Tq, Dv)``, gradient of ``out``.
+        q, k, v, out, lse: as given to / returned by :func:`flash_attention_forward`.
+        causal, window, scale, softcap, alibi_slopes: the forward's options.
+        dlse: optional ``(B, H, Tq)`` gradient of ``lse`` (ring attention merges by LSE).
+
+    Returns:
+        ``(dq, dk, dv)`` shaped and typed like ``q``, ``k``, ``v``.
+    """
+    spec = _check(q, k, v, causal, window, scale, softcap)
+    B, H, Hkv, Tq, Tk = spec.B, spec.H, spec.Hkv, spec.Tq, spec.Tk
+    if tuple(dout.shape) != (B, H, Tq, spec.Dv) or tuple(out.shape) != tuple(dout.shape):
+        raise ValueError(
+            f"dout {tuple(dout.shape)} and out {tuple(out.shape)} must be (B, H, Tq, Dv) = "
+            f"{(B, H, Tq, spec.Dv)}"
+        )
+    if tuple(lse.shape) != (B, H, Tq):
+        raise ValueError(f"lse {tuple(lse.shape)} must be (B, H, Tq) = {(B, H, Tq)}")
+    if dlse is not None and tuple(dlse.shape) != (B, H, Tq):
+        raise ValueError(f"dlse {tuple(dlse.shape)} must be (B, H, Tq) = {(B, H, Tq)}")
+    slopes = _slopes(alibi_slopes, spec, q.device)
+    # Autograd often hands in broadcast gradients (stride 0, e.g. from out.sum()); a dense
+    # copy lets the backward kernels use wide, aligned loads.
+    dout = dout.to(q.dtype).contiguous()
+    lse = lse.to(torch.float32).contiguous()
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    if q.numel() == 0 or k.numel() == 0 or v.numel() == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    delta = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
+    dlse_arg = (delta if dlse is None
+                else dlse.to(device=q.device, dtype=torch.float32).contiguous())
+    block_dv = max(16, triton.next_power_of_2(spec.Dv))
+    pre_m = 64 if not K.interpreting() else 16
+    K._bwd_preprocess[(triton.cdiv(Tq, pre_m), B * H)](
+        out, dout, dlse_arg, delta, *out.stride(), *dout.stride(), H, Tq,
+        Dv=spec.Dv, BLOCK_DV=block_dv, HAS_DLSE=dlse is not None, BLOCK_M=pre_m,
+    )
+    common = dict(**spec.scalars(), HAS_ALIBI=alibi_slopes is not None,
+                  PRECISION=_precision(q.dtype), scale=spec.scale)
+
+    def grid_kv(meta: dict) -> tuple[int, int]:
+        return (triton.cdiv(Tk, meta["BLOCK_N"]), B * Hkv)
+
+    K._bwd_dkdv_kernel[grid_kv](
+        q, k, v, dout, lse, delta, dk, dv, slopes,
+        *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
+        H=H, Hkv=Hkv, G=spec.group, **common,
+    )
+
+    def grid_q(meta: dict) -> tuple[int, int]:
+        return (triton.cdiv(Tq, meta["BLOCK_M"]), B * H)
+
+    K._bwd_dq_kernel[grid_q](
+        q, k, v, dout, lse, delta, dq, slopes,
+        *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
+        H=H, G=spec.group, **common,
+    )
+    return dq, dk, dv
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    """``(out, lse)`` with gradients for q, k, v (and through ``lse`` as well)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, window, scale, softcap, alibi_slopes):  # type: ignore[override]
+        out, lse = flash_attention_forward(
+            q, k, v, causal=causal, window=window, scale=scale, softcap=softcap,
+            alibi_slopes=alibi_slopes,
+        )
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.options = dict(causal=causal, window=window, scale=scale, softcap=softcap,
+                           alibi_slopes=alibi_slopes)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):  # type: ignore[override]
+        q, k, v, out, lse = ctx.saved_tensors
+        if dout is None:
+            dout = torch.zeros_like(out)
+        dq, dk, dv = flash_attention_backward(dout, q, k, v, out, lse, dlse=dlse,
+                                              **ctx.options)
+        return dq, dk, dv, None, None, None, None, None
+
+
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    scale: float | None = None,
+    softcap: float | None = None,
+    alibi_slopes: torch.Tensor | None = None,
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Fused attention with autograd: ``softmax(scale * q k^T [+ features]) v``.
+
+    Args:
+        q: ``(B, H, Tq, Dk)``, float16/bfloat16 (float32 for testing).
+        k: ``(B, Hkv, Tk, Dk)``; GQA/MQA when ``Hkv < H`` (K/V never expanded).
+        v: ``(B, Hkv, Tk, Dv)``.
+        causal: bottom-right aligned: query ``i`` sees key ``j`` iff ``j <= i + Tk - Tq``.
+        window: ``(left, right)``: key ``j`` allowed iff ``diag - left <= j <= diag +
+            right`` with ``diag = i + Tk - Tq``; None (whole or per side) = unbounded.
+        scale: defaults to ``1/sqrt(Dk)``.
+        softcap: Gemma-2 style ``softcap * tanh(s / softcap)`` on the scaled scores.
+        alibi_slopes: ``(H,)`` or ``(B, H)`` float; adds ``-slope * |i + Tk - Tq - j|``
+            to the (capped) scores (FlashAttention's convention; not differentiated).
+        return_lse: also return the natural-log LSE ``(B, H, Tq)``, float32.
+
+    Returns:
+        ``out (B, H, Tq, Dv)``, or ``(out, lse)``. Rows with no allowed key: 0 and -inf.
+    """
+    out, lse = FlashAttentionFunction.apply(q, k, v, causal, window, scale, softcap,
+                                            alibi_slopes)
+    return (out, lse) if return_lse else out
