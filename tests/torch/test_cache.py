@@ -8,6 +8,7 @@ import io
 import pytest
 import torch
 
+import attnkit
 import attnkit.torch as at
 
 SPLITS = [[11], [4, 1, 1, 1, 1, 1, 1, 1], [1] * 11, [3, 5, 2, 1], [1, 10]]
@@ -151,6 +152,8 @@ def test_decode_hands_cache_buffers_to_triton_kernel_in_place(monkeypatch):
     fake.is_available = lambda: True
     fake.decode_attention = decode_attention
     monkeypatch.setitem(sys.modules, "attnkit.triton", fake)
+    # `import attnkit.triton as x` reads the package attribute when the real one is loaded
+    monkeypatch.setattr(attnkit, "triton", fake, raising=False)
     m = _model()
     x = torch.randn(2, 6, 12, dtype=torch.float64)
     full, _ = m(x, causal=True)

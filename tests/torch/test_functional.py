@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import attnkit
 import attnkit.numpy as an
 import attnkit.torch as at
 
@@ -330,6 +331,8 @@ def test_triton_path_not_taken_on_cpu(monkeypatch):
     fake.is_available = lambda: True
     fake.flash_attention = lambda *a, **k: calls.append(1)
     monkeypatch.setitem(sys.modules, "attnkit.triton", fake)
+    # `import attnkit.triton as x` reads the package attribute when the real one is loaded
+    monkeypatch.setattr(attnkit, "triton", fake, raising=False)
     q = torch.randn(1, 2, 4, 8, dtype=torch.bfloat16)
     out, _ = at.attention(q, q, q, causal=True)
     assert calls == [] and out.shape == q.shape
@@ -345,6 +348,8 @@ def test_triton_dispatch_conditions(monkeypatch):
     fake = types.ModuleType("attnkit.triton")
     fake.is_available = lambda: True
     monkeypatch.setitem(sys.modules, "attnkit.triton", fake)
+    # `import attnkit.triton as x` reads the package attribute when the real one is loaded
+    monkeypatch.setattr(attnkit, "triton", fake, raising=False)
     q = torch.empty(1, 2, 4, 8, dtype=torch.float16, device="meta")
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     assert fn._triton_reason(q, False, False, 0.0) is None
@@ -356,6 +361,7 @@ def test_triton_dispatch_conditions(monkeypatch):
     big = torch.empty(1, 2, 4, 512, dtype=torch.float16, device="meta")
     assert "head dims up to 256" in fn._triton_reason(big, False, False, 0.0, big, big)
     monkeypatch.setitem(sys.modules, "attnkit.triton", None)  # not importable
+    monkeypatch.delattr(attnkit, "triton", raising=False)
     assert "not importable" in fn._triton_reason(q, False, False, 0.0)
 
 
