@@ -1,0 +1,146 @@
+"""One rank of the multi-process ring-attention tests (run by conftest.launch, not by pytest).
+
+Usage: ring_worker.py RANK WORLD_SIZE INIT_METHOD CASES_JSON OUT_DIR [--fail-rank R]
+
+Every rank builds the same full inputs from a seed, takes its shard, runs ring attention
+forward and backward, and gathers the results; rank 0 compares them with a plain float64
+single-process attention (and, for float32 cases, with the same plain math in float32: the
+baseline of the 2x/3x/5x rule) and writes ``result.json``. Errors are judged by the test.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from attnkit.distributed import gather_sequence, ring_attention, shard_sequence
+from attnkit.testing import max_mean_error
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+def reference(q, k, v, *, causal, valid_lens):
+    """Plain attention on the full sequence; a row with no allowed key gives 0."""
+    G = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    T, S = s.shape[-2:]
+    keep = torch.ones(T, S, dtype=torch.bool)
+    if causal:
+        keep = keep.tril(S - T)
+    keep = keep.expand(q.shape[0], 1, T, S)
+    if valid_lens is not None:
+        keep = keep & (torch.arange(S)[None, :] < valid_lens[:, None])[:, None, None, :]
+    s = torch.where(keep, s, -math.inf)
+    m = s.amax(-1, keepdim=True)
+    p = torch.exp(s - torch.where(torch.isneginf(m), 0.0, m))
+    l = p.sum(-1, keepdim=True)
+    return (p / torch.where(l == 0, 1.0, l)) @ v
+
+
+def ref_grads(q, k, v, dout, **kw):
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    out = reference(q, k, v, **kw)
+    return (out.detach(), *torch.autograd.grad(out, (q, k, v), dout))
+
+
+def run_case(case: dict, rank: int) -> dict | None:
+    gen = torch.Generator().manual_seed(case["seed"])
+    P = dist.get_world_size()
+    n_chunks = 2 * P if case["layout"] == "zigzag" else P
+    B, H, Hkv, Dk, Dv = case["B"], case["H"], case["Hkv"], case["Dk"], case["Dv"]
+    T = n_chunks * case["chunk"]
+    full = {
+        "q": torch.randn(B, H, T, Dk, generator=gen, dtype=torch.float64),
+        "k": torch.randn(B, Hkv, T, Dk, generator=gen, dtype=torch.float64),
+        "v": torch.randn(B, Hkv, T, Dv, generator=gen, dtype=torch.float64),
+        "dout": torch.randn(B, H, T, Dv, generator=gen, dtype=torch.float64),
+    }
+    valid = case.get("valid_lens")
+    valid_lens = None if valid is None else torch.tensor([min(x, T) for x in valid])
+    dtype, layout, causal = DTYPES[case["dtype"]], case["layout"], case["causal"]
+
+    shards = {n: shard_sequence(t.to(dtype), layout=layout) for n, t in full.items()}
+    q, k, v = (shards[n].clone().requires_grad_(True) for n in ("q", "k", "v"))
+    out = ring_attention(q, k, v, causal=causal, layout=layout, valid_lens=valid_lens)
+    # Through gather_sequence, so its backward is exercised too: every rank's loss covers
+    # the full output, so each shard's gradient is P times the true one.
+    loss = (gather_sequence(out, layout=layout) * full["dout"].to(dtype)).sum()
+    loss.backward()
+    got = {
+        "out": gather_sequence(out.detach(), layout=layout),
+        "dq": gather_sequence(q.grad / P, layout=layout),
+        "dk": gather_sequence(k.grad / P, layout=layout),
+        "dv": gather_sequence(v.grad / P, layout=layout),
+    }
+    if rank != 0:
+        return None
+    kw = dict(causal=causal, valid_lens=valid_lens)
+    ref = dict(zip(("out", "dq", "dk", "dv"), ref_grads(*full.values(), **kw)))
+    low = {n: t.to(dtype) for n, t in full.items()}
+    base = dict(zip(("out", "dq", "dk", "dv"), ref_grads(*low.values(), **kw)))
+    res = {}
+    for name in got:
+        res[name] = {
+            "err": max_mean_error(got[name], ref[name]),
+            "base": max_mean_error(base[name], ref[name]),
+            "nan": bool(torch.isnan(got[name]).any()),
+            "shape_ok": tuple(got[name].shape) == tuple(ref[name].shape),
+        }
+    if valid_lens is not None:
+        dead = valid_lens == 0  # batch rows with no allowed key at all
+        res["dead_rows_zero"] = all(
+            bool((got[n][dead] == 0).all()) for n in ("out", "dq", "dk", "dv")
+        )
+    return res
+
+
+def check_errors(rank: int) -> dict:
+    """T not divisible by the chunk count must raise ValueError, on every rank, before any comm."""
+    P = dist.get_world_size()
+    ok = {}
+    x = torch.zeros(1, 1, 2 * P + 1, 4)
+    for layout in ("zigzag", "contiguous"):
+        try:
+            shard_sequence(x, layout=layout)
+            ok[f"shard_{layout}"] = False
+        except ValueError as e:
+            ok[f"shard_{layout}"] = "divisible" in str(e)
+    odd = torch.zeros(1, 1, 3, 4)
+    try:
+        ring_attention(odd, odd, odd)
+        ok["ring_zigzag_odd"] = False
+    except ValueError as e:
+        ok["ring_zigzag_odd"] = "multiple of" in str(e)
+    return ok
+
+
+def main() -> None:
+    rank, world, init, cases_path, out_dir = sys.argv[1:6]
+    rank, world = int(rank), int(world)
+    fail_rank = int(sys.argv[7]) if len(sys.argv) > 7 and sys.argv[6] == "--fail-rank" else -1
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=init, rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    if rank == fail_rank:
+        raise RuntimeError(f"rank {rank} fails on purpose")
+    cases = json.loads(Path(cases_path).read_text())
+    results = {"errors": check_errors(rank)}
+    for case in cases:
+        results[case["id"]] = run_case(case, rank)
+    if rank == 0:
+        Path(out_dir, "result.json").write_text(json.dumps(results))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
