@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -18,11 +19,50 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import attnkit
 
 WORKER = Path(__file__).with_name("ring_worker.py")
 SRC = Path(attnkit.__file__).resolve().parent.parent
+
+
+def reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    valid_lens: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Plain single-process attention, differentiable; a row with no allowed key gives 0.
+
+    q ``(B, H, Tq, Dk)``, k ``(B, Hkv, Tk, Dk)``, v ``(B, Hkv, Tk, Dv)``; causal is
+    bottom-right aligned; ``valid_lens`` ``(B,)`` keeps keys ``j < valid_lens[b]``.
+    """
+    G = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = q @ k.transpose(-1, -2) * scale
+    T, S = s.shape[-2:]
+    keep = torch.ones(T, S, dtype=torch.bool)
+    if causal:
+        keep = keep.tril(S - T)
+    keep = keep.expand(q.shape[0], 1, T, S)
+    if valid_lens is not None:
+        keep = keep & (torch.arange(S)[None, :] < valid_lens[:, None])[:, None, None, :]
+    s = torch.where(keep, s, -math.inf)
+    m = s.amax(-1, keepdim=True)
+    p = torch.exp(s - torch.where(torch.isneginf(m), 0.0, m))
+    l = p.sum(-1, keepdim=True)
+    return (p / torch.where(l == 0, 1.0, l)) @ v
+
+
+@pytest.fixture
+def attention_ref():
+    """The plain reference attention above."""
+    return reference
 
 
 class RankFailure(AssertionError):

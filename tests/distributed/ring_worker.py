@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -21,27 +20,9 @@ import torch.distributed as dist
 
 from attnkit.distributed import gather_sequence, ring_attention, shard_sequence
 from attnkit.testing import max_mean_error
+from conftest import reference  # the script's folder is on sys.path
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
-
-
-def reference(q, k, v, *, causal, valid_lens):
-    """Plain attention on the full sequence; a row with no allowed key gives 0."""
-    G = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)
-    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    T, S = s.shape[-2:]
-    keep = torch.ones(T, S, dtype=torch.bool)
-    if causal:
-        keep = keep.tril(S - T)
-    keep = keep.expand(q.shape[0], 1, T, S)
-    if valid_lens is not None:
-        keep = keep & (torch.arange(S)[None, :] < valid_lens[:, None])[:, None, None, :]
-    s = torch.where(keep, s, -math.inf)
-    m = s.amax(-1, keepdim=True)
-    p = torch.exp(s - torch.where(torch.isneginf(m), 0.0, m))
-    l = p.sum(-1, keepdim=True)
-    return (p / torch.where(l == 0, 1.0, l)) @ v
 
 
 def ref_grads(q, k, v, dout, **kw):
@@ -101,10 +82,20 @@ def run_case(case: dict, rank: int) -> dict | None:
     return res
 
 
-def check_errors(rank: int) -> dict:
-    """T not divisible by the chunk count must raise ValueError, on every rank, before any comm."""
+def check_sharding(rank: int) -> dict:
+    """shard/gather round trips on any axis; a length not divisible by the chunk count raises
+    ValueError on every rank before any communication."""
     P = dist.get_world_size()
     ok = {}
+    x = torch.arange(2 * 4 * P * 3, dtype=torch.float64).reshape(2, 4 * P, 3)  # (B, T, E)
+    for layout in ("zigzag", "contiguous"):
+        shard = shard_sequence(x, dim=1, layout=layout)
+        ok[f"roundtrip_{layout}"] = bool(
+            shard.shape[1] == 4 and torch.equal(gather_sequence(shard, dim=1, layout=layout), x)
+        )
+    # Chunk length 2: rank r holds chunk r and chunk 2P-1-r.
+    zz, lo, hi = shard_sequence(x, dim=1), 2 * rank, 2 * (2 * P - 1 - rank)
+    ok["zigzag_chunks"] = torch.equal(zz, torch.cat([x[:, lo : lo + 2], x[:, hi : hi + 2]], 1))
     x = torch.zeros(1, 1, 2 * P + 1, 4)
     for layout in ("zigzag", "contiguous"):
         try:
@@ -133,7 +124,7 @@ def main() -> None:
     if rank == fail_rank:
         raise RuntimeError(f"rank {rank} fails on purpose")
     cases = json.loads(Path(cases_path).read_text())
-    results = {"errors": check_errors(rank)}
+    results = {"errors": check_sharding(rank)}
     for case in cases:
         results[case["id"]] = run_case(case, rank)
     if rank == 0:
