@@ -15,9 +15,7 @@ import pytest
 FACTOR = {"out": 2.0, "dq": 5.0, "dk": 3.0, "dv": 3.0}
 
 
-@pytest.mark.timeout(120)
-def test_ring_matches_single_process(ring_results: dict, ring_case: dict) -> None:
-    res = ring_results[ring_case["id"]]
+def _judge(res: dict, ring_case: dict) -> None:
     for name in ("out", "dq", "dk", "dv"):
         r = res[name]
         (err, err_mean), (base, base_mean) = r["err"], r["base"]
@@ -33,6 +31,21 @@ def test_ring_matches_single_process(ring_results: dict, ring_case: dict) -> Non
             )
     if "valid_lens" in ring_case:
         assert res["dead_rows_zero"], "fully masked rows must give output 0 and zero grads"
+
+
+@pytest.mark.timeout(120)
+def test_ring_matches_single_process(ring_results: dict, ring_case: dict) -> None:
+    _judge(ring_results[ring_case["id"]], ring_case)
+
+
+@pytest.mark.timeout(120)
+def test_ring_on_a_subgroup_of_ranks_1_to_3(ring_results: dict, ring_cases: list[dict]) -> None:
+    if "subgroup" not in ring_results:
+        pytest.skip("the subgroup ring runs inside the 4-process launch only")
+    cases = [c for c in ring_cases if c["subgroup"]]
+    assert len(cases) >= 4 and set(ring_results["subgroup"]) == {c["id"] for c in cases}
+    for case in cases:
+        _judge(ring_results["subgroup"][case["id"]], case)
 
 
 @pytest.mark.timeout(120)
