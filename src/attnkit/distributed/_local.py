@@ -133,6 +133,8 @@ def block_forward(
     G = _check(q, k, v)
     ops = _use_triton(q, key_mask)
     if ops is not None:
+        # Ring blocks are slices along T: hand the kernel dense tensors.
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         out, lse = ops.flash_attention_forward(q, k, v, causal=causal, scale=scale)
         return out.to(_compute_dtype(q)), lse.float()
 
@@ -199,7 +201,8 @@ def block_backward(
     if ops is not None:
         dt = _compute_dtype(q)
         dq, dk, dv = ops.flash_attention_backward(
-            dout, q, k, v, out.to(q.dtype), lse, causal=causal, scale=scale
+            dout.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(),
+            out.to(q.dtype).contiguous(), lse.float().contiguous(), causal=causal, scale=scale,
         )
         return dq.to(dt), dk.to(dt), dv.to(dt)
 

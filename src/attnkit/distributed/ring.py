@@ -23,6 +23,7 @@ import math
 
 import torch
 import torch.distributed as dist
+from torch.autograd.function import once_differentiable
 
 from ._local import block_backward, block_forward
 from .merge import merge_partials
@@ -287,6 +288,7 @@ class _RingAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dout):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = ring_attention_backward(dout.contiguous(), q, k, v, out, lse, **ctx.opts)
