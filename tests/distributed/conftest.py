@@ -162,7 +162,6 @@ def _cases() -> list[dict]:
 
 CASES = _cases()
 
-WORLD_SIZES = (2, 3, 4)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -170,11 +169,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("ring_case", CASES, ids=[c["id"] for c in CASES])
 
 
-@pytest.fixture(scope="module", params=WORLD_SIZES, ids=lambda p: f"P{p}")
-def ring_results(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Rank 0's results of every case, from one launch of ``P`` ranks."""
-    P = request.param
-    return launch(P, tmp_path_factory.mktemp(f"ring_p{P}"), CASES, timeout=60.0)
+@pytest.fixture(scope="session")
+def ring_results(tmp_path_factory: pytest.TempPathFactory):
+    """``get(P)``: rank 0's results of every case, from one launch of ``P`` ranks (cached)."""
+    cache: dict[int, dict] = {}
+
+    def get(P: int) -> dict:
+        if P not in cache:
+            cache[P] = launch(P, tmp_path_factory.mktemp(f"ring_p{P}"), CASES, timeout=60.0)
+        return cache[P]
+
+    return get
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Ring attention on 2, 3 and 4 gloo processes equals single-process attention.
 
-One launch per world size (fixture ``ring_results`` in conftest.py) runs every case:
-spawning costs seconds, a case milliseconds. Each case is then judged by its own test.
+One launch per world size (fixture ``ring_results`` in conftest.py, cached per session)
+runs every case: spawning costs seconds, a case milliseconds. Each case is then judged by
+its own test.
 float64: max error <= 1e-10. float32: the 2x/3x/5x rule of DESIGN.md against plain float32
 math on one process.
 """
@@ -13,6 +14,7 @@ import time
 import pytest
 
 FACTOR = {"out": 2.0, "dq": 5.0, "dk": 3.0, "dv": 3.0}
+WORLD_SIZES = (2, 3, 4)
 
 
 def _judge(res: dict, ring_case: dict) -> None:
@@ -34,24 +36,25 @@ def _judge(res: dict, ring_case: dict) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_ring_matches_single_process(ring_results: dict, ring_case: dict) -> None:
-    _judge(ring_results[ring_case["id"]], ring_case)
+@pytest.mark.parametrize("P", WORLD_SIZES, ids=lambda p: f"P{p}")
+def test_ring_matches_single_process(ring_results, P: int, ring_case: dict) -> None:
+    _judge(ring_results(P)[ring_case["id"]], ring_case)
 
 
 @pytest.mark.timeout(120)
-def test_ring_on_a_subgroup_of_ranks_1_to_3(ring_results: dict, ring_cases: list[dict]) -> None:
-    if "subgroup" not in ring_results:
-        pytest.skip("the subgroup ring runs inside the 4-process launch only")
+def test_ring_on_a_subgroup_of_ranks_1_to_3(ring_results, ring_cases: list[dict]) -> None:
+    sub = ring_results(4)["subgroup"]  # run inside the 4-process launch
     cases = [c for c in ring_cases if c["subgroup"]]
-    assert len(cases) >= 4 and set(ring_results["subgroup"]) == {c["id"] for c in cases}
+    assert len(cases) >= 4 and set(sub) == {c["id"] for c in cases}
     for case in cases:
-        _judge(ring_results["subgroup"][case["id"]], case)
+        _judge(sub[case["id"]], case)
 
 
 @pytest.mark.timeout(120)
-def test_bad_lengths_raise_on_every_rank(ring_results: dict) -> None:
-    bad = {k: v for k, v in ring_results["errors"].items() if not v}
-    assert not bad, f"expected a ValueError naming the divisibility rule: {bad}"
+@pytest.mark.parametrize("P", WORLD_SIZES, ids=lambda p: f"P{p}")
+def test_sharding_round_trips_and_bad_lengths_raise(ring_results, P: int) -> None:
+    bad = {k: v for k, v in ring_results(P)["errors"].items() if not v}
+    assert not bad, f"round trip or ValueError check failed: {bad}"
 
 
 @pytest.mark.timeout(60)
