@@ -7,8 +7,9 @@ block's probabilities ``exp(s - lse)`` are already normalised over the whole seq
 On CUDA, when ``attnkit.triton`` is importable and no key mask is given, the fused kernels
 ``flash_attention_forward/backward`` do the work. Otherwise a plain torch path computes the
 same thing: scores in float32 (float64 for float64 input), query rows in tiles so that
-memory stays ``O(tile * Tk)``, GQA by viewing queries as ``(B, Hkv, G, Tq, D)`` so K/V are
-never copied ``G`` times.
+memory stays ``O(tile * Tk)`` (under a causal mask each tile stops at the last key its
+rows can see, so a causal block costs about half a full one), GQA by viewing queries as
+``(B, Hkv, G, Tq, D)`` so K/V are never copied ``G`` times.
 
 Fully masked rows (no allowed key in this block) give output 0 and LSE ``-inf``; their
 gradients are 0. Masks are applied with ``-inf`` plus explicit guards.
@@ -90,6 +91,15 @@ def _masked_values(v: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tens
     return torch.where(key_mask[:, None, :, None], v, torch.zeros_like(v))
 
 
+def _keys_seen(r1: int, Tq: int, Tk: int, causal: bool) -> int:
+    """How many leading keys the query rows before ``r1`` can see (all of them without causal).
+
+    Under the bottom-right causal mask row ``r1 - 1`` sees keys ``j <= r1 - 1 + Tk - Tq``;
+    the keys after that are skipped, not masked, which halves the work of a causal block.
+    """
+    return Tk if not causal else max(0, min(Tk, r1 + Tk - Tq))
+
+
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(
@@ -148,14 +158,19 @@ def block_forward(
         return q.new_zeros((B, H, 0, Dv), dtype=dt), q.new_zeros((B, H, 0), dtype=dt)
     outs, lses = [], []
     for r0 in range(0, Tq, _ROW_TILE):
+        r1 = min(r0 + _ROW_TILE, Tq)
+        j = _keys_seen(r1, Tq, Tk, causal)
         s = _tile_scores(
-            qg[..., r0 : r0 + _ROW_TILE, :], kg, r0, Tk - Tq,
-            causal=causal, scale=scale, key_mask=key_mask,
+            qg[..., r0:r1, :], kg[..., :j, :], r0, Tk - Tq,
+            causal=causal, scale=scale, key_mask=None if key_mask is None else key_mask[:, :j],
         )
-        m = s.amax(dim=-1, keepdim=True) if Tk else s.new_full(s.shape[:-1] + (1,), -math.inf)
+        if j:
+            m = s.amax(dim=-1, keepdim=True)
+        else:  # no key visible to this tile at all
+            m = s.new_full(s.shape[:-1] + (1,), -math.inf)
         p = torch.exp(s - _neg_inf_guard(m))  # exp(-inf) = 0 at masked keys
         l = p.sum(dim=-1, keepdim=True)
-        o = torch.matmul(p, vg)
+        o = torch.matmul(p, vg[..., :j, :])
         # l == 0 exactly when the row has no allowed key: output 0, lse -inf.
         empty = l == 0
         outs.append(torch.where(empty, torch.zeros_like(o), o / torch.where(empty, 1.0, l)))
@@ -221,16 +236,19 @@ def block_backward(
     for r0 in range(0, Tq, _ROW_TILE):
         r1 = min(r0 + _ROW_TILE, Tq)
         qt, dot, lt = qg[..., r0:r1, :], dog[..., r0:r1, :], lg[..., r0:r1, :]
+        j = _keys_seen(r1, Tq, Tk, causal)
+        kt, vt = kg[..., :j, :], vg[..., :j, :]
         s = _tile_scores(
-            qt, kg, r0, Tk - Tq, causal=causal, scale=scale, key_mask=key_mask
+            qt, kt, r0, Tk - Tq, causal=causal, scale=scale,
+            key_mask=None if key_mask is None else key_mask[:, :j],
         )
         # A fully masked row has lse = -inf; its probabilities are 0, not exp(s + inf).
         dead = torch.isneginf(lt)
         p = torch.where(dead, torch.zeros_like(s), torch.exp(s - _neg_inf_guard(lt)))
         delta = (dot * og[..., r0:r1, :]).sum(dim=-1, keepdim=True)  # (B, Hkv, G, Tt, 1)
-        dv += torch.matmul(p.transpose(-1, -2), dot).sum(dim=2)
-        ds = p * (torch.matmul(dot, vg.transpose(-1, -2)) - delta)
-        dq_tiles.append(torch.matmul(ds, kg) * scale)
-        dk += torch.matmul(ds.transpose(-1, -2), qt).sum(dim=2) * scale
+        dv[..., :j, :] += torch.matmul(p.transpose(-1, -2), dot).sum(dim=2)
+        ds = p * (torch.matmul(dot, vt.transpose(-1, -2)) - delta)
+        dq_tiles.append(torch.matmul(ds, kt) * scale)
+        dk[..., :j, :] += torch.matmul(ds.transpose(-1, -2), qt).sum(dim=2) * scale
     dq = torch.cat(dq_tiles, dim=-2).reshape(B, H, Tq, Dk)
     return dq, dk, dv
