@@ -40,7 +40,9 @@ _TAG_KV, _TAG_DKV = 0, 1
 class _Exchange:
     """One in-flight "send to next, receive from previous" pair. Keeps the send buffer alive."""
 
-    def __init__(self, send: torch.Tensor, nxt: int, prev: int, group, tag: int) -> None:
+    def __init__(
+        self, send: torch.Tensor, nxt: int, prev: int, group: dist.ProcessGroup | None, tag: int
+    ) -> None:
         self.send = send
         self.recv = torch.empty_like(send)
         self.works = dist.batch_isend_irecv(
@@ -136,7 +138,8 @@ def _check_inputs(
 
 
 def _key_mask(
-    valid_lens: torch.Tensor | None, layout: Layout, P: int, src: int, c: int, device
+    valid_lens: torch.Tensor | None, layout: Layout, P: int, src: int, c: int,
+    device: torch.device,
 ) -> torch.Tensor | None:
     """``(B, T/P)`` True where a key of rank ``src``'s shard lies before ``valid_lens``."""
     if valid_lens is None:

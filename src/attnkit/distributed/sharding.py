@@ -85,7 +85,7 @@ class _GatherSequence(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
         # Every rank used the full tensor, so a shard's gradient is the sum over ranks.
-        grad = grad.contiguous()
+        grad = grad.clone(memory_format=torch.contiguous_format)  # all_reduce works in place
         dist.all_reduce(grad, group=ctx.group)
         shard = shard_sequence(grad, dim=ctx.dim, group=ctx.group, layout=ctx.layout)
         return shard, None, None, None
