@@ -29,19 +29,27 @@ __all__ = ["block_backward", "block_forward"]
 _ROW_TILE = 512
 
 
+_TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
 @functools.lru_cache(maxsize=1)
 def _triton_ops() -> ModuleType | None:
+    """``attnkit.triton`` when it and its kernels load, else None (then torch does the work)."""
     try:
         import attnkit.triton as ops
-    except ImportError:
-        return None
-    if not (hasattr(ops, "flash_attention_forward") and hasattr(ops, "flash_attention_backward")):
+
+        if hasattr(ops, "is_available") and not ops.is_available():
+            return None
+        # The package loads its kernels lazily: resolve them now, so a missing Triton shows
+        # up here as ImportError rather than in the middle of a ring step.
+        ops.flash_attention_forward, ops.flash_attention_backward  # noqa: B018
+    except (ImportError, AttributeError):
         return None
     return ops
 
 
 def _use_triton(q: torch.Tensor, key_mask: torch.Tensor | None) -> ModuleType | None:
-    if key_mask is not None or not q.is_cuda:
+    if key_mask is not None or not q.is_cuda or q.dtype not in _TRITON_DTYPES:
         return None
     return _triton_ops()
 
