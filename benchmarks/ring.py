@@ -77,7 +77,7 @@ def work_table(quick: bool) -> list[list[object]]:
             busiest, path = critical_path(layout, P, T, causal=True)
             per_pair = 4 * B * H * D
             rows.append([
-                P, layout, f"{max(f) / 1e9:.4g}", f"{min(f) / 1e9:.4g}",
+                P, layout, f"{max(f) / 1e12:.4g}", f"{min(f) / 1e12:.4g}",
                 f"{(max(f) - min(f)) / max(f) * 100:.2f}%",
                 f"{busiest * per_pair / even:.3f}", f"{path * per_pair / even:.3f}",
             ])
@@ -99,6 +99,7 @@ def bytes_table(quick: bool) -> tuple[list[list[object]], str]:
             rows.append([
                 T, P, L, f"{fwd / 2**20:.1f}", f"{bwd / 2**20:.1f}", f"{t_fwd * 1e6:.0f}",
                 f"{t_nv * 1e6:.0f}", f"{t_pcie * 1e6:.0f}",
+                "yes" if t_nv <= t_fwd else "no", "yes" if t_pcie <= t_fwd else "no",
             ])
     notes = (
         f"B={B}, H={H}, Hkv={Hkv}, D={D}, bf16, causal, zigzag; per step one K/V shard of "
@@ -106,7 +107,8 @@ def bytes_table(quick: bool) -> tuple[list[list[object]], str]:
         f"{H100_BF16_DENSE / 1e12:.0f} TFLOP/s; link time at {LINK_EFF:.0%} of NVLink 4 "
         f"{NVLINK4_PER_DIR / 1e9:.0f} GB/s or PCIe 5.0 x16 {PCIE5_X16_PER_DIR / 1e9:.0f} GB/s "
         "per direction (published rates; docs/distributed.md has the derivation). "
-        "Communication hides when the link time is below the compute time."
+        "Communication hides when the link time is below the compute time (forward; the "
+        "backward sends 3x the bytes for 2.5x the compute)."
     )
     return rows, notes
 
@@ -221,7 +223,7 @@ def main() -> None:
     T, H, D = (4096, 8, 64) if args.quick else (131072, 32, 128)
     report(
         "Ring attention: causal work per rank, zigzag vs contiguous",
-        ["P", "layout", "max GFLOP/rank", "min GFLOP/rank", "spread", "busiest/even",
+        ["P", "layout", "max TFLOP/rank", "min TFLOP/rank", "spread", "busiest/even",
          "critical path/even"],
         work_table(args.quick),
         notes=(
@@ -237,7 +239,7 @@ def main() -> None:
     report(
         "Ring attention: bytes sent per rank per step, and per-step time at H100 rates",
         ["T", "P", "T/P", "fwd MiB/step", "bwd MiB/step", "fwd compute us", "NVLink us",
-         "PCIe us"],
+         "PCIe us", "hidden NVLink", "hidden PCIe"],
         rows, notes=notes, record=record,
     )
     rows, notes = timing_table(args.quick)
