@@ -149,6 +149,9 @@ def _cases() -> list[dict]:
                           Dk=16, Dv=16, chunk=8))
         cases.append(dict(dtype="float32", causal=causal, layout="zigzag", B=2, H=4, Hkv=2,
                           Dk=16, Dv=16, chunk=8, valid_lens=[0, 5]))
+    # bf16 K/V travel in bf16, dK/dV accumulators in float32.
+    cases.append(dict(dtype="bfloat16", causal=True, layout="zigzag", B=2, H=4, Hkv=2,
+                      Dk=16, Dv=16, chunk=8))
     # Also run on a 3-rank subgroup inside the 4-process launch.
     for c in cases:
         c["subgroup"] = c["dtype"] == "float64" and c["H"] != c["Hkv"] and c["layout"] == "zigzag"

@@ -22,7 +22,7 @@ from attnkit.distributed import gather_sequence, ring_attention, shard_sequence
 from attnkit.testing import max_mean_error
 from conftest import reference  # the script's folder is on sys.path
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def ref_grads(q, k, v, dout, **kw):

@@ -7,6 +7,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import attnkit.distributed._local as local
 import numpy as np
@@ -204,3 +206,30 @@ def test_block_forward_half_precision_statistics_in_float32() -> None:
     out, lse = block_forward(q, k, v, causal=True, scale=1.0)
     assert out.dtype == torch.float32 and lse.dtype == torch.float32
     assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    cuts=st.lists(st.integers(1, 19), max_size=4, unique=True),
+    keep_bits=st.lists(st.booleans(), min_size=20, max_size=20),
+    seed=st.integers(0, 2**16),
+)
+def test_property_any_key_split_merges_to_the_whole(cuts, keep_bits, seed) -> None:
+    """Split the keys anywhere, mask any of them (rows may end up with no key in a part, or
+    in all parts): merging the parts' partials in any order equals attention over all keys."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = _qkv(gen, 1, 2, 1, 5, 20, 4, 3)
+    key_mask = torch.tensor(keep_bits)[None, :]
+    bounds = [0, *sorted(cuts), 20]
+    parts = [
+        block_forward(q, k[:, :, a:b], v[:, :, a:b], causal=False, scale=0.5,
+                      key_mask=key_mask[:, a:b])
+        for a, b in zip(bounds, bounds[1:])
+    ]
+    out, lse = parts[-1]
+    for o, l in reversed(parts[:-1]):  # the ring merges in its own order
+        out, lse = merge_partials(o, l, out, lse)
+    whole, whole_lse = block_forward(q, k, v, causal=False, scale=0.5, key_mask=key_mask)
+    assert not torch.isnan(out).any()
+    torch.testing.assert_close(out, whole, rtol=0, atol=1e-12)
+    torch.testing.assert_close(lse, whole_lse, rtol=0, atol=1e-12)

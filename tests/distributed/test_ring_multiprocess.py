@@ -3,7 +3,7 @@
 One launch per world size (fixture ``ring_results`` in conftest.py, cached per session)
 runs every case: spawning costs seconds, a case milliseconds. Each case is then judged by
 its own test.
-float64: max error <= 1e-10. float32: the 2x/3x/5x rule of DESIGN.md against plain float32
+float64: max error <= 1e-10. float32 and bfloat16: the 2x/3x/5x rule of DESIGN.md against plain
 math on one process.
 """
 
