@@ -127,23 +127,45 @@ def _fwd_bwd(q, k, v, dout, **kw) -> None:
 
 
 def _ring_worker(rank: int, world: int, init: str, cfg: dict, out_path: str) -> None:
+    """Time the ring variants and, in the same rounds, one process on the whole sequence.
+
+    Rounds interleave ring passes and single-process passes so that both see the same
+    machine load (this machine is shared). During a single-process pass rank 0 works
+    alone; the other rank blocks in a barrier, which costs no CPU.
+    """
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=300))
-    results = {}
+                            timeout=datetime.timedelta(seconds=600))
+    # One process on the whole sequence = ring_attention on a group of one rank (no
+    # communication); every rank must take part in creating it.
+    solo = dist.new_group([0])
     full = _inputs(cfg["T"], cfg["B"], cfg["H"], cfg["D"])
-    for name, kw in cfg["variants"].items():
-        shards = [shard_sequence(t, layout=kw["layout"]) for t in full]
-        times = []
-        for i in range(cfg["warmup"] + cfg["repeats"]):
+    variants = cfg["variants"]
+    shards = {
+        name: [shard_sequence(t, layout=kw["layout"]) for t in full]
+        for name, kw in variants.items()
+    }
+    times: dict[str, list[float]] = {}
+    for _ in range(cfg["warmup"] + cfg["repeats"]):
+        for name, kw in variants.items():
             dist.barrier()
             t0 = time.perf_counter()
-            _fwd_bwd(*shards, **kw)
+            _fwd_bwd(*shards[name], **kw)
             dist.barrier()  # the pass ends when the slowest rank is done
-            if i >= cfg["warmup"]:
-                times.append(time.perf_counter() - t0)
-        results[name] = statistics.median(times)
+            times.setdefault(name, []).append(time.perf_counter() - t0)
+        for threads in (1, 2):
+            for causal in (True, False):
+                if rank == 0:
+                    torch.set_num_threads(threads)
+                    t0 = time.perf_counter()
+                    _fwd_bwd(*full, causal=causal, group=solo)
+                    times.setdefault(f"single{threads}-{causal}", []).append(
+                        time.perf_counter() - t0
+                    )
+                    torch.set_num_threads(1)
+                dist.barrier()
     if rank == 0:
+        results = {k: statistics.median(v[cfg["warmup"]:]) for k, v in times.items()}
         Path(out_path).write_text(json.dumps(results))
     dist.destroy_process_group()
 
@@ -172,27 +194,19 @@ def timing_table(quick: bool) -> tuple[list[list[object]], str]:
         "full, zigzag": dict(causal=False, layout="zigzag"),
     }
     cfg = dict(T=T, B=B, H=H, D=D, warmup=warmup, repeats=repeats, variants=variants)
-    ring = _run_ring(cfg)
-
-    q, k, v, dout = _inputs(T, B, H, D)
-    single = {}
-    for threads in (1, 2):
-        torch.set_num_threads(threads)
-        for causal in (True, False):
-            single[threads, causal] = _median(
-                lambda c=causal: _fwd_bwd(q, k, v, dout, causal=c), warmup, repeats
-            )
+    res = _run_ring(cfg, timeout=180.0 if quick else 1500.0)
     rows = []
     for name, kw in variants.items():
-        s1, s2 = single[1, kw["causal"]], single[2, kw["causal"]]
-        t = ring[name]
+        s1, s2 = res[f"single1-{kw['causal']}"], res[f"single2-{kw['causal']}"]
+        t = res[name]
         rows.append([name, f"{t:.3f}", f"{s1:.3f}", f"{s2:.3f}", f"{s2 / t:.2f}x",
                      f"{s1 / (2 * t):.0%}"])
     flops = 3.5 * 4 * B * H * T * T * D  # forward + backward (2.5x) of full attention
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     notes = (
         f"T={T}, B={B}, H={H}, D={D}, float32, forward+backward, median of {repeats} after "
-        f"{warmup} warm-up; {flops / 1e9:.0f} GFLOP for full attention (half for causal). "
+        f"{warmup} warm-up, ring and one-process passes interleaved in each round so both see "
+        f"the same machine load; {flops / 1e9:.0f} GFLOP for full attention (half for causal). "
         "Ring: 2 gloo processes with 1 thread each (a pass ends at a barrier after the slowest "
         "rank). One process: ring_attention on the whole sequence (same torch block kernel). "
         "Speedup is against one process with 2 threads (same cores); efficiency is "
@@ -201,17 +215,6 @@ def timing_table(quick: bool) -> tuple[list[list[object]], str]:
         f"end: {load:.1f} (shared machine)."
     )
     return rows, notes
-
-
-def _median(fn, warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:
