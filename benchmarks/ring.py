@@ -211,9 +211,8 @@ def timing_table(quick: bool) -> tuple[list[list[object]], str]:
         "rank). One process: ring_attention on the whole sequence (same torch block kernel). "
         "Speedup = one-process 1-thread time / ring time (ideal 2x: each rank does half the "
         "work on its own core). The 2-thread one-process column uses torch intra-op threads "
-        "on the same two cores; on this shared 2-vCPU VM it has been slower than 1 thread in "
-        "every run (many small tiled ops, each a fork/join of 2 threads). Per step each rank "
-        "sends "
+        "on the same two cores (many small tiled ops, each a fork/join of 2 threads), which "
+        "suffers most from other load on a shared machine. Per step each rank sends "
         f"{2 * B * H * (T // 2) * D * 4 / 2**20:.0f} MiB of K/V. Machine load average at the "
         f"end: {load:.1f} (shared machine)."
     )
