@@ -1,0 +1,36 @@
+"""attnkit.distributed: ring attention over a ``torch.distributed`` process group.
+
+Shard a long sequence across processes (gloo on CPU, NCCL on GPU, launched with
+``torchrun``), and compute exact attention over all of it::
+
+    q, k, v = (shard_sequence(t) for t in (q_full, k_full, v_full))  # (B, H, T/P, D)
+    out = ring_attention(q, k, v, causal=True)                        # (B, H, T/P, D)
+    out_full = gather_sequence(out)                                   # (B, H, T, D)
+
+Without an initialised process group everything runs as one rank. See
+``docs/distributed.md``.
+"""
+
+from __future__ import annotations
+
+from ._local import block_backward, block_forward
+from .merge import merge_partials
+from .ring import ring_attention, ring_attention_backward, ring_attention_forward
+from .schedule import Block, chunk_ids, flops_per_rank, num_chunks, step_blocks
+from .sharding import gather_sequence, shard_sequence
+
+__all__ = [
+    "Block",
+    "block_backward",
+    "block_forward",
+    "chunk_ids",
+    "flops_per_rank",
+    "gather_sequence",
+    "merge_partials",
+    "num_chunks",
+    "ring_attention",
+    "ring_attention_backward",
+    "ring_attention_forward",
+    "shard_sequence",
+    "step_blocks",
+]

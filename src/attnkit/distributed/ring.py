@@ -1,0 +1,337 @@
+"""Ring attention: exact attention over a sequence sharded across the ranks of a process group.
+
+Every rank holds ``T/P`` queries, keys and values (in a layout from
+:mod:`attnkit.distributed.schedule`). The K/V shards travel around the ring: at step ``s``
+rank ``r`` holds the K/V of rank ``(r - s) mod P``, computes its queries against them and
+merges the partial result into its running ``(out, lse)`` by log-sum-exp. While it
+computes, the same K/V buffer is already on its way to rank ``r + 1`` and the next one is
+arriving from rank ``r - 1`` (``batch_isend_irecv``), so communication hides behind
+compute once the blocks are long enough (see ``docs/distributed.md``).
+
+Backward runs the same ring again. Each rank recomputes its blocks' probabilities from the
+final LSE, adds its dQ locally, and adds its share of dK/dV to an accumulator that travels
+*with* the K/V block; after ``P`` hops that accumulator reaches the block's owner, holding
+the sum over every rank's queries.
+
+Under a causal mask, blocks that lie wholly above the diagonal are skipped; with the
+default zigzag layout every rank then does the same work at every step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+from torch.autograd.function import once_differentiable
+
+from ._local import block_backward, block_forward
+from .merge import merge_partials
+from .schedule import Layout, check_layout, chunk_ids, num_chunks, step_blocks
+from .sharding import group_info
+
+__all__ = ["ring_attention", "ring_attention_backward", "ring_attention_forward"]
+
+# Distinct tags keep the K/V and dK/dV messages apart on gloo (NCCL matches by issue order,
+# which is the same on every rank).
+_TAG_KV, _TAG_DKV = 0, 1
+
+
+class _Exchange:
+    """One in-flight "send to next, receive from previous" pair. Keeps the send buffer alive."""
+
+    def __init__(
+        self, send: torch.Tensor, nxt: int, prev: int, group: dist.ProcessGroup | None, tag: int
+    ) -> None:
+        self.send = send
+        self.recv = torch.empty_like(send)
+        self.works = dist.batch_isend_irecv(
+            [
+                dist.P2POp(dist.isend, send, nxt, group, tag),
+                dist.P2POp(dist.irecv, self.recv, prev, group, tag),
+            ]
+        )
+
+    def wait(self) -> torch.Tensor:
+        for w in self.works:
+            w.wait()
+        return self.recv
+
+
+class _Ring:
+    def __init__(self, group: dist.ProcessGroup | None) -> None:
+        self.group = group
+        self.rank, self.size = group_info(group)
+        if self.size > 1:
+            g = group if group is not None else dist.group.WORLD
+            self.next = dist.get_global_rank(g, (self.rank + 1) % self.size)
+            self.prev = dist.get_global_rank(g, (self.rank - 1) % self.size)
+
+    def exchange(self, send: torch.Tensor, tag: int) -> _Exchange:
+        return _Exchange(send, self.next, self.prev, self.group, tag)
+
+
+def _pack(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """One flat buffer, so a K/V (or dK/dV) block travels as one message."""
+    return torch.cat([a.reshape(-1), b.reshape(-1)])
+
+
+def _unpack(
+    buf: torch.Tensor, shape_a: torch.Size, shape_b: torch.Size
+) -> tuple[torch.Tensor, torch.Tensor]:
+    n = shape_a.numel()
+    return buf[:n].view(shape_a), buf[n:].view(shape_b)
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _check_inputs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layout: str,
+    world_size: int,
+    valid_lens: torch.Tensor | None,
+) -> int:
+    """Validate shards; return the chunk length ``c``."""
+    check_layout(layout)
+    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(
+            f"ring_attention expects shards q (B, H, T/P, Dk), k (B, Hkv, T/P, Dk), "
+            f"v (B, Hkv, T/P, Dv); got {shapes}"
+        )
+    if not (q.dtype == k.dtype == v.dtype) or not q.is_floating_point():
+        raise TypeError(
+            f"q, k, v must share one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
+    B, H, T, Dk = q.shape
+    if k.shape[0] != B or v.shape[0] != B or k.shape[:3] != v.shape[:3] or k.shape[3] != Dk:
+        raise ValueError(f"q, k, v disagree on B, Hkv, T/P or Dk: {shapes}")
+    Hkv = k.shape[1]
+    if Hkv == 0 or H % Hkv:
+        raise ValueError(
+            f"query heads H={H} must be a multiple of key/value heads Hkv={Hkv}: {shapes}"
+        )
+    if k.shape[2] != T:
+        raise ValueError(f"q and k/v shards must have the same length T/P: {shapes}")
+    n_local = len(chunk_ids(layout, world_size, 0))  # type: ignore[arg-type]
+    if T % n_local:
+        n = num_chunks(layout, world_size)  # type: ignore[arg-type]
+        raise ValueError(
+            f"shard length T/P={T} is not divisible by the {n_local} chunks per rank of the "
+            f"{layout} layout: the sequence length T={T * world_size} must be a multiple of "
+            f"{n} (pad it and pass valid_lens to mask the padding)"
+        )
+    if valid_lens is not None:
+        if valid_lens.shape != (B,) or valid_lens.is_floating_point() or valid_lens.is_complex():
+            raise ValueError(
+                f"valid_lens must be an integer tensor of shape (B,) = ({B},), got "
+                f"{valid_lens.dtype} {tuple(valid_lens.shape)}"
+            )
+        total = T * world_size
+        if bool(((valid_lens < 0) | (valid_lens > total)).any()):
+            raise ValueError(f"valid_lens must lie in [0, T={total}], got {valid_lens.tolist()}")
+    return T // n_local
+
+
+def _key_mask(
+    valid_lens: torch.Tensor | None, layout: Layout, P: int, src: int, c: int,
+    device: torch.device,
+) -> torch.Tensor | None:
+    """``(B, T/P)`` True where a key of rank ``src``'s shard lies before ``valid_lens``."""
+    if valid_lens is None:
+        return None
+    pos = torch.cat(
+        [torch.arange(i * c, (i + 1) * c, device=device) for i in chunk_ids(layout, P, src)]
+    )
+    return pos[None, :] < valid_lens.to(device)[:, None]
+
+
+@torch.no_grad()
+def ring_attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    group: dist.ProcessGroup | None = None,
+    layout: Layout = "zigzag",
+    valid_lens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward ring pass returning this rank's output shard and its LSE (not differentiable).
+
+    Arguments as in :func:`ring_attention`.
+
+    Returns:
+        ``(out (B, H, T/P, Dv) in q's dtype, lse (B, H, T/P))``: ``lse`` is natural-log,
+        float32 (float64 for float64 input), ``-inf`` where a row has no allowed key.
+    """
+    ring = _Ring(group)
+    P, rank = ring.size, ring.rank
+    c = _check_inputs(q, k, v, layout, P, valid_lens)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    B, H, T, _ = q.shape
+    dt = _compute_dtype(q)
+    out = torch.zeros(B, H, T, v.shape[-1], dtype=dt, device=q.device)
+    lse = torch.full((B, H, T), -math.inf, dtype=dt, device=q.device)
+
+    kv = _pack(k, v)
+    for s in range(P):
+        src = (rank - s) % P
+        pending = ring.exchange(kv, _TAG_KV) if s < P - 1 else None  # overlaps the compute
+        kb, vb = _unpack(kv, k.shape, v.shape)
+        km = _key_mask(valid_lens, layout, P, src, c, q.device)
+        for blk in step_blocks(layout, P, rank, src, c, causal=causal):
+            o, l = block_forward(
+                q[:, :, blk.q0 : blk.q1],
+                kb[:, :, blk.k0 : blk.k1],
+                vb[:, :, blk.k0 : blk.k1],
+                causal=blk.causal,
+                scale=scale,
+                key_mask=None if km is None else km[:, blk.k0 : blk.k1],
+            )
+            rows = slice(blk.q0, blk.q1)
+            out[:, :, rows], lse[:, :, rows] = merge_partials(
+                out[:, :, rows], lse[:, :, rows], o.to(dt), l.to(dt)
+            )
+        if pending is not None:
+            kv = pending.wait()
+    return out.to(q.dtype), lse
+
+
+@torch.no_grad()
+def ring_attention_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    group: dist.ProcessGroup | None = None,
+    layout: Layout = "zigzag",
+    valid_lens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward ring pass: gradients of this rank's q, k, v shards.
+
+    Args:
+        dout: ``(B, H, T/P, Dv)`` gradient of this rank's output shard.
+        q, k, v: this rank's shards, as given to :func:`ring_attention_forward`.
+        out, lse: what :func:`ring_attention_forward` returned for them.
+        causal, scale, group, layout, valid_lens: as in the forward.
+
+    Returns:
+        ``(dq, dk, dv)`` shaped and typed like ``q, k, v``. dK/dV are accumulated in
+        float32 (float64) while they travel, and cast at the end.
+    """
+    ring = _Ring(group)
+    P, rank = ring.size, ring.rank
+    c = _check_inputs(q, k, v, layout, P, valid_lens)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    dt = _compute_dtype(q)
+    dq = torch.zeros(q.shape, dtype=dt, device=q.device)
+
+    kv = _pack(k, v)
+    dkv_pending: _Exchange | None = None
+    for s in range(P):
+        src = (rank - s) % P
+        kv_pending = ring.exchange(kv, _TAG_KV) if s < P - 1 else None
+        kb, vb = _unpack(kv, k.shape, v.shape)
+        km = _key_mask(valid_lens, layout, P, src, c, q.device)
+        dk_blk = torch.zeros(k.shape, dtype=dt, device=q.device)
+        dv_blk = torch.zeros(v.shape, dtype=dt, device=q.device)
+        for blk in step_blocks(layout, P, rank, src, c, causal=causal):
+            rows, keys = slice(blk.q0, blk.q1), slice(blk.k0, blk.k1)
+            dq_p, dk_p, dv_p = block_backward(
+                dout[:, :, rows],
+                q[:, :, rows],
+                kb[:, :, keys],
+                vb[:, :, keys],
+                out[:, :, rows],
+                lse[:, :, rows],
+                causal=blk.causal,
+                scale=scale,
+                key_mask=None if km is None else km[:, keys],
+            )
+            dq[:, :, rows] += dq_p
+            dk_blk[:, :, keys] += dk_p
+            dv_blk[:, :, keys] += dv_p
+        dkv = _pack(dk_blk, dv_blk)
+        if dkv_pending is not None:
+            # The accumulator for this K/V block from the ranks it visited before.
+            dkv = dkv + dkv_pending.wait()
+        if P > 1:
+            dkv_pending = ring.exchange(dkv, _TAG_DKV)
+        if kv_pending is not None:
+            kv = kv_pending.wait()
+    if dkv_pending is not None:
+        # After P hops the accumulator of this rank's own K/V block has come home.
+        dkv = dkv_pending.wait()
+    dk, dv = _unpack(dkv, k.shape, v.shape)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, group, layout, valid_lens):  # type: ignore[override]
+        out, lse = ring_attention_forward(
+            q, k, v, causal=causal, scale=scale, group=group, layout=layout,
+            valid_lens=valid_lens,
+        )
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.opts = dict(
+            causal=causal, scale=scale, group=group, layout=layout, valid_lens=valid_lens
+        )
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):  # type: ignore[override]
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = ring_attention_backward(dout.contiguous(), q, k, v, out, lse, **ctx.opts)
+        return dq, dk, dv, None, None, None, None, None
+
+
+def ring_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    group: dist.ProcessGroup | None = None,
+    layout: Layout = "zigzag",
+    valid_lens: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Exact attention over a sequence sharded across ``group``; differentiable.
+
+    Every rank calls this with its own shards (from :func:`shard_sequence` with the same
+    ``layout``); shapes must be equal on every rank. Without an initialised process group
+    it is plain attention on one rank.
+
+    Args:
+        q: ``(B, H, T/P, Dk)`` this rank's queries.
+        k: ``(B, Hkv, T/P, Dk)`` this rank's keys (GQA/MQA when ``Hkv < H``).
+        v: ``(B, Hkv, T/P, Dv)`` this rank's values.
+        causal: causal mask over *global* positions (query ``i`` sees key ``j <= i``).
+        scale: defaults to ``1/sqrt(Dk)``.
+        group: process group (default: the world).
+        layout: ``"zigzag"`` (balanced under causal) or ``"contiguous"``.
+        valid_lens: optional integer ``(B,)``: only global key positions ``j < valid_lens[b]``
+            may be attended (for padded sequences). A row left with no allowed key gets
+            output 0 and zero gradients.
+
+    Returns:
+        ``(B, H, T/P, Dv)``: this rank's output shard, in q's dtype.
+
+    Raises:
+        ValueError: shapes disagree, ``H % Hkv != 0``, or ``T`` is not a multiple of the
+            layout's chunk count (``2P`` zigzag, ``P`` contiguous).
+    """
+    return _RingAttention.apply(q, k, v, causal, scale, group, layout, valid_lens)
