@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnkit.distributed._local as local
-import numpy as np
 from attnkit.distributed import block_backward, block_forward, merge_partials
 from attnkit.numpy import flash_attention
 from attnkit.numpy import merge_partials as np_merge

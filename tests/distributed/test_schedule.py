@@ -3,9 +3,9 @@ zigzag layout gives every rank the same work at every step."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-import numpy as np
 from attnkit.distributed import chunk_ids, flops_per_rank, num_chunks, step_blocks
 
 
