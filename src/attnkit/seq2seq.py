@@ -316,8 +316,9 @@ def plot_cross_attention(
 
     Panels: one held-out example and, for the positional tasks, the mean over the whole
     held-out set; for ``mha``, the per-head means as well. The shared axes are labelled by
-    position; the example panel also shows its digits (in on top, predicted on the right). For reversal the mass sits on the anti-diagonal, for copy on
-    the diagonal; for sort each output step looks at the positions holding its digit.
+    position; the example panel also shows its digits (in on top, predicted on the right).
+    For reversal the mass sits on the anti-diagonal, for copy on the diagonal; for sort
+    each output step looks at the positions holding its digit.
 
     Args:
         result: from :func:`train`.
