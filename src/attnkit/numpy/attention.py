@@ -179,6 +179,25 @@ def attend(
     return out, cache
 
 
+def scaled_scores(
+    q: np.ndarray, k: np.ndarray, groups: int, scale: float | None
+) -> tuple[np.ndarray, float]:
+    """``q k^T * scale``, the scores of every dot-product attention.
+
+    Args:
+        q: ``(..., H, Tq, Dk)``, compute dtype.
+        k: ``(..., Hkv, Tk, Dk)``, same dtype; ``groups = H // Hkv``.
+        scale: None = ``1/sqrt(Dk)``.
+
+    Returns:
+        ``(scores (..., H, Tq, Tk), scale)``, the scale as a float.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    # (..., Hkv, G, Tq, Dk) @ (..., Hkv, 1, Dk, Tk) -> (..., H, Tq, Tk)
+    qk = _ungrouped(_grouped(q, groups) @ np.swapaxes(_kv_grouped(k, groups), -1, -2), groups)
+    return qk * q.dtype.type(scale), scale
+
+
 def sdpa_forward(
     q: np.ndarray,
     k: np.ndarray,
@@ -198,10 +217,7 @@ def sdpa_forward(
     G = check_qkv(q, k, v)
     dt = compute_dtype(np.result_type(q.dtype, k.dtype, v.dtype))
     qc, kc, vc = (x.astype(dt, copy=False) for x in (q, k, v))
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    # (..., Hkv, G, Tq, Dk) @ (..., Hkv, 1, Dk, Tk) -> (..., H, Tq, Tk)
-    scores = _ungrouped(_grouped(qc, G) @ np.swapaxes(_kv_grouped(kc, G), -1, -2), G)
-    scores = scores * dt.type(scale)
+    scores, scale = scaled_scores(qc, kc, G, scale)
     out, cache = attend(
         scores, vc, groups=G, mask=mask, bias=bias, valid_lens=valid_lens,
         causal=causal, window=window, dropout_p=dropout_p, rng=rng,

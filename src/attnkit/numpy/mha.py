@@ -23,13 +23,11 @@ import numpy as np
 
 from .attention import (
     AttentionCache,
-    _grouped,
-    _kv_grouped,
-    _ungrouped,
     attend,
     attend_backward,
     check_qkv,
     finite_or_zero,
+    scaled_scores,
     scores_backward,
 )
 from .masks import Window
@@ -322,9 +320,7 @@ def mha_forward(
         say("k", k.shape)
         say("v", v.shape)
     G = check_qkv(q, k, v)
-    scale = 1.0 / math.sqrt(params.head_dim) if scale is None else float(scale)
-    scores = _ungrouped(_grouped(q, G) @ np.swapaxes(_kv_grouped(k, G), -1, -2), G)
-    scores = scores * dt.type(scale)  # (B, H, Tq, Tk)
+    scores, scale = scaled_scores(q, k, G, scale)  # (B, H, Tq, Tk)
     if say:
         say("scores", scores.shape)
     out, att = attend(
