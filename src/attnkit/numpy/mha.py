@@ -38,6 +38,27 @@ __all__ = ["MultiHeadParams", "multi_head_attention"]
 TraceFn = Callable[[str, tuple[int, ...]], None]
 
 
+def head_sizes(
+    embed_dim: int, num_heads: int, num_kv_heads: int | None, head_dim: int | None
+) -> tuple[int, int, int]:
+    """``(H, Hkv, Dk)`` of a layer, with the defaults ``Hkv = H`` and ``Dk = E // H``.
+
+    Shared by :meth:`MultiHeadParams.init` and :class:`attnkit.torch.MultiHeadAttention`,
+    so both build the same layer from the same arguments.
+    """
+    H = num_heads
+    Hkv = H if num_kv_heads is None else num_kv_heads
+    if H < 1 or Hkv < 1 or H % Hkv:
+        raise ValueError(f"num_heads={H} must be a positive multiple of num_kv_heads={Hkv}")
+    if head_dim is None:
+        if embed_dim % H:
+            raise ValueError(
+                f"embed_dim={embed_dim} is not a multiple of num_heads={H}; pass head_dim"
+            )
+        head_dim = embed_dim // H
+    return H, Hkv, head_dim
+
+
 @dataclass
 class MultiHeadParams:
     """Weights of one multi-head attention layer, per-head layout (see module docstring)."""
@@ -216,14 +237,7 @@ class MultiHeadParams:
         multiple of ``num_heads``); give it explicitly and any ``embed_dim`` works.
         """
         rng = np.random.default_rng() if rng is None else rng
-        H = num_heads
-        Hkv = H if num_kv_heads is None else num_kv_heads
-        if head_dim is None:
-            if embed_dim % H:
-                raise ValueError(
-                    f"embed_dim={embed_dim} is not a multiple of num_heads={H}; pass head_dim"
-                )
-            head_dim = embed_dim // H
+        H, Hkv, head_dim = head_sizes(embed_dim, num_heads, num_kv_heads, head_dim)
         Dk, Dv = head_dim, head_dim if v_head_dim is None else v_head_dim
         Ek, Ev = kdim or embed_dim, vdim or embed_dim
         Eo = out_dim or embed_dim
