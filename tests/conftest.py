@@ -9,3 +9,22 @@ import pytest
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261122)
+
+
+def _check_png(path) -> np.ndarray:
+    # Imported here, not at the top: only the figure tests (cli, viz) need matplotlib.
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(path)  # raises when the file is not a readable image
+    assert img.ndim == 3 and img.shape[0] > 50 and img.shape[1] > 50, img.shape
+    # Not blank: the pixels vary, and more than a sliver of them is not background.
+    assert float(img[..., :3].std()) > 0.02
+    background = np.all(img[..., :3] > 0.98, axis=-1)
+    assert background.mean() < 0.97, f"{background.mean():.3f} of {path} is white"
+    return img
+
+
+@pytest.fixture
+def check_png():
+    """``check_png(path)``: the file opens as an image whose pixels vary; returns it."""
+    return _check_png

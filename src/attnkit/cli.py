@@ -27,24 +27,22 @@ __all__ = ["Progress", "build_parser", "find_benchmarks", "main"]
 
 
 # -- argument types: each rejects a bad value with one line ---------------------------------
-def positive_int(text: str) -> int:
+def _int_at_least(text: str, low: int, expected: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _int_at_least(text, 1, "a positive integer")
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
+    return _int_at_least(text, 0, "an integer >= 0")
 
 
 def positive_float(text: str) -> float:
@@ -313,24 +311,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help="reverse, copy or sort the digits (default: %(default)s)")
     train.add_argument("--model", choices=TRAIN_MODELS, default=DEFAULTS["model"],
                        help="the decoder's attention (default: %(default)s)")
-    train.add_argument("--steps", type=positive_int, default=DEFAULTS["steps"],
-                       help="optimiser steps (default: %(default)s)")
-    train.add_argument("--length", type=positive_int, default=DEFAULTS["length"],
-                       help="digits per sequence (default: %(default)s)")
-    train.add_argument("--batch-size", type=positive_int, default=DEFAULTS["batch_size"],
-                       help="sequences per step (default: %(default)s)")
-    train.add_argument("--hidden", type=positive_int, default=DEFAULTS["hidden"],
-                       help="model width (default: %(default)s)")
-    train.add_argument("--heads", type=positive_int, default=DEFAULTS["num_heads"],
-                       help="heads of the mha model (default: %(default)s)")
-    train.add_argument("--lr", type=positive_float, default=DEFAULTS["lr"],
-                       help="Adam learning rate (default: %(default)s)")
-    train.add_argument("--seed", type=non_negative_int, default=DEFAULTS["seed"],
-                       help="random seed (default: %(default)s)")
-    train.add_argument("--eval-size", type=positive_int, default=DEFAULTS["eval_size"],
-                       help="held-out sequences (default: %(default)s)")
-    train.add_argument("--threads", type=positive_int, default=DEFAULTS["threads"],
-                       help="torch CPU threads (default: %(default)s)")
+    # Every numeric option defaults to DEFAULTS[key], the copy of TrainConfig's defaults.
+    for flag, key, kind, what in (
+        ("--steps", "steps", positive_int, "optimiser steps"),
+        ("--length", "length", positive_int, "digits per sequence"),
+        ("--batch-size", "batch_size", positive_int, "sequences per step"),
+        ("--hidden", "hidden", positive_int, "model width"),
+        ("--heads", "num_heads", positive_int, "heads of the mha model"),
+        ("--lr", "lr", positive_float, "Adam learning rate"),
+        ("--seed", "seed", non_negative_int, "random seed"),
+        ("--eval-size", "eval_size", positive_int, "held-out sequences"),
+        ("--threads", "threads", positive_int, "torch CPU threads"),
+    ):
+        train.add_argument(flag, type=kind, default=DEFAULTS[key],
+                           help=f"{what} (default: %(default)s)")
     train.add_argument("--out", default="attnkit-out",
                        help="folder for the heatmap (default: %(default)s)")
     train.set_defaults(func=cmd_train)

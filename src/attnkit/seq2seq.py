@@ -314,10 +314,11 @@ def plot_cross_attention(
 ) -> Figure:
     """The learned cross-attention of greedy decoding, as a Figure.
 
-    Panels: one held-out example (token labels: its digits in, the predictions out) and,
-    for the positional tasks, the mean over the whole held-out set; for ``mha``, the
-    per-head means as well. For reversal the mass sits on the anti-diagonal, for copy on
-    the diagonal; for sort each output step looks at the positions holding its digit.
+    Panels: one held-out example and, for the positional tasks, the mean over the whole
+    held-out set; for ``mha``, the per-head means as well. The shared axes are labelled by
+    position; the example panel also shows its digits (in on top, predicted on the right).
+    For reversal the mass sits on the anti-diagonal, for copy on the diagonal; for sort
+    each output step looks at the positions holding its digit.
 
     Args:
         result: from :func:`train`.
@@ -342,13 +343,24 @@ def plot_cross_attention(
         panels = [w[example], w.mean(0)]
         titles = [f"held-out example {example}", f"mean of {n} (by position)"]
     cfg = result.config
+    src, pred = result.eval_src[example].tolist(), result.eval_pred[example].tolist()
+    # The panels share their axes, so the shared ticks are positions: a mean over many
+    # sequences has no digits to show. The example panel adds its own digits on its top and
+    # right edges.
     fig = plot_attention(
         torch.stack(panels), titles=titles, ncols=min(len(panels), 3),
-        xlabel="input digit", ylabel="predicted digit",
-        k_tokens=[str(d) for d in result.eval_src[example].tolist()],
-        q_tokens=[str(d) for d in result.eval_pred[example].tolist()],
+        xlabel="input position", ylabel="output position",
+        k_tokens=[str(i) for i in range(len(src))],
+        q_tokens=[str(i) for i in range(len(pred))],
         panel_size=2.8,
     )
+    ax = fig.axes[0]  # the example panel (the panels come first, then the colour bar)
+    top = ax.secondary_xaxis("top")
+    top.set_xticks(range(len(src)), [str(d) for d in src], fontsize=8)
+    top.set_xlabel("input digit", fontsize=9)
+    right = ax.secondary_yaxis("right")
+    right.set_yticks(range(len(pred)), [str(d) for d in pred], fontsize=8)
+    right.set_ylabel("predicted digit", fontsize=9)
     fig.suptitle(
         f"{cfg.task}, {cfg.model} attention\nexact-match {result.accuracy:.3f} "
         f"after {cfg.steps} steps", fontsize=10,

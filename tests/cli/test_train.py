@@ -119,3 +119,25 @@ def test_train_restores_torch_threads():
 def test_train_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         seq2seq.TrainConfig(**bad)
+
+
+def test_cross_attention_figure_labels_means_by_position():
+    """The mean panel averages many sequences, so its ticks are positions; the example
+    panel carries that example's digits on its own top/right axes."""
+    cfg = seq2seq.TrainConfig(steps=5, hidden=16, batch_size=16, eval_size=20, seed=3)
+    result = seq2seq.train(cfg)
+    fig = seq2seq.plot_cross_attention(result, example=1)
+    example, mean = fig.axes[0], fig.axes[1]
+    assert mean.get_title().startswith("mean of 20")
+    T = cfg.length
+    positions = [str(i) for i in range(T)]
+    assert [t.get_text() for t in mean.get_xticklabels()] == positions
+    # The rows are shared and labelled once, on the left of the row: positions too.
+    assert [t.get_text() for t in example.get_yticklabels()] == positions
+    top, right = example.child_axes  # the secondary axes, in the order they were added
+    assert [t.get_text() for t in top.get_xticklabels()] == [
+        str(d) for d in result.eval_src[1].tolist()
+    ]
+    assert [t.get_text() for t in right.get_yticklabels()] == [
+        str(d) for d in result.eval_pred[1].tolist()
+    ]

@@ -208,6 +208,15 @@ def test_init_explicit_head_dim_allows_any_embed_dim():
         an.MultiHeadParams.init(10, 3)
 
 
+@pytest.mark.parametrize("heads, kv_heads", [(0, None), (3, 2), (2, 0), (2, -1)])
+def test_init_rejects_head_counts_by_name(heads, kv_heads):
+    """The same rule and message as attnkit.torch.MultiHeadAttention (one helper)."""
+    shown = heads if kv_heads is None else kv_heads
+    with pytest.raises(ValueError, match=rf"num_heads={heads} must be a positive multiple "
+                                         rf"of num_kv_heads={shown}"):
+        an.MultiHeadParams.init(12, heads, num_kv_heads=kv_heads)
+
+
 def test_trace_callback_gets_every_step():
     rng = np.random.default_rng(33)
     P = an.MultiHeadParams(**draw_params(rng, 4, 2, 8, 6, 5, 3, 2, 7, True))

@@ -58,44 +58,37 @@ def _floats(name: str, x: np.ndarray) -> np.ndarray:
 def check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> int:
     """Validate q ``(..., H, Tq, Dk)``, k ``(..., Hkv, Tk, Dk)``, v ``(..., Hkv, Tk, Dv)``.
 
+    Reads only ``.ndim`` and ``.shape``, so :mod:`attnkit.torch` runs it on tensors too.
     Returns the group size ``G = H // Hkv`` (1 when heads match or there is no head axis).
     """
+    # Plain tuples, so a message reads "(2, 3)" for a tensor as for an array.
+    qs, ks, vs = tuple(q.shape), tuple(k.shape), tuple(v.shape)
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
-        raise ValueError(
-            f"q, k, v need at least 2 dims (T, D), got q {q.shape}, k {k.shape}, v {v.shape}"
-        )
+        raise ValueError(f"q, k, v need at least 2 dims (T, D), got q {qs}, k {ks}, v {vs}")
     if not (q.ndim == k.ndim == v.ndim):
         raise ValueError(
-            f"q, k, v must have the same number of dims, got q {q.shape}, k {k.shape}, "
-            f"v {v.shape}"
+            f"q, k, v must have the same number of dims, got q {qs}, k {ks}, v {vs}"
         )
-    if q.shape[-1] != k.shape[-1]:
+    if qs[-1] != ks[-1]:
+        raise ValueError(f"q and k must share Dk: q {qs} has Dk={qs[-1]}, k {ks} has Dk={ks[-1]}")
+    if ks[:-1] != vs[:-1]:
         raise ValueError(
-            f"q and k must share Dk: q {q.shape} has Dk={q.shape[-1]}, k {k.shape} has "
-            f"Dk={k.shape[-1]}"
-        )
-    if k.shape[:-1] != v.shape[:-1]:
-        raise ValueError(
-            f"k and v must agree on every axis but the last (Tk and batch/heads): k {k.shape}, "
-            f"v {v.shape}"
+            f"k and v must agree on every axis but the last (Tk and batch/heads): k {ks}, v {vs}"
         )
     G = 1
-    if q.ndim >= 3 and q.shape[-3] != k.shape[-3]:
-        H, Hkv = q.shape[-3], k.shape[-3]
+    if q.ndim >= 3 and qs[-3] != ks[-3]:
+        H, Hkv = qs[-3], ks[-3]
         if Hkv == 0 or H % Hkv:
             raise ValueError(
                 f"query heads H={H} must be a multiple of key/value heads Hkv={Hkv}: "
-                f"q {q.shape}, k {k.shape}"
+                f"q {qs}, k {ks}"
             )
         G = H // Hkv
     n = 3 if G > 1 else 2  # with GQA the head axes were checked above
-    lead_q, lead_k = q.shape[:-n], k.shape[:-n]
     try:
-        np.broadcast_shapes(lead_q, lead_k)
+        np.broadcast_shapes(qs[:-n], ks[:-n])
     except ValueError:
-        raise ValueError(
-            f"batch dims of q {q.shape} and k {k.shape} do not broadcast"
-        ) from None
+        raise ValueError(f"batch dims of q {qs} and k {ks} do not broadcast") from None
     return G
 
 
@@ -186,6 +179,25 @@ def attend(
     return out, cache
 
 
+def scaled_scores(
+    q: np.ndarray, k: np.ndarray, groups: int, scale: float | None
+) -> tuple[np.ndarray, float]:
+    """``q k^T * scale``, the scores of every dot-product attention.
+
+    Args:
+        q: ``(..., H, Tq, Dk)``, compute dtype.
+        k: ``(..., Hkv, Tk, Dk)``, same dtype; ``groups = H // Hkv``.
+        scale: None = ``1/sqrt(Dk)``.
+
+    Returns:
+        ``(scores (..., H, Tq, Tk), scale)``, the scale as a float.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    # (..., Hkv, G, Tq, Dk) @ (..., Hkv, 1, Dk, Tk) -> (..., H, Tq, Tk)
+    qk = _ungrouped(_grouped(q, groups) @ np.swapaxes(_kv_grouped(k, groups), -1, -2), groups)
+    return qk * q.dtype.type(scale), scale
+
+
 def sdpa_forward(
     q: np.ndarray,
     k: np.ndarray,
@@ -205,10 +217,7 @@ def sdpa_forward(
     G = check_qkv(q, k, v)
     dt = compute_dtype(np.result_type(q.dtype, k.dtype, v.dtype))
     qc, kc, vc = (x.astype(dt, copy=False) for x in (q, k, v))
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    # (..., Hkv, G, Tq, Dk) @ (..., Hkv, 1, Dk, Tk) -> (..., H, Tq, Tk)
-    scores = _ungrouped(_grouped(qc, G) @ np.swapaxes(_kv_grouped(kc, G), -1, -2), G)
-    scores = scores * dt.type(scale)
+    scores, scale = scaled_scores(qc, kc, G, scale)
     out, cache = attend(
         scores, vc, groups=G, mask=mask, bias=bias, valid_lens=valid_lens,
         causal=causal, window=window, dropout_p=dropout_p, rng=rng,
@@ -267,32 +276,30 @@ def check_additive(
     q: np.ndarray, k: np.ndarray, v: np.ndarray,
     w_q: np.ndarray, w_k: np.ndarray, w_v: np.ndarray,
 ) -> None:
-    """Validate additive-attention shapes (see :func:`additive_attention`)."""
+    """Validate additive-attention shapes (see :func:`additive_attention`).
+
+    Reads only ``.ndim`` and ``.shape``, so :mod:`attnkit.torch` runs it on tensors too.
+    """
+    qs, ks, vs = tuple(q.shape), tuple(k.shape), tuple(v.shape)
+    wqs, wks, wvs = tuple(w_q.shape), tuple(w_k.shape), tuple(w_v.shape)
     if q.ndim < 2 or q.ndim != k.ndim or k.ndim != v.ndim:
         raise ValueError(
-            f"q, k, v must share their number of dims (>= 2), got q {q.shape}, k {k.shape}, "
-            f"v {v.shape}"
+            f"q, k, v must share their number of dims (>= 2), got q {qs}, k {ks}, v {vs}"
         )
-    if k.shape[:-1] != v.shape[:-1]:
-        raise ValueError(f"k and v must agree on every axis but the last: k {k.shape}, v {v.shape}")
+    if ks[:-1] != vs[:-1]:
+        raise ValueError(f"k and v must agree on every axis but the last: k {ks}, v {vs}")
     if w_q.ndim != 2 or w_k.ndim != 2 or w_v.ndim != 1:
+        raise ValueError(f"expected w_q (Dq, h), w_k (Dk, h), w_v (h,), got {wqs}, {wks}, {wvs}")
+    if wqs[0] != qs[-1] or wks[0] != ks[-1]:
         raise ValueError(
-            f"expected w_q (Dq, h), w_k (Dk, h), w_v (h,), got {w_q.shape}, {w_k.shape}, "
-            f"{w_v.shape}"
+            f"w_q {wqs} must take q's width {qs[-1]} and w_k {wks} k's width {ks[-1]}"
         )
-    if w_q.shape[0] != q.shape[-1] or w_k.shape[0] != k.shape[-1]:
-        raise ValueError(
-            f"w_q {w_q.shape} must take q's width {q.shape[-1]} and w_k {w_k.shape} k's width "
-            f"{k.shape[-1]}"
-        )
-    if not (w_q.shape[1] == w_k.shape[1] == w_v.shape[0]):
-        raise ValueError(
-            f"hidden sizes differ: w_q {w_q.shape}, w_k {w_k.shape}, w_v {w_v.shape}"
-        )
+    if not (wqs[1] == wks[1] == wvs[0]):
+        raise ValueError(f"hidden sizes differ: w_q {wqs}, w_k {wks}, w_v {wvs}")
     try:
-        np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        np.broadcast_shapes(qs[:-2], ks[:-2])
     except ValueError:
-        raise ValueError(f"batch dims of q {q.shape} and k {k.shape} do not broadcast") from None
+        raise ValueError(f"batch dims of q {qs} and k {ks} do not broadcast") from None
 
 
 def additive_forward(

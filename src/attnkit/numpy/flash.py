@@ -33,7 +33,7 @@ from .attention import (
     finite_or_zero,
     sum_to_shape,
 )
-from .masks import Window, check_window_side
+from .masks import Window, check_window
 from .softmax import compute_dtype
 
 __all__ = ["flash_attention", "merge_partials"]
@@ -73,11 +73,8 @@ def _weighted_values(p: np.ndarray, v: np.ndarray, keep: np.ndarray | None) -> n
 
 
 def _resolve_band(causal: bool, window: Window | None) -> tuple[int | None, int | None]:
-    if window is not None and not (isinstance(window, (tuple, list)) and len(window) == 2):
-        raise TypeError(f"window must be a (left, right) pair, got {window!r}")
-    left, right = (None, None) if window is None else window
-    check_window_side("left", left)
-    check_window_side("right", right)
+    win = check_window(window)
+    left, right = (None, None) if win is None else win
     if causal:
         right = 0 if right is None else min(right, 0)
     return left, right

@@ -126,12 +126,28 @@ def window_mask(Tq: int, Tk: int, left: int | None, right: int | None) -> np.nda
     return keep
 
 
+def check_window(window: object) -> tuple[int | None, int | None] | None:
+    """Validate ``window``; None when it constrains nothing."""
+    if window is None:
+        return None
+    if not (isinstance(window, (tuple, list)) and len(window) == 2):
+        raise TypeError(f"window must be a (left, right) pair, got {window!r}")
+    left, right = window
+    check_window_side("left", left)
+    check_window_side("right", right)
+    if left is None and right is None:
+        return None
+    return (left, right)
+
+
 def _check_broadcast(name: str, arr_shape: tuple[int, ...], target: tuple[int, ...]) -> None:
+    """Reads shapes only, so :mod:`attnkit.torch` checks tensors' shapes with it too."""
+    arr_shape, target = tuple(arr_shape), tuple(target)  # "(2, 3)", never "torch.Size"
     try:
         b = np.broadcast_shapes(arr_shape, target)
     except ValueError:
         b = None
-    if b != tuple(target):
+    if b != target:
         raise ValueError(f"{name} of shape {arr_shape} is not broadcastable to scores {target}")
 
 
@@ -168,11 +184,9 @@ def attention_mask(
         _and(valid_lens_mask(valid_lens, shape))
     if causal:
         _and(causal_mask(Tq, Tk))
-    if window is not None:
-        if not (isinstance(window, (tuple, list)) and len(window) == 2):
-            raise TypeError(f"window must be a (left, right) pair, got {window!r}")
-        if window[0] is not None or window[1] is not None:
-            _and(window_mask(Tq, Tk, window[0], window[1]))
+    win = check_window(window)
+    if win is not None:
+        _and(window_mask(Tq, Tk, win[0], win[1]))
     return keep
 
 

@@ -23,13 +23,11 @@ import numpy as np
 
 from .attention import (
     AttentionCache,
-    _grouped,
-    _kv_grouped,
-    _ungrouped,
     attend,
     attend_backward,
     check_qkv,
     finite_or_zero,
+    scaled_scores,
     scores_backward,
 )
 from .masks import Window
@@ -38,6 +36,27 @@ from .softmax import compute_dtype
 __all__ = ["MultiHeadParams", "multi_head_attention"]
 
 TraceFn = Callable[[str, tuple[int, ...]], None]
+
+
+def head_sizes(
+    embed_dim: int, num_heads: int, num_kv_heads: int | None, head_dim: int | None
+) -> tuple[int, int, int]:
+    """``(H, Hkv, Dk)`` of a layer, with the defaults ``Hkv = H`` and ``Dk = E // H``.
+
+    Shared by :meth:`MultiHeadParams.init` and :class:`attnkit.torch.MultiHeadAttention`,
+    so both build the same layer from the same arguments.
+    """
+    H = num_heads
+    Hkv = H if num_kv_heads is None else num_kv_heads
+    if H < 1 or Hkv < 1 or H % Hkv:
+        raise ValueError(f"num_heads={H} must be a positive multiple of num_kv_heads={Hkv}")
+    if head_dim is None:
+        if embed_dim % H:
+            raise ValueError(
+                f"embed_dim={embed_dim} is not a multiple of num_heads={H}; pass head_dim"
+            )
+        head_dim = embed_dim // H
+    return H, Hkv, head_dim
 
 
 @dataclass
@@ -218,14 +237,7 @@ class MultiHeadParams:
         multiple of ``num_heads``); give it explicitly and any ``embed_dim`` works.
         """
         rng = np.random.default_rng() if rng is None else rng
-        H = num_heads
-        Hkv = H if num_kv_heads is None else num_kv_heads
-        if head_dim is None:
-            if embed_dim % H:
-                raise ValueError(
-                    f"embed_dim={embed_dim} is not a multiple of num_heads={H}; pass head_dim"
-                )
-            head_dim = embed_dim // H
+        H, Hkv, head_dim = head_sizes(embed_dim, num_heads, num_kv_heads, head_dim)
         Dk, Dv = head_dim, head_dim if v_head_dim is None else v_head_dim
         Ek, Ev = kdim or embed_dim, vdim or embed_dim
         Eo = out_dim or embed_dim
@@ -322,9 +334,7 @@ def mha_forward(
         say("k", k.shape)
         say("v", v.shape)
     G = check_qkv(q, k, v)
-    scale = 1.0 / math.sqrt(params.head_dim) if scale is None else float(scale)
-    scores = _ungrouped(_grouped(q, G) @ np.swapaxes(_kv_grouped(k, G), -1, -2), G)
-    scores = scores * dt.type(scale)  # (B, H, Tq, Tk)
+    scores, scale = scaled_scores(q, k, G, scale)  # (B, H, Tq, Tk)
     if say:
         say("scores", scores.shape)
     out, att = attend(

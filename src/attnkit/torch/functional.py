@@ -31,6 +31,8 @@ from typing import Literal
 
 import torch
 
+from ..numpy.attention import check_additive
+from ..numpy.attention import check_qkv as _np_check_qkv
 from .masks import Window, _check_broadcast, attention_mask, check_window
 
 F = torch.nn.functional
@@ -56,42 +58,17 @@ def _check_tensor(name: str, x: object) -> torch.Tensor:
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
     """Validate q ``(..., H, Tq, Dk)``, k ``(..., Hkv, Tk, Dk)``, v ``(..., Hkv, Tk, Dv)``.
 
+    The shape rules are :func:`attnkit.numpy.attention.check_qkv`'s (one definition of
+    what fits); this adds what only tensors have: a float dtype and a device, shared.
     Returns the group size ``G = H // Hkv`` (1 when heads match or there is no head axis).
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, x)
-    qs, ks, vs = tuple(q.shape), tuple(k.shape), tuple(v.shape)
-    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
-        raise ValueError(f"q, k, v need at least 2 dims (T, D), got q {qs}, k {ks}, v {vs}")
-    if not (q.ndim == k.ndim == v.ndim):
-        raise ValueError(
-            f"q, k, v must have the same number of dims, got q {qs}, k {ks}, v {vs}"
-        )
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must share a device, got {q.device}, {k.device}, {v.device}")
-    if qs[-1] != ks[-1]:
-        raise ValueError(f"q and k must share Dk: q {qs} has Dk={qs[-1]}, k {ks} has Dk={ks[-1]}")
-    if ks[:-1] != vs[:-1]:
-        raise ValueError(
-            f"k and v must agree on every axis but the last (Tk and batch/heads): k {ks}, v {vs}"
-        )
-    G = 1
-    if q.ndim >= 3 and qs[-3] != ks[-3]:
-        H, Hkv = qs[-3], ks[-3]
-        if Hkv == 0 or H % Hkv:
-            raise ValueError(
-                f"query heads H={H} must be a multiple of key/value heads Hkv={Hkv}: "
-                f"q {qs}, k {ks}"
-            )
-        G = H // Hkv
-    n = 3 if G > 1 else 2
-    try:
-        torch.broadcast_shapes(qs[:-n], ks[:-n])
-    except RuntimeError:
-        raise ValueError(f"batch dims of q {qs} and k {ks} do not broadcast") from None
-    return G
+    return _np_check_qkv(q, k, v)
 
 
 def _check_common(
@@ -720,37 +697,8 @@ def additive_attention(
     """
     for name, x in zip(("q", "k", "v", "w_q", "w_k", "w_v"), (q, k, v, w_q, w_k, w_v)):
         _check_tensor(name, x)
-    if q.ndim < 2 or q.ndim != k.ndim or k.ndim != v.ndim:
-        raise ValueError(
-            f"q, k, v must share their number of dims (>= 2), got q {tuple(q.shape)}, "
-            f"k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
-    if k.shape[:-1] != v.shape[:-1]:
-        raise ValueError(
-            f"k and v must agree on every axis but the last: k {tuple(k.shape)}, "
-            f"v {tuple(v.shape)}"
-        )
-    if w_q.ndim != 2 or w_k.ndim != 2 or w_v.ndim != 1:
-        raise ValueError(
-            f"expected w_q (Dq, h), w_k (Dk, h), w_v (h,), got {tuple(w_q.shape)}, "
-            f"{tuple(w_k.shape)}, {tuple(w_v.shape)}"
-        )
-    if w_q.shape[0] != q.shape[-1] or w_k.shape[0] != k.shape[-1]:
-        raise ValueError(
-            f"w_q {tuple(w_q.shape)} must take q's width {q.shape[-1]} and w_k "
-            f"{tuple(w_k.shape)} k's width {k.shape[-1]}"
-        )
-    if not (w_q.shape[1] == w_k.shape[1] == w_v.shape[0]):
-        raise ValueError(
-            f"hidden sizes differ: w_q {tuple(w_q.shape)}, w_k {tuple(w_k.shape)}, "
-            f"w_v {tuple(w_v.shape)}"
-        )
-    try:
-        lead = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]))
-    except RuntimeError:
-        raise ValueError(
-            f"batch dims of q {tuple(q.shape)} and k {tuple(k.shape)} do not broadcast"
-        ) from None
+    check_additive(q, k, v, w_q, w_k, w_v)
+    lead = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]))
     _check_common(dropout_p, "math", None)
     shape = lead + (q.shape[-2], k.shape[-2])
     _check_bias(bias, shape)

@@ -27,6 +27,10 @@ import numbers
 
 import torch
 
+# Shape and argument rules are attnkit.numpy's (the layer below): one definition, and the
+# same messages, for arrays and tensors.
+from ..numpy.masks import _check_broadcast, check_window, check_window_side
+
 __all__ = [
     "Window",
     "attention_mask",
@@ -107,11 +111,6 @@ def valid_lens_mask(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -> 
     return sequence_mask(valid_lens.reshape(-1), Tk).reshape(view + (Tk,))
 
 
-def _check_side(name: str, side: object) -> None:
-    if side is not None and (not isinstance(side, numbers.Integral) or isinstance(side, bool)):
-        raise TypeError(f"window {name} must be an int or None, got {side!r}")
-
-
 def window_mask(
     Tq: int,
     Tk: int,
@@ -125,8 +124,8 @@ def window_mask(
     Key ``j`` is allowed for query ``i`` iff ``d - left <= j <= d + right`` with
     ``d = i + Tk - Tq``; ``None`` leaves that side unbounded.
     """
-    _check_side("left", left)
-    _check_side("right", right)
+    check_window_side("left", left)
+    check_window_side("right", right)
     i = torch.arange(Tq, device=device)[:, None]
     j = torch.arange(Tk, device=device)[None, :]
     d = i + (Tk - Tq)  # the diagonal key of each query
@@ -177,31 +176,6 @@ def from_attn_mask(attn_mask: torch.Tensor) -> dict[str, torch.Tensor]:
     if attn_mask.is_floating_point():
         return {"bias": attn_mask}
     raise TypeError(f"attn_mask must be bool or float, got dtype {attn_mask.dtype}")
-
-
-def _check_broadcast(name: str, shape: tuple[int, ...], target: tuple[int, ...]) -> None:
-    try:
-        ok = torch.broadcast_shapes(shape, target) == torch.Size(target)
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"{name} of shape {tuple(shape)} is not broadcastable to scores {tuple(target)}"
-        )
-
-
-def check_window(window: object) -> tuple[int | None, int | None] | None:
-    """Validate ``window``; None when it constrains nothing."""
-    if window is None:
-        return None
-    if not (isinstance(window, (tuple, list)) and len(window) == 2):
-        raise TypeError(f"window must be a (left, right) pair, got {window!r}")
-    left, right = window
-    _check_side("left", left)
-    _check_side("right", right)
-    if left is None and right is None:
-        return None
-    return (left, right)
 
 
 def attention_mask(

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..numpy.mha import head_sizes
 from .cache import KVCache
 from .functional import _all_finite, additive_attention, attention, triton_decode
 from .masks import Window
@@ -215,18 +216,7 @@ class MultiHeadAttention(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        H = num_heads
-        Hkv = H if num_kv_heads is None else num_kv_heads
-        if H < 1 or Hkv < 1 or H % Hkv:
-            raise ValueError(
-                f"num_heads={H} must be a positive multiple of num_kv_heads={Hkv}"
-            )
-        if head_dim is None:
-            if embed_dim % H:
-                raise ValueError(
-                    f"embed_dim={embed_dim} is not a multiple of num_heads={H}; pass head_dim"
-                )
-            head_dim = embed_dim // H
+        H, Hkv, head_dim = head_sizes(embed_dim, num_heads, num_kv_heads, head_dim)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.embed_dim = embed_dim
