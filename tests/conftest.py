@@ -2,8 +2,27 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import numpy as np
 import pytest
+
+
+def _cuda_available() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# Without a GPU, Triton kernels run under the interpreter. The switch must be on before
+# triton is first imported, and a kernel can be reached from tests/torch (the dispatch) and
+# tests/distributed (local blocks) as well as tests/triton, so it is set here, for any
+# subset of the suite and any test order.
+if not _cuda_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture
