@@ -302,3 +302,28 @@ def test_broadcast_output_gradient(case_type, inputs, reference, at):
         grads.append([x.grad for x in xs])
     for i, (name, factor) in enumerate([("dq", 5), ("dk", 3), ("dv", 3)]):
         assert_close_by_rule(grads[0][i], grads[2][i], grads[1][i], factor=factor, name=name)
+
+
+def test_batch_beyond_the_grid_y_cap_is_launched_in_slices(case_type, inputs, at,
+                                                           monkeypatch):
+    """CUDA caps grid axis 1 (B * H programs) at 65535; past that the batch is split. The
+    interpreter has no cap, so the cap is lowered here (to 2: B * H = 6 takes 3 launches
+    of one batch row each, forward and backward), and results must equal one launch bit
+    for bit."""
+    import attnkit.triton.flash as flash
+
+    case = case_type(B=3, H=2, Hkv=1, Tq=T_SHORT, Tk=T_MID, causal=True, alibi="bh")
+    q, k, v, slopes, dout, dlse = inputs(case, DTYPES[0])
+    opts = case.options(slopes)
+    whole = at.flash_attention_forward(q, k, v, **opts)
+    whole_g = at.flash_attention_backward(dout, q, k, v, *whole, dlse=dlse, **opts)
+    monkeypatch.setattr(flash, "_MAX_GRID_Y", 4)
+    assert flash._batch_slices(3, 2) == [slice(0, 2), slice(2, 3)]
+    monkeypatch.setattr(flash, "_MAX_GRID_Y", 2)
+    assert flash._batch_slices(3, 2) == [slice(0, 1), slice(1, 2), slice(2, 3)]
+    split = at.flash_attention_forward(q, k, v, **opts)
+    split_g = at.flash_attention_backward(dout, q, k, v, *split, dlse=dlse, **opts)
+    for a, b in zip((*whole, *whole_g), (*split, *split_g)):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="H=3"):
+        flash._batch_slices(1, 3)

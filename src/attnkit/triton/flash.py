@@ -35,6 +35,20 @@ __all__ = ["flash_attention", "flash_attention_backward", "flash_attention_forwa
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256
+# CUDA caps grid axes y and z at 65535 programs; the kernels put B * H on axis 1, so a
+# larger batch (many short sequences) is launched in batch slices of at most this many
+# (batch, head) pairs. The interpreter has no such cap, which is why tests lower it.
+_MAX_GRID_Y = 65535
+
+
+def _batch_slices(B: int, H: int) -> list[slice] | None:
+    """Batch slices whose ``b * H`` fits grid axis 1, or None when one launch fits."""
+    if B * H <= _MAX_GRID_Y:
+        return None
+    if H > _MAX_GRID_Y:
+        raise ValueError(f"H={H} heads exceed the {_MAX_GRID_Y} programs of a CUDA grid axis")
+    step = _MAX_GRID_Y // H
+    return [slice(b, min(b + step, B)) for b in range(0, B, step)]
 
 
 @dataclass(frozen=True)
@@ -183,6 +197,13 @@ def flash_attention_forward(
     """
     spec = _check(q, k, v, causal, window, scale, softcap)
     slopes = _slopes(alibi_slopes, spec, q.device)
+    parts = _batch_slices(spec.B, spec.H)
+    if parts is not None:
+        outs = [flash_attention_forward(q[b], k[b], v[b], causal=causal, window=window,
+                                        scale=scale, softcap=softcap,
+                                        alibi_slopes=None if alibi_slopes is None else slopes[b])
+                for b in parts]
+        return torch.cat([o for o, _ in outs]), torch.cat([lse for _, lse in outs])
     B, H, Tq = spec.B, spec.H, spec.Tq
     out = torch.empty((B, H, Tq, spec.Dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
@@ -243,6 +264,14 @@ def flash_attention_backward(
     if dlse is not None and tuple(dlse.shape) != (B, H, Tq):
         raise ValueError(f"dlse {tuple(dlse.shape)} must be (B, H, Tq) = {(B, H, Tq)}")
     slopes = _slopes(alibi_slopes, spec, q.device)
+    parts = _batch_slices(B, H)
+    if parts is not None:
+        grads = [flash_attention_backward(
+            dout[b], q[b], k[b], v[b], out[b], lse[b], causal=causal, window=window,
+            scale=scale, softcap=softcap,
+            alibi_slopes=None if alibi_slopes is None else slopes[b],
+            dlse=None if dlse is None else dlse[b]) for b in parts]
+        return tuple(torch.cat(g) for g in zip(*grads))  # type: ignore[return-value]
     # Autograd often hands in broadcast gradients (stride 0, e.g. from out.sum()); a dense
     # copy lets the backward kernels use wide, aligned loads.
     dout = dout.to(q.dtype).contiguous()
