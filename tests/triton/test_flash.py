@@ -327,3 +327,23 @@ def test_batch_beyond_the_grid_y_cap_is_launched_in_slices(case_type, inputs, at
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="H=3"):
         flash._batch_slices(1, 3)
+
+
+def test_views_whose_offsets_overflow_int32_are_made_dense():
+    """In-slice offsets are int32 in the kernels: a transposed (B, T, H, D) view with
+    T * H * D >= 2^31 must reach them as a dense copy, anything smaller as it is (meta
+    tensors: the check needs strides, not 4 GiB of data)."""
+    from attnkit.triton.flash import _int32_offsets
+
+    def view(T, H, D):  # (B, T, H, D) storage seen as (B, H, T, D)
+        return torch.empty(1, T, H, D, device="meta").transpose(1, 2)
+
+    big = view(262144, 128, 128)  # last row starts at 262143 * 16384 > 2^31
+    fixed = _int32_offsets(big)
+    assert fixed.is_contiguous() and fixed.shape == big.shape
+    packed = torch.empty(1, 131072, 3, 64, 128, device="meta")[:, :, 0].transpose(1, 2)
+    assert _int32_offsets(packed).is_contiguous()  # 131071 * 24576 > 2^31
+    small = view(131072, 128, 128)  # 131071 * 16384 + 127 < 2^31: fits exactly
+    assert _int32_offsets(small) is small
+    dense = torch.empty(1, 128, 131072, 128, device="meta")
+    assert _int32_offsets(dense) is dense

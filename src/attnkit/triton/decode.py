@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ._kernels import first_only, interpreting
-from .flash import _check_device
+from .flash import _check_device, _int32_offsets, _int32_overflows
 
 __all__ = ["decode_attention"]
 
@@ -221,6 +221,12 @@ def decode_attention(
         return (out, lse) if return_lse else out
     out = torch.empty((B, H, Tq, Dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
+    # In-slice offsets are int32 in the kernel: a cache whose (position, dim) span passes
+    # 2^31 (a (B, C, Hkv, D) view with C * Hkv * D >= 2^31) is read through a dense copy
+    # of its valid part (correct, though the copy costs as much as the read).
+    q = _int32_offsets(q)
+    k_cache, v_cache = (c[:, :, :cache_len].contiguous() if _int32_overflows(c) else c
+                        for c in (k_cache, v_cache))
 
     G = H // Hkv
     rows = G * Tq

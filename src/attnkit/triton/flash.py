@@ -41,6 +41,25 @@ MAX_HEAD_DIM = 256
 _MAX_GRID_Y = 65535
 
 
+def _int32_offsets(x: torch.Tensor) -> torch.Tensor:
+    """``x``, or a dense copy when offsets inside one (batch, head) slice overflow int32.
+
+    The kernels add ``row * stride_t + col * stride_d`` in int32 (tile indices times
+    runtime strides; only the batch/head offset is int64). A ``(B, T, H, D)`` view
+    transposed to ``(B, H, T, D)`` has ``stride_t = H * D``: 128k tokens of a packed QKV
+    projection with 64 heads of 128 (``stride_t = 3 * 8192``), or 256k tokens at a width of
+    16384, wrap past 2^31 and would read the wrong rows on a GPU. A dense layout has
+    ``stride_t = D`` and fits for any T below 8M.
+    """
+    return x.contiguous() if _int32_overflows(x) else x
+
+
+def _int32_overflows(x: torch.Tensor) -> bool:
+    """The largest offset within one (batch, head) slice of ``x`` reaches 2^31."""
+    span = sum((n - 1) * abs(st) for n, st in zip(x.shape[-2:], x.stride()[-2:]) if n > 0)
+    return span >= 2**31
+
+
 def _batch_slices(B: int, H: int) -> list[slice] | None:
     """Batch slices whose ``b * H`` fits grid axis 1, or None when one launch fits."""
     if B * H <= _MAX_GRID_Y:
@@ -196,6 +215,7 @@ def flash_attention_forward(
         ``(out (B, H, Tq, Dv) in q's dtype, lse (B, H, Tq) float32, natural log)``.
     """
     spec = _check(q, k, v, causal, window, scale, softcap)
+    q, k, v = (_int32_offsets(x) for x in (q, k, v))
     slopes = _slopes(alibi_slopes, spec, q.device)
     parts = _batch_slices(spec.B, spec.H)
     if parts is not None:
@@ -276,6 +296,7 @@ def flash_attention_backward(
     # copy lets the backward kernels use wide, aligned loads.
     dout = dout.to(q.dtype).contiguous()
     lse = lse.to(torch.float32).contiguous()
+    q, k, v, out = (_int32_offsets(x) for x in (q, k, v, out))
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
