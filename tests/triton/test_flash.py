@@ -347,3 +347,27 @@ def test_views_whose_offsets_overflow_int32_are_made_dense():
     assert _int32_offsets(small) is small
     dense = torch.empty(1, 128, 131072, 128, device="meta")
     assert _int32_offsets(dense) is dense
+
+
+@pytest.mark.parametrize(
+    "window, same_as",
+    [((None, 2**31 - 1), None), ((2**31 - 10, 2**31 - 10), None), ((10**12, 0), (None, 0)),
+     ((-(2**31) + 5, None), "empty"), ((None, -(2**31) + 5), "empty")],
+    ids=["right_int32_max", "both_near_int32_max", "left_beyond_int64", "left_very_negative",
+         "right_very_negative"],
+)
+def test_window_sides_wider_than_the_sequence(window, same_as, case_type, inputs, at):
+    """A side beyond Tq + Tk keeps (or, negative, drops) every key: results equal the
+    unbounded side (or 0 and -inf), forward and backward, not an int32 wrap-around."""
+    case = case_type(Tq=T_SHORT, Tk=T_MID)
+    q, k, v, _, dout, _ = inputs(case, DTYPES[0])
+    out, lse = at.flash_attention_forward(q, k, v, window=window)
+    grads = at.flash_attention_backward(dout, q, k, v, out, lse, window=window)
+    if same_as == "empty":
+        assert torch.all(out == 0) and torch.all(lse == float("-inf"))
+        assert all(torch.all(g == 0) for g in grads)
+        return
+    ref_out, ref_lse = at.flash_attention_forward(q, k, v, window=same_as)
+    ref_grads = at.flash_attention_backward(dout, q, k, v, ref_out, ref_lse, window=same_as)
+    for a, b in zip((out, lse, *grads), (ref_out, ref_lse, *ref_grads)):
+        assert torch.equal(a, b)

@@ -94,10 +94,14 @@ class _Spec:
         """Keyword arguments shared by every kernel (scalars and constexprs)."""
         log2e = K.LOG2E
         sc = self.softcap
+        # A side wider than Tq + Tk (either sign) already keeps or drops every key, so it
+        # is clamped there: the kernels add the sides to int32 indices, and a window such
+        # as (None, 2**31 - 1) wrapped around and masked every key.
+        reach = self.Tq + self.Tk
+        left = 0 if self.left is None else max(-reach, min(reach, self.left))
+        right = 0 if self.right is None else max(-reach, min(reach, self.right))
         return dict(
-            Tq=self.Tq, Tk=self.Tk, diag_off=self.Tk - self.Tq,
-            left=0 if self.left is None else self.left,
-            right=0 if self.right is None else self.right,
+            Tq=self.Tq, Tk=self.Tk, diag_off=self.Tk - self.Tq, left=left, right=right,
             qk_scale2=self.scale * log2e,
             sc_in=0.0 if sc is None else self.scale / sc,
             sc_out2=0.0 if sc is None else sc * log2e,
