@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ._kernels import first_only, interpreting
-from .flash import _check_device, _int32_offsets, _int32_overflows
+from .flash import _batch_slices, _check_device, _int32_offsets, _int32_overflows
 
 __all__ = ["decode_attention"]
 
@@ -218,6 +218,12 @@ def decode_attention(
     if cache_len == 0 or q.numel() == 0:  # nothing to attend: 0 and -inf
         out = torch.zeros((B, H, Tq, Dv), dtype=q.dtype, device=q.device)
         lse = torch.full((B, H, Tq), float("-inf"), dtype=torch.float32, device=q.device)
+        return (out, lse) if return_lse else out
+    parts = _batch_slices(B, Hkv)  # grid axis 1 holds B * Hkv programs (CUDA cap 65535)
+    if parts is not None:
+        outs = [decode_attention(q[b], k_cache[b], v_cache[b], cache_len, scale=scale,
+                                 return_lse=True, num_splits=num_splits) for b in parts]
+        out, lse = torch.cat([o for o, _ in outs]), torch.cat([x for _, x in outs])
         return (out, lse) if return_lse else out
     out = torch.empty((B, H, Tq, Dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
