@@ -371,3 +371,16 @@ def test_window_sides_wider_than_the_sequence(window, same_as, case_type, inputs
     ref_grads = at.flash_attention_backward(dout, q, k, v, ref_out, ref_lse, window=same_as)
     for a, b in zip((out, lse, *grads), (ref_out, ref_lse, *ref_grads)):
         assert torch.equal(a, b)
+
+
+def test_double_backward_raises_instead_of_dropping_second_order_terms(at):
+    """The kernels have no double backward: a gradient penalty through them must fail
+    loudly, not silently treat dQ as a constant."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 1, T_SHORT, 16, generator=g).to(DEVICE, DTYPES[0])
+               for _ in range(3))
+    q.requires_grad_(True)
+    out = at.flash_attention(q, k, v)
+    (dq,) = torch.autograd.grad((out * out).sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|differentiate"):
+        (dq.pow(2).sum() + q.sum()).backward()

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 import triton
+from torch.autograd.function import once_differentiable
 
 from . import _kernels as K
 
@@ -353,6 +354,7 @@ class FlashAttentionFunction(torch.autograd.Function):
         return out, lse
 
     @staticmethod
+    @once_differentiable  # the kernels have no double backward: say so, never return 0
     def backward(ctx, dout, dlse):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
         if dout is None:
