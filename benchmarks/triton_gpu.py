@@ -76,8 +76,9 @@ def _ours(q, k, v, causal):
 
 
 def _time_fwd_bwd(fn: Callable[[], torch.Tensor], inputs: tuple[torch.Tensor, ...],
-                  backend=None) -> tuple[float, float]:
-    """(forward ms, backward ms); backward timed alone on a retained graph."""
+                  backend=None) -> tuple[float, float, torch.Tensor]:
+    """(forward ms, backward ms, output); backward timed alone on a retained graph. The
+    output lets the tables show that the contenders computed the same thing."""
     from contextlib import nullcontext
 
     from torch.nn.attention import sdpa_kernel
@@ -88,7 +89,11 @@ def _time_fwd_bwd(fn: Callable[[], torch.Tensor], inputs: tuple[torch.Tensor, ..
         dout = torch.randn_like(out)
         t_fwd = _bench(fn)
         t_bwd = _bench(lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True))
-    return t_fwd, t_bwd
+    return t_fwd, t_bwd, out.detach()
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).abs().max())
 
 
 def _dense_point(D: int, T: int, causal: bool, peers: dict, unavailable: dict[str, str]
@@ -113,6 +118,8 @@ def _dense_point(D: int, T: int, causal: bool, peers: dict, unavailable: dict[st
         row = [D, T, B, "yes" if causal else "no", ("fwd", "bwd")[p], tf["ours"]]
         row += [tf.get(name, "n/a") for name in peers]
         row += [tf["ours"] / tf[name] if name in tf else "n/a" for name in peers]
+        peer = next((n for n in peers if n in res), None)
+        row.append(_max_diff(res["ours"][2], res[peer][2]) if peer else "n/a")
         rows.append(row)
     return rows
 
@@ -212,7 +219,9 @@ def feature_table(ts: list[int]) -> list[list[object]]:
                 peer_tf = None if t_peer is None else flops * mult / (t_peer[p] * 1e-3) / 1e12
                 rows.append([name, T, B, ("fwd", "bwd")[p], ours_tf,
                              "n/a" if peer_tf is None else peer_tf,
-                             "n/a" if peer_tf is None else ours_tf / peer_tf, peer_name])
+                             "n/a" if peer_tf is None else ours_tf / peer_tf,
+                             "n/a" if t_peer is None else _max_diff(t_ours[2], t_peer[2]),
+                             peer_name])
         torch.cuda.empty_cache()
     return rows
 
@@ -293,12 +302,15 @@ def _report_dense(ds: list[int], ts: list[int], context: str, record: bool) -> N
         "attnkit.triton flash attention vs SDPA (flash, cuDNN), bf16, B x T = 16384, "
         "H x D = 2048",
         ["D", "T", "B", "causal", "pass", "ours TFLOP/s", "flash TFLOP/s", "cudnn TFLOP/s",
-         "ours/flash", "ours/cudnn"],
+         "ours/flash", "ours/cudnn", "max |out - SDPA out|"],
         rows,
         notes="\n".join([
             context,
             "FLOPs: fwd 4*B*H*T*T*D (halved when causal), bwd 2.5x fwd; do_bench medians.",
             "Goals (D=128, T>=2k): fwd >= 1.1x flash and >= 0.8x cuDNN; bwd >= 1.0x flash.",
+            "Last column: max abs difference of the outputs against SDPA flash (cuDNN if "
+            "flash is unavailable), the same inputs: bf16 rounding is ~1e-2; more means a "
+            "wrong kernel and the row's speed means nothing.",
             *notes,
         ]),
         record=record,
@@ -310,7 +322,8 @@ def _report_features(feature_ts: list[int], context: str, record: bool) -> None:
     report(
         "attnkit.triton fused features vs SDPA with the equivalent mask / bias / expanded "
         "K/V, bf16, D=128, H=16",
-        ["feature", "T", "B", "pass", "ours TFLOP/s", "peer TFLOP/s", "ours/peer", "peer"],
+        ["feature", "T", "B", "pass", "ours TFLOP/s", "peer TFLOP/s", "ours/peer",
+         "max |out - peer out|", "peer"],
         rows,
         notes=context + "\nGoal: >= 2x the peer. FLOPs counted as dense (halved when causal).",
         record=record,

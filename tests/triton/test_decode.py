@@ -79,7 +79,7 @@ def test_split_count_does_not_change_the_result(at):
     k_cache, v_cache = _cache(1, 1, 32, 32, seed=5)
     q = torch.randn(1, 2, 1, 32, generator=torch.Generator().manual_seed(6)).to(DEVICE, DTYPE)
     outs = [at.decode_attention(q, k_cache, v_cache, CAPACITY - 1, num_splits=n)
-            for n in (1, 2, 7)]
+            for n in (1, 2, 7, 40)]  # 40: the merge walks its splits in several blocks
     tol = 1e-5 if DTYPE == torch.float32 else 2e-3
     for o in outs[1:]:
         torch.testing.assert_close(o, outs[0], atol=tol, rtol=tol)
@@ -105,3 +105,17 @@ def test_decode_rejects_bad_arguments(at):
     with pytest.raises(TypeError, match="float64"):
         at.decode_attention(q.double(), k_cache, v_cache, 2)
     assert np.isfinite(as_float64(at.decode_attention(q, k_cache, v_cache, 2))).all()
+
+
+def test_batch_beyond_the_grid_y_cap_is_launched_in_slices(at, monkeypatch):
+    """B * Hkv programs sit on CUDA grid axis 1 (cap 65535, none in the interpreter, so
+    the cap is lowered): slices of the batch must give the single launch's result."""
+    import attnkit.triton.flash as flash
+
+    k_cache, v_cache = _cache(3, 2, 32, 32, seed=9)
+    q = torch.randn(3, 4, 2, 32, generator=torch.Generator().manual_seed(10)).to(DEVICE, DTYPE)
+    whole = at.decode_attention(q, k_cache, v_cache, 41, return_lse=True, num_splits=3)
+    monkeypatch.setattr(flash, "_MAX_GRID_Y", 2)  # one batch row (2 KV heads) per launch
+    split = at.decode_attention(q, k_cache, v_cache, 41, return_lse=True, num_splits=3)
+    for a, b in zip(whole, split):
+        assert torch.equal(a, b)

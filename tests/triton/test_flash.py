@@ -302,3 +302,85 @@ def test_broadcast_output_gradient(case_type, inputs, reference, at):
         grads.append([x.grad for x in xs])
     for i, (name, factor) in enumerate([("dq", 5), ("dk", 3), ("dv", 3)]):
         assert_close_by_rule(grads[0][i], grads[2][i], grads[1][i], factor=factor, name=name)
+
+
+def test_batch_beyond_the_grid_y_cap_is_launched_in_slices(case_type, inputs, at,
+                                                           monkeypatch):
+    """CUDA caps grid axis 1 (B * H programs) at 65535; past that the batch is split. The
+    interpreter has no cap, so the cap is lowered here (to 2: B * H = 6 takes 3 launches
+    of one batch row each, forward and backward), and results must equal one launch bit
+    for bit."""
+    import attnkit.triton.flash as flash
+
+    case = case_type(B=3, H=2, Hkv=1, Tq=T_SHORT, Tk=T_MID, causal=True, alibi="bh")
+    q, k, v, slopes, dout, dlse = inputs(case, DTYPES[0])
+    opts = case.options(slopes)
+    whole = at.flash_attention_forward(q, k, v, **opts)
+    whole_g = at.flash_attention_backward(dout, q, k, v, *whole, dlse=dlse, **opts)
+    monkeypatch.setattr(flash, "_MAX_GRID_Y", 4)
+    assert flash._batch_slices(3, 2) == [slice(0, 2), slice(2, 3)]
+    monkeypatch.setattr(flash, "_MAX_GRID_Y", 2)
+    assert flash._batch_slices(3, 2) == [slice(0, 1), slice(1, 2), slice(2, 3)]
+    split = at.flash_attention_forward(q, k, v, **opts)
+    split_g = at.flash_attention_backward(dout, q, k, v, *split, dlse=dlse, **opts)
+    for a, b in zip((*whole, *whole_g), (*split, *split_g)):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="H=3"):
+        flash._batch_slices(1, 3)
+
+
+def test_views_whose_offsets_overflow_int32_are_made_dense():
+    """In-slice offsets are int32 in the kernels: a transposed (B, T, H, D) view with
+    T * H * D >= 2^31 must reach them as a dense copy, anything smaller as it is (meta
+    tensors: the check needs strides, not 4 GiB of data)."""
+    from attnkit.triton.flash import _int32_offsets
+
+    def view(T, H, D):  # (B, T, H, D) storage seen as (B, H, T, D)
+        return torch.empty(1, T, H, D, device="meta").transpose(1, 2)
+
+    big = view(262144, 128, 128)  # last row starts at 262143 * 16384 > 2^31
+    fixed = _int32_offsets(big)
+    assert fixed.is_contiguous() and fixed.shape == big.shape
+    packed = torch.empty(1, 131072, 3, 64, 128, device="meta")[:, :, 0].transpose(1, 2)
+    assert _int32_offsets(packed).is_contiguous()  # 131071 * 24576 > 2^31
+    small = view(131072, 128, 128)  # 131071 * 16384 + 127 < 2^31: fits exactly
+    assert _int32_offsets(small) is small
+    dense = torch.empty(1, 128, 131072, 128, device="meta")
+    assert _int32_offsets(dense) is dense
+
+
+@pytest.mark.parametrize(
+    "window, same_as",
+    [((None, 2**31 - 1), None), ((2**31 - 10, 2**31 - 10), None), ((10**12, 0), (None, 0)),
+     ((-(2**31) + 5, None), "empty"), ((None, -(2**31) + 5), "empty")],
+    ids=["right_int32_max", "both_near_int32_max", "left_beyond_int64", "left_very_negative",
+         "right_very_negative"],
+)
+def test_window_sides_wider_than_the_sequence(window, same_as, case_type, inputs, at):
+    """A side beyond Tq + Tk keeps (or, negative, drops) every key: results equal the
+    unbounded side (or 0 and -inf), forward and backward, not an int32 wrap-around."""
+    case = case_type(Tq=T_SHORT, Tk=T_MID)
+    q, k, v, _, dout, _ = inputs(case, DTYPES[0])
+    out, lse = at.flash_attention_forward(q, k, v, window=window)
+    grads = at.flash_attention_backward(dout, q, k, v, out, lse, window=window)
+    if same_as == "empty":
+        assert torch.all(out == 0) and torch.all(lse == float("-inf"))
+        assert all(torch.all(g == 0) for g in grads)
+        return
+    ref_out, ref_lse = at.flash_attention_forward(q, k, v, window=same_as)
+    ref_grads = at.flash_attention_backward(dout, q, k, v, ref_out, ref_lse, window=same_as)
+    for a, b in zip((out, lse, *grads), (ref_out, ref_lse, *ref_grads)):
+        assert torch.equal(a, b)
+
+
+def test_double_backward_raises_instead_of_dropping_second_order_terms(at):
+    """The kernels have no double backward: a gradient penalty through them must fail
+    loudly, not silently treat dQ as a constant."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 1, T_SHORT, 16, generator=g).to(DEVICE, DTYPES[0])
+               for _ in range(3))
+    q.requires_grad_(True)
+    out = at.flash_attention(q, k, v)
+    (dq,) = torch.autograd.grad((out * out).sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|differentiate"):
+        (dq.pow(2).sum() + q.sum()).backward()

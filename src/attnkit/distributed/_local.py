@@ -105,7 +105,7 @@ def _tile_scores(
 
 
 def _masked_values(v: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
-    """Values with masked keys zeroed: a NaN in a masked position must not leak via ``0 * NaN``."""
+    """Values (or keys) with masked positions zeroed: a NaN there must not leak via ``0 * NaN``."""
     if key_mask is None:
         return v
     return torch.where(key_mask[:, None, :, None], v, torch.zeros_like(v))
@@ -246,7 +246,8 @@ def block_backward(
     B, H, Tq, Dk = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[3]
     qg = q.to(dt).reshape(B, Hkv, G, Tq, Dk)
-    kg = k.to(dt).unsqueeze(2)
+    # Masked keys are zeroed too: their dS is 0, but dQ = dS K would still read 0 * NaN.
+    kg = _masked_values(k.to(dt), key_mask).unsqueeze(2)
     vg = _masked_values(v.to(dt), key_mask).unsqueeze(2)
     dog = dout.to(dt).reshape(B, Hkv, G, Tq, Dv)
     og = out.to(dt).reshape(B, Hkv, G, Tq, Dv)

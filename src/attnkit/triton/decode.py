@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ._kernels import first_only, interpreting
-from .flash import _check_device
+from .flash import _batch_slices, _check_device, _int32_offsets, _int32_overflows
 
 __all__ = ["decode_attention"]
 
@@ -106,23 +106,44 @@ def _decode_split_kernel(
 @triton.jit
 def _decode_merge_kernel(O_PART, LSE_PART, O, LSE, num_splits, Dv: tl.constexpr,
                          BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr):
-    """One program per (b, h, t) row: combine the chunk partials by their LSEs."""
+    """One program per (b, h, t) row: combine the chunk partials by their LSEs.
+
+    The splits are walked ``BLOCK_S`` at a time (two passes: the max LSE, then the
+    weighted sum), so a few hundred splits never become one huge register tile.
+    """
     row = tl.program_id(0).to(tl.int64)
-    offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_DV)
-    s_ok = offs_s < num_splits
-    lse_s = tl.load(LSE_PART + row * num_splits + offs_s, mask=s_ok, other=float("-inf"))
-    m = tl.max(lse_s, 0)
+    m_vec = tl.full([BLOCK_S], float("-inf"), dtype=tl.float32)
+    for s0 in range(0, num_splits, BLOCK_S):
+        offs_s = s0 + tl.arange(0, BLOCK_S)
+        lse_s = tl.load(LSE_PART + row * num_splits + offs_s, mask=offs_s < num_splits,
+                        other=float("-inf"))
+        m_vec = tl.maximum(m_vec, lse_s)
+    m = tl.max(m_vec, 0)
     m_use = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp(lse_s - m_use)  # 0 for empty chunks
-    total = tl.sum(w, 0)
-    o_s = tl.load(O_PART + (row * num_splits + offs_s)[:, None] * BLOCK_DV + offs_d[None, :],
-                  mask=s_ok[:, None], other=0.0)
+    w_vec = tl.zeros([BLOCK_S], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_DV], dtype=tl.float32)
+    for s0 in range(0, num_splits, BLOCK_S):
+        offs_s = s0 + tl.arange(0, BLOCK_S)
+        s_ok = offs_s < num_splits
+        lse_s = tl.load(LSE_PART + row * num_splits + offs_s, mask=s_ok, other=float("-inf"))
+        w = tl.exp(lse_s - m_use)  # 0 for empty chunks
+        w_vec = w_vec + w
+        o_s = tl.load(O_PART + (row * num_splits + offs_s)[:, None] * BLOCK_DV + offs_d[None, :],
+                      mask=s_ok[:, None], other=0.0)
+        acc = acc + tl.sum(o_s * w[:, None], 0)
+    total = tl.sum(w_vec, 0)
     empty = total == 0.0
-    out = tl.sum(o_s * w[:, None], 0) / tl.where(empty, 1.0, total)
+    out = acc / tl.where(empty, 1.0, total)
     lse = tl.where(empty, float("-inf"), m_use + tl.log(tl.where(empty, 1.0, total)))
     tl.store(O + row * Dv + offs_d, out.to(O.dtype.element_ty), mask=offs_d < Dv)
     tl.store(LSE + row, lse)
+
+
+def _merge_block(splits: int) -> int:
+    """Splits the merge kernel reads at a time (a power of two, at most 16 under the
+    interpreter so that the tests walk several blocks, 32 on a GPU)."""
+    return max(2, min(16 if interpreting() else 32, triton.next_power_of_2(splits)))
 
 
 def _num_sms(device: torch.device) -> int:
@@ -219,8 +240,20 @@ def decode_attention(
         out = torch.zeros((B, H, Tq, Dv), dtype=q.dtype, device=q.device)
         lse = torch.full((B, H, Tq), float("-inf"), dtype=torch.float32, device=q.device)
         return (out, lse) if return_lse else out
+    parts = _batch_slices(B, Hkv)  # grid axis 1 holds B * Hkv programs (CUDA cap 65535)
+    if parts is not None:
+        outs = [decode_attention(q[b], k_cache[b], v_cache[b], cache_len, scale=scale,
+                                 return_lse=True, num_splits=num_splits) for b in parts]
+        out, lse = torch.cat([o for o, _ in outs]), torch.cat([x for _, x in outs])
+        return (out, lse) if return_lse else out
     out = torch.empty((B, H, Tq, Dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
+    # In-slice offsets are int32 in the kernel: a cache whose (position, dim) span passes
+    # 2^31 (a (B, C, Hkv, D) view with C * Hkv * D >= 2^31) is read through a dense copy
+    # of its valid part (correct, though the copy costs as much as the read).
+    q = _int32_offsets(q)
+    k_cache, v_cache = (c[:, :, :cache_len].contiguous() if _int32_overflows(c) else c
+                        for c in (k_cache, v_cache))
 
     G = H // Hkv
     rows = G * Tq
@@ -241,6 +274,6 @@ def decode_attention(
     )
     _decode_merge_kernel[(B * H * Tq,)](
         o_part, lse_part, out, lse, splits, Dv=Dv, BLOCK_DV=block_dv,
-        BLOCK_S=max(2, triton.next_power_of_2(splits)),
+        BLOCK_S=_merge_block(splits),
     )
     return (out, lse) if return_lse else out

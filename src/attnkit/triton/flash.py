@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 import triton
+from torch.autograd.function import once_differentiable
 
 from . import _kernels as K
 
@@ -35,6 +36,39 @@ __all__ = ["flash_attention", "flash_attention_backward", "flash_attention_forwa
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256
+# CUDA caps grid axes y and z at 65535 programs; the kernels put B * H on axis 1, so a
+# larger batch (many short sequences) is launched in batch slices of at most this many
+# (batch, head) pairs. The interpreter has no such cap, which is why tests lower it.
+_MAX_GRID_Y = 65535
+
+
+def _int32_offsets(x: torch.Tensor) -> torch.Tensor:
+    """``x``, or a dense copy when offsets inside one (batch, head) slice overflow int32.
+
+    The kernels add ``row * stride_t + col * stride_d`` in int32 (tile indices times
+    runtime strides; only the batch/head offset is int64). A ``(B, T, H, D)`` view
+    transposed to ``(B, H, T, D)`` has ``stride_t = H * D``: 128k tokens of a packed QKV
+    projection with 64 heads of 128 (``stride_t = 3 * 8192``), or 256k tokens at a width of
+    16384, wrap past 2^31 and would read the wrong rows on a GPU. A dense layout has
+    ``stride_t = D`` and fits for any T below 8M.
+    """
+    return x.contiguous() if _int32_overflows(x) else x
+
+
+def _int32_overflows(x: torch.Tensor) -> bool:
+    """The largest offset within one (batch, head) slice of ``x`` reaches 2^31."""
+    span = sum((n - 1) * abs(st) for n, st in zip(x.shape[-2:], x.stride()[-2:]) if n > 0)
+    return span >= 2**31
+
+
+def _batch_slices(B: int, H: int) -> list[slice] | None:
+    """Batch slices whose ``b * H`` fits grid axis 1, or None when one launch fits."""
+    if B * H <= _MAX_GRID_Y:
+        return None
+    if H > _MAX_GRID_Y:
+        raise ValueError(f"H={H} heads exceed the {_MAX_GRID_Y} programs of a CUDA grid axis")
+    step = _MAX_GRID_Y // H
+    return [slice(b, min(b + step, B)) for b in range(0, B, step)]
 
 
 @dataclass(frozen=True)
@@ -61,10 +95,14 @@ class _Spec:
         """Keyword arguments shared by every kernel (scalars and constexprs)."""
         log2e = K.LOG2E
         sc = self.softcap
+        # A side wider than Tq + Tk (either sign) already keeps or drops every key, so it
+        # is clamped there: the kernels add the sides to int32 indices, and a window such
+        # as (None, 2**31 - 1) wrapped around and masked every key.
+        reach = self.Tq + self.Tk
+        left = 0 if self.left is None else max(-reach, min(reach, self.left))
+        right = 0 if self.right is None else max(-reach, min(reach, self.right))
         return dict(
-            Tq=self.Tq, Tk=self.Tk, diag_off=self.Tk - self.Tq,
-            left=0 if self.left is None else self.left,
-            right=0 if self.right is None else self.right,
+            Tq=self.Tq, Tk=self.Tk, diag_off=self.Tk - self.Tq, left=left, right=right,
             qk_scale2=self.scale * log2e,
             sc_in=0.0 if sc is None else self.scale / sc,
             sc_out2=0.0 if sc is None else sc * log2e,
@@ -182,7 +220,15 @@ def flash_attention_forward(
         ``(out (B, H, Tq, Dv) in q's dtype, lse (B, H, Tq) float32, natural log)``.
     """
     spec = _check(q, k, v, causal, window, scale, softcap)
+    q, k, v = (_int32_offsets(x) for x in (q, k, v))
     slopes = _slopes(alibi_slopes, spec, q.device)
+    parts = _batch_slices(spec.B, spec.H)
+    if parts is not None:
+        outs = [flash_attention_forward(q[b], k[b], v[b], causal=causal, window=window,
+                                        scale=scale, softcap=softcap,
+                                        alibi_slopes=None if alibi_slopes is None else slopes[b])
+                for b in parts]
+        return torch.cat([o for o, _ in outs]), torch.cat([lse for _, lse in outs])
     B, H, Tq = spec.B, spec.H, spec.Tq
     out = torch.empty((B, H, Tq, spec.Dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
@@ -243,10 +289,19 @@ def flash_attention_backward(
     if dlse is not None and tuple(dlse.shape) != (B, H, Tq):
         raise ValueError(f"dlse {tuple(dlse.shape)} must be (B, H, Tq) = {(B, H, Tq)}")
     slopes = _slopes(alibi_slopes, spec, q.device)
+    parts = _batch_slices(B, H)
+    if parts is not None:
+        grads = [flash_attention_backward(
+            dout[b], q[b], k[b], v[b], out[b], lse[b], causal=causal, window=window,
+            scale=scale, softcap=softcap,
+            alibi_slopes=None if alibi_slopes is None else slopes[b],
+            dlse=None if dlse is None else dlse[b]) for b in parts]
+        return tuple(torch.cat(g) for g in zip(*grads))  # type: ignore[return-value]
     # Autograd often hands in broadcast gradients (stride 0, e.g. from out.sum()); a dense
     # copy lets the backward kernels use wide, aligned loads.
     dout = dout.to(q.dtype).contiguous()
     lse = lse.to(torch.float32).contiguous()
+    q, k, v, out = (_int32_offsets(x) for x in (q, k, v, out))
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
@@ -299,6 +354,7 @@ class FlashAttentionFunction(torch.autograd.Function):
         return out, lse
 
     @staticmethod
+    @once_differentiable  # the kernels have no double backward: say so, never return 0
     def backward(ctx, dout, dlse):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
         if dout is None:
