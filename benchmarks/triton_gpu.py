@@ -155,7 +155,14 @@ def _explicit_keep(Tq: int, Tk: int, causal: bool, window) -> torch.Tensor:
 
 
 def _feature_cases(T: int) -> list[tuple]:
-    """(name, ours, peer, our inputs, peer inputs, peer name) for one length T."""
+    """(name, ours, peer, our inputs, peer inputs, peer name, peer SDPA backend) for one T.
+
+    DESIGN.md pins the SDPA backend being compared: FLASH_ATTENTION takes no mask or bias,
+    so masked peers run on EFFICIENT_ATTENTION (the fused SDPA kernel that accepts them);
+    the expanded-K/V GQA peer runs on FLASH_ATTENTION.
+    """
+    from torch.nn.attention import SDPBackend
+
     from attnkit.triton import flash_attention
 
     D, H, B = 128, 16, TOKENS // T
@@ -185,18 +192,18 @@ def _feature_cases(T: int) -> list[tuple]:
         ("window (1024, 0) causal",
          lambda: flash_attention(q, k, v, causal=True, window=(1024, 0)),
          lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=keep),
-         qkv, qkv, "SDPA + bool mask"),
+         qkv, qkv, "SDPA-efficient + bool mask", SDPBackend.EFFICIENT_ATTENTION),
         ("ALiBi causal",
          lambda: flash_attention(q, k, v, causal=True, alibi_slopes=slopes),
          lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias),
-         qkv, qkv, "SDPA + float bias"),
+         qkv, qkv, "SDPA-efficient + float bias", SDPBackend.EFFICIENT_ATTENTION),
         ("softcap 50 causal",
          lambda: flash_attention(q, k, v, causal=True, softcap=50.0),
-         softcap_eager, qkv, qkv, "eager PyTorch"),
+         softcap_eager, qkv, qkv, "eager PyTorch", None),
         ("GQA 16/2 causal",
          lambda: flash_attention(q, kg, vg, causal=True),
          lambda: F.scaled_dot_product_attention(q, ke, ve, is_causal=True),
-         (q, kg, vg), (q, ke, ve), "SDPA on expanded K/V"),
+         (q, kg, vg), (q, ke, ve), "SDPA-flash on expanded K/V", SDPBackend.FLASH_ATTENTION),
     ]
 
 
@@ -207,10 +214,10 @@ def feature_table(ts: list[int]) -> list[list[object]]:
     for T in ts:
         B = TOKENS // T
         flops = 4 * B * H * T * T * D / 2  # every case here is causal
-        for name, ours, peer, ins_ours, ins_peer, peer_name in _feature_cases(T):
+        for name, ours, peer, ins_ours, ins_peer, peer_name, backend in _feature_cases(T):
             t_ours = _time_fwd_bwd(ours, ins_ours)
             try:
-                t_peer = _time_fwd_bwd(peer, ins_peer)
+                t_peer = _time_fwd_bwd(peer, ins_peer, backend)
             except (RuntimeError, torch.cuda.OutOfMemoryError) as e:
                 t_peer = None
                 peer_name += f" failed: {str(e).splitlines()[0][:80]}"
