@@ -3,7 +3,7 @@
 Every constraint :func:`attnkit.torch.attention` accepts (``mask``, ``valid_lens``,
 ``causal``, ``window``) becomes a boolean tensor broadcastable to the scores
 ``(..., Tq, Tk)``, and the constraints are ANDed. Masked scores become ``-inf`` and rows
-left with no allowed key are guarded explicitly, so no fill constant (``-1e9``, ``-1e6``)
+left with no allowed key are guarded explicitly, so no large-negative fill constant
 appears anywhere and half precision cannot overflow. Nothing here writes into a caller's
 tensor.
 
@@ -227,7 +227,7 @@ def masked_softmax(
 ) -> torch.Tensor:
     """Softmax over the last axis, restricted to allowed keys (d2l's signature).
 
-    Unlike d2l's version this never writes into ``X`` and uses no ``-1e6`` fill: masked
+    Unlike d2l's version this never writes into ``X`` and uses no large-negative fill: masked
     entries get weight exactly 0, and a row with no allowed key (``valid_len == 0``) gets
     all zeros instead of a silent uniform distribution. Half-precision input is normalised
     in float32.

@@ -3,7 +3,7 @@
 - :class:`DotProductAttention` and :class:`AdditiveAttention` are drop-in replacements for
   d2l's classes of the same names (same constructors, ``forward(queries, keys, values,
   valid_lens)``, ``.attention_weights``, same parameter names), minus their bugs: no
-  ``-1e6`` fill, no write into the scores, fully masked rows give 0, not a uniform average.
+  large-negative fill, no write into the scores, fully masked rows give 0, not a uniform average.
 - :class:`MultiHeadAttention` does what ``torch.nn.MultiheadAttention`` does (and converts
   to and from it), plus GQA/MQA, free head dims, bottom-right causal and sliding windows,
   d2l ``valid_lens``, and a KV cache for decoding.
