@@ -299,6 +299,21 @@ def test_caller_tensors_unchanged(rng, backend):
     assert versions == [x._version for x in (q, k, v, bias, mask, vl)]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_caller_tensors_unchanged_causal_only(rng, backend):
+    """Tq == Tk with causal alone takes SDPA's own causal flag; the weights beside it are
+    masked in place, which must stay inside attnkit's private score buffer."""
+    q, k, v = (t64(rng.standard_normal((2, 2, 5, 3)), requires_grad=True) for _ in range(3))
+    before = [x.detach().clone() for x in (q, k, v)]
+    versions = [x._version for x in (q, k, v)]
+    out, w = at.attention(q, k, v, causal=True, need_weights=True, backend=backend)
+    (out.sum() + w.sum()).backward()
+    for x, b in zip((q, k, v), before):
+        assert torch.equal(x.detach(), b)
+    assert versions == [x._version for x in (q, k, v)]
+    assert torch.all(w.triu(1) == 0)
+
+
 def test_empty_lengths():
     q = torch.randn(1, 2, 3, 4)
     out, w = at.attention(q, torch.randn(1, 2, 0, 4), torch.randn(1, 2, 0, 5), need_weights=True)

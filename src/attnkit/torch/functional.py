@@ -202,7 +202,7 @@ def _weights_from_lse(
     saved for backward reads them) that becomes the returned weights. When the kernel gave
     no ``lse``, it is computed here (one more pass).
     """
-    s = _scores(q, k, G, scale)
+    s = _scores(q, k, G, scale)  # a fresh buffer: the in-place fills below touch no input
     if causal_top_left:
         s = s.masked_fill_(~_tril(s.shape[-2], s.shape[-1], s.device), float("-inf"))
     if attn_mask is not None:
