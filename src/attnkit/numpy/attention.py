@@ -18,12 +18,12 @@ k/v have ``Hkv`` heads with ``H % Hkv == 0``, query head ``h`` uses key/value he
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from .masks import Window, _check_broadcast, attention_mask
+from ..spec import Window, check_broadcast, check_qkv, default_scale
+from .masks import attention_mask
 from .softmax import compute_dtype, softmax
 
 __all__ = ["additive_attention", "scaled_dot_product_attention"]
@@ -53,43 +53,6 @@ def _floats(name: str, x: np.ndarray) -> np.ndarray:
     if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
         raise TypeError(f"{name} must be a real array, got dtype {x.dtype}")
     return x
-
-
-def check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> int:
-    """Validate q ``(..., H, Tq, Dk)``, k ``(..., Hkv, Tk, Dk)``, v ``(..., Hkv, Tk, Dv)``.
-
-    Reads only ``.ndim`` and ``.shape``, so :mod:`attnkit.torch` runs it on tensors too.
-    Returns the group size ``G = H // Hkv`` (1 when heads match or there is no head axis).
-    """
-    # Plain tuples, so a message reads "(2, 3)" for a tensor as for an array.
-    qs, ks, vs = tuple(q.shape), tuple(k.shape), tuple(v.shape)
-    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
-        raise ValueError(f"q, k, v need at least 2 dims (T, D), got q {qs}, k {ks}, v {vs}")
-    if not (q.ndim == k.ndim == v.ndim):
-        raise ValueError(
-            f"q, k, v must have the same number of dims, got q {qs}, k {ks}, v {vs}"
-        )
-    if qs[-1] != ks[-1]:
-        raise ValueError(f"q and k must share Dk: q {qs} has Dk={qs[-1]}, k {ks} has Dk={ks[-1]}")
-    if ks[:-1] != vs[:-1]:
-        raise ValueError(
-            f"k and v must agree on every axis but the last (Tk and batch/heads): k {ks}, v {vs}"
-        )
-    G = 1
-    if q.ndim >= 3 and qs[-3] != ks[-3]:
-        H, Hkv = qs[-3], ks[-3]
-        if Hkv == 0 or H % Hkv:
-            raise ValueError(
-                f"query heads H={H} must be a multiple of key/value heads Hkv={Hkv}: "
-                f"q {qs}, k {ks}"
-            )
-        G = H // Hkv
-    n = 3 if G > 1 else 2  # with GQA the head axes were checked above
-    try:
-        np.broadcast_shapes(qs[:-n], ks[:-n])
-    except ValueError:
-        raise ValueError(f"batch dims of q {qs} and k {ks} do not broadcast") from None
-    return G
 
 
 def _grouped(q: np.ndarray, G: int) -> np.ndarray:
@@ -154,7 +117,7 @@ def attend(
     """
     if bias is not None:
         b = _floats("bias", bias)
-        _check_broadcast("bias", b.shape, scores.shape)
+        check_broadcast("bias", b.shape, scores.shape)
         scores = scores + b.astype(scores.dtype, copy=False)
     keep = attention_mask(
         scores.shape, mask=mask, valid_lens=valid_lens, causal=causal, window=window
@@ -192,7 +155,7 @@ def scaled_scores(
     Returns:
         ``(scores (..., H, Tq, Tk), scale)``, the scale as a float.
     """
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = default_scale(scale, q.shape[-1])
     # (..., Hkv, G, Tq, Dk) @ (..., Hkv, 1, Dk, Tk) -> (..., H, Tq, Tk)
     qk = _ungrouped(_grouped(q, groups) @ np.swapaxes(_kv_grouped(k, groups), -1, -2), groups)
     return qk * q.dtype.type(scale), scale

@@ -21,6 +21,7 @@ import numbers
 
 import numpy as np
 
+from ..spec import Window, check_broadcast, check_window, check_window_side
 from .softmax import softmax, softmax_backward
 
 __all__ = [
@@ -32,7 +33,6 @@ __all__ = [
     "window_mask",
 ]
 
-Window = tuple["int | None", "int | None"]
 
 
 def _as_lengths(valid_lens: np.ndarray, maxlen: int) -> np.ndarray:
@@ -101,12 +101,6 @@ def causal_mask(Tq: int, Tk: int) -> np.ndarray:
     return window_mask(Tq, Tk, None, 0)
 
 
-def check_window_side(name: str, side: object) -> None:
-    """One side of a window is an int (a width) or None (unbounded); a bool is neither."""
-    if side is not None and (not isinstance(side, numbers.Integral) or isinstance(side, bool)):
-        raise TypeError(f"window {name} must be an int or None, got {side!r}")
-
-
 def window_mask(Tq: int, Tk: int, left: int | None, right: int | None) -> np.ndarray:
     """``(Tq, Tk)`` bool sliding window around the bottom-right diagonal.
 
@@ -124,31 +118,6 @@ def window_mask(Tq: int, Tk: int, left: int | None, right: int | None) -> np.nda
     if right is not None:
         keep &= j <= d + right
     return keep
-
-
-def check_window(window: object) -> tuple[int | None, int | None] | None:
-    """Validate ``window``; None when it constrains nothing."""
-    if window is None:
-        return None
-    if not (isinstance(window, (tuple, list)) and len(window) == 2):
-        raise TypeError(f"window must be a (left, right) pair, got {window!r}")
-    left, right = window
-    check_window_side("left", left)
-    check_window_side("right", right)
-    if left is None and right is None:
-        return None
-    return (left, right)
-
-
-def _check_broadcast(name: str, arr_shape: tuple[int, ...], target: tuple[int, ...]) -> None:
-    """Reads shapes only, so :mod:`attnkit.torch` checks tensors' shapes with it too."""
-    arr_shape, target = tuple(arr_shape), tuple(target)  # "(2, 3)", never "torch.Size"
-    try:
-        b = np.broadcast_shapes(arr_shape, target)
-    except ValueError:
-        b = None
-    if b != target:
-        raise ValueError(f"{name} of shape {arr_shape} is not broadcastable to scores {target}")
 
 
 def attention_mask(
@@ -178,7 +147,7 @@ def attention_mask(
                 f"mask must be bool (True = may attend), got dtype {m.dtype}; pass additive "
                 "float values as `bias`"
             )
-        _check_broadcast("mask", m.shape, shape)
+        check_broadcast("mask", m.shape, shape)
         _and(m)
     if valid_lens is not None:
         _and(valid_lens_mask(valid_lens, shape))
@@ -215,7 +184,7 @@ def masked_softmax(
         m = np.asarray(mask)
         if m.dtype != np.bool_:
             raise TypeError(f"mask must be bool (True = keep), got dtype {m.dtype}")
-        _check_broadcast("mask", m.shape, scores.shape)
+        check_broadcast("mask", m.shape, scores.shape)
         keep = m
     if valid_lens is not None:
         if axis not in (-1, scores.ndim - 1):

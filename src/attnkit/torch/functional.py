@@ -32,8 +32,9 @@ from typing import Literal
 import torch
 
 from ..numpy.attention import check_additive
-from ..numpy.attention import check_qkv as _np_check_qkv
-from .masks import Window, _check_broadcast, attention_mask, check_window
+from ..spec import check_broadcast, check_window
+from ..spec import check_qkv as _np_check_qkv
+from .masks import Window, attention_mask
 
 F = torch.nn.functional
 
@@ -156,7 +157,7 @@ def _check_bias(bias: torch.Tensor | None, shape: tuple[int, ...]) -> None:
     if bias is None:
         return
     _check_tensor("bias", bias)
-    _check_broadcast("bias", tuple(bias.shape), shape)
+    check_broadcast("bias", tuple(bias.shape), shape)
 
 
 class _SoftmaxFromLse(torch.autograd.Function):

@@ -29,7 +29,7 @@ import torch
 
 # Shape and argument rules are attnkit.numpy's (the layer below): one definition, and the
 # same messages, for arrays and tensors.
-from ..numpy.masks import _check_broadcast, check_window, check_window_side
+from ..spec import check_broadcast, check_window, check_window_side
 
 __all__ = [
     "Window",
@@ -206,7 +206,7 @@ def attention_mask(
                 f"mask must be a bool tensor (True = may attend), got "
                 f"{getattr(mask, 'dtype', type(mask))}; pass additive float values as `bias`"
             )
-        _check_broadcast("mask", tuple(mask.shape), shape)
+        check_broadcast("mask", tuple(mask.shape), shape)
         _and(mask.to(device) if device is not None else mask)
     if valid_lens is not None:
         vm = valid_lens_mask(valid_lens, shape)
@@ -244,7 +244,7 @@ def masked_softmax(
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             raise TypeError(f"mask must be a bool tensor (True = keep), got {mask!r:.60}")
-        _check_broadcast("mask", tuple(mask.shape), tuple(X.shape))
+        check_broadcast("mask", tuple(mask.shape), tuple(X.shape))
         keep = mask
     if valid_lens is not None:
         vm = valid_lens_mask(valid_lens, tuple(X.shape)).to(X.device)
