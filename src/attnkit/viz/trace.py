@@ -124,11 +124,7 @@ def trace_shapes(
                       ("seq", seq), ("kv_seq", kv_seq), ("head_dim", head_dim),
                       ("num_kv_heads", num_kv_heads)):
         if val is not None and val < 1:
-            raise ValueError(f"{name} must be >= 1, got {val}")
-    if num_kv_heads is not None and num_heads % num_kv_heads:
-        raise ValueError(
-            f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}"
-        )
+            raise ValueError(f"{name}={val} must be >= 1")
     rng = np.random.default_rng(seed)
     params = MultiHeadParams.init(
         embed_dim, num_heads, head_dim=head_dim, num_kv_heads=num_kv_heads, rng=rng
