@@ -13,6 +13,13 @@ Without an initialised process group everything runs as one rank. See
 
 from __future__ import annotations
 
+try:
+    import torch as _torch  # noqa: F401  (the extra this subpackage needs)
+except ModuleNotFoundError as _err:
+    from .._optional import raise_missing
+
+    raise_missing(_err, "torch", extra="torch", user="attnkit.distributed")
+
 from ._local import block_backward, block_forward
 from .merge import merge_partials
 from .ring import ring_attention, ring_attention_backward, ring_attention_forward

@@ -7,6 +7,13 @@ read off axis -3, and a query with no allowed key gets output 0 and zero gradien
 
 from __future__ import annotations
 
+try:
+    import torch as _torch  # noqa: F401  (the extra this subpackage needs)
+except ModuleNotFoundError as _err:
+    from .._optional import raise_missing
+
+    raise_missing(_err, "torch", extra="torch", user="attnkit.torch")
+
 from .cache import KVCache
 from .functional import additive_attention, additive_scores, attention, safe_softmax
 from .interop import from_torch, to_torch
