@@ -138,7 +138,7 @@ def test_decode_hands_cache_buffers_to_triton_kernel_in_place(monkeypatch):
     import sys
     import types
 
-    from attnkit.torch import functional as fn
+    from attnkit.torch import _triton_path as tp
 
     seen = []
 
@@ -157,7 +157,7 @@ def test_decode_hands_cache_buffers_to_triton_kernel_in_place(monkeypatch):
     m = _model()
     x = torch.randn(2, 6, 12, dtype=torch.float64)
     full, _ = m(x, causal=True)
-    monkeypatch.setattr(fn, "_triton_reason", lambda *a: None)
+    monkeypatch.setattr(tp, "triton_reason", lambda *a: None)
     cache = m.init_cache(2, 8)
     with torch.no_grad():
         outs = [m(x[:, :3], causal=True, cache=cache)[0]]

@@ -7,8 +7,9 @@ read off axis -3, and a query with no allowed key gets output 0 and zero gradien
 
 from __future__ import annotations
 
+from .additive import additive_attention, additive_scores
 from .cache import KVCache
-from .functional import additive_attention, additive_scores, attention, safe_softmax
+from .functional import attention
 from .interop import from_torch, to_torch
 from .masks import (
     attention_mask,
@@ -20,6 +21,7 @@ from .masks import (
     window_mask,
 )
 from .modules import AdditiveAttention, DotProductAttention, MultiHeadAttention
+from .softmax import safe_softmax
 
 __all__ = [
     "AdditiveAttention",

@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from ..numpy.mha import head_sizes
+from ..spec import check_dropout
+from ._nonfinite import all_finite, finite_safe_linear
+from ._triton_path import triton_decode
+from .additive import additive_attention
 from .cache import KVCache
-from .functional import _all_finite, additive_attention, attention, triton_decode
+from .functional import attention
 from .masks import Window
 
 if TYPE_CHECKING:
@@ -28,43 +31,6 @@ if TYPE_CHECKING:
     from attnkit.numpy import MultiHeadParams
 
 __all__ = ["AdditiveAttention", "DotProductAttention", "MultiHeadAttention"]
-
-
-class _FiniteSafeLinear(torch.autograd.Function):
-    """``F.linear(x, weight, bias)`` whose weight gradient reads NaN/inf in ``x`` as 0.
-
-    ``dW = dy^T x``: a padded key/value row that no query may attend has ``dy = 0``, but
-    ``0 * nan = nan`` would still spoil the whole weight gradient (as the NumPy reference
-    does not). Where the row is attended, ``dy`` carries the NaN itself, so NaN still
-    propagates. Used only when ``x`` has a non-finite entry.
-    """
-
-    @staticmethod
-    def forward(
-        ctx: object, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-    ) -> torch.Tensor:
-        ctx.save_for_backward(x, weight)  # type: ignore[attr-defined]
-        ctx.has_bias = bias is not None  # type: ignore[attr-defined]
-        return F.linear(x, weight, bias)
-
-    @staticmethod
-    def backward(
-        ctx: object, g: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        x, weight = ctx.saved_tensors  # type: ignore[attr-defined]
-        g2 = g.reshape(-1, g.shape[-1])  # (N, out)
-        x2 = torch.where(torch.isfinite(x), x, 0.0).reshape(-1, x.shape[-1])  # (N, in)
-        d_bias = g2.sum(dim=0) if ctx.has_bias else None  # type: ignore[attr-defined]
-        return g @ weight, g2.T @ x2, d_bias
-
-
-def _linear(lin: nn.Linear, x: torch.Tensor, masked: bool) -> torch.Tensor:
-    """``lin(x)``; through :class:`_FiniteSafeLinear` when ``x`` holds NaN/inf and a mask
-    may leave some of its rows unattended (only then is the finiteness check, a host sync
-    on GPU, paid)."""
-    if not masked or _all_finite(x):
-        return lin(x)
-    return _FiniteSafeLinear.apply(x, lin.weight, lin.bias)
 
 
 class DotProductAttention(nn.Module):
@@ -217,8 +183,6 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         super().__init__()
         H, Hkv, head_dim = head_sizes(embed_dim, num_heads, num_kv_heads, head_dim)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.embed_dim = embed_dim
         self.num_heads = H
         self.num_kv_heads = Hkv
@@ -226,7 +190,7 @@ class MultiHeadAttention(nn.Module):
         self.v_head_dim = head_dim if v_head_dim is None else v_head_dim
         self.kdim = embed_dim if kdim is None else kdim
         self.vdim = embed_dim if vdim is None else vdim
-        self.dropout = float(dropout)
+        self.dropout = check_dropout(dropout)
         kw = {"device": device, "dtype": dtype}
         self.q_proj = nn.Linear(embed_dim, H * head_dim, bias=bias, **kw)
         self.k_proj = nn.Linear(self.kdim, Hkv * head_dim, bias=bias, **kw)
@@ -272,7 +236,7 @@ class MultiHeadAttention(nn.Module):
         # Stacking the weights costs a copy of them per call: worth it for a training or
         # prefill batch (one GEMM, one input gradient), not for a one-token decoding step.
         if self_attention and cache is None and self.kdim == self.vdim == self.embed_dim \
-                and not (masked and not _all_finite(query)):
+                and not (masked and not all_finite(query)):
             return self._packed_qkv(query)
         q = self._heads(self.q_proj(query), H, Dk)
         if cache is not None and cache.cross:
@@ -294,8 +258,8 @@ class MultiHeadAttention(nn.Module):
                 f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
                 f"{tuple(value.shape)} must share B, and key/value must share Tk"
             )
-        k = self._heads(_linear(self.k_proj, key, masked), Hkv, Dk)
-        v = self._heads(_linear(self.v_proj, value, masked), Hkv, Dv)
+        k = self._heads(finite_safe_linear(self.k_proj, key, masked), Hkv, Dk)
+        v = self._heads(finite_safe_linear(self.v_proj, value, masked), Hkv, Dv)
         return q, k, v
 
     def _packed_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
