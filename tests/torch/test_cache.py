@@ -126,7 +126,7 @@ def test_cache_errors():
         m(torch.randn(3, 1, 12, dtype=torch.float64), cache=m.init_cache(2, 4))
     with pytest.raises(ValueError, match="needs `key`"):
         m(torch.randn(2, 1, 12, dtype=torch.float64), cache=m.init_cache(2, 4, cross=True))
-    cache = at.KVCache(1, 2, 4, 3)
+    cache = at.KVCache(batch_size=1, num_kv_heads=2, capacity=4, head_dim=3)
     with pytest.raises(ValueError, match=r"\(1, 2, T, 3\).*got k \(1, 2, 2, 4\)"):
         cache.append(torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 2, 3))
 

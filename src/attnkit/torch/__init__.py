@@ -10,7 +10,7 @@ from __future__ import annotations
 from .additive import additive_attention, additive_scores
 from .cache import KVCache
 from .functional import attention
-from .interop import from_torch, to_torch
+from .interop import to_torch
 from .masks import (
     attention_mask,
     causal_mask,
@@ -20,7 +20,8 @@ from .masks import (
     sequence_mask,
     window_mask,
 )
-from .modules import AdditiveAttention, DotProductAttention, MultiHeadAttention
+from .mha import MultiHeadAttention, from_torch
+from .modules import AdditiveAttention, DotProductAttention
 from .softmax import safe_softmax
 
 __all__ = [
