@@ -11,6 +11,7 @@ from .additive import additive_attention, additive_scores
 from .cache import KVCache
 from .functional import attention
 from .interop import to_torch
+from .lse import attention_with_lse, attention_with_lse_backward
 from .masks import (
     attention_mask,
     causal_mask,
@@ -33,6 +34,8 @@ __all__ = [
     "additive_scores",
     "attention",
     "attention_mask",
+    "attention_with_lse",
+    "attention_with_lse_backward",
     "causal_mask",
     "from_attn_mask",
     "from_key_padding_mask",

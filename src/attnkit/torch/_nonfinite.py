@@ -24,6 +24,7 @@ __all__ = [
     "finite_safe_linear",
     "guard_masked_nonfinite",
     "without_masked_nonfinite",
+    "zero_masked_keys",
     "zero_unattended_nonfinite",
 ]
 
@@ -57,6 +58,15 @@ def zero_unattended_nonfinite(
         torch.where(used | torch.isfinite(k), k, 0.0),
         torch.where(used | torch.isfinite(v), v, 0.0),
     )
+
+
+def zero_masked_keys(x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+    """Keys or values ``x (B, Hkv, Tk, D)`` with the positions a key mask ``(B, Tk)`` (True =
+    may attend) excludes zeroed, whatever they hold; a new tensor. Branch-free: for callers
+    whose mask is per key, so that no query attends a masked row."""
+    if key_mask is None:
+        return x
+    return torch.where(key_mask[:, None, :, None], x, torch.zeros_like(x))
 
 
 def attends(

@@ -1,7 +1,8 @@
 """The Triton path: attnkit's fused GPU kernels, when they can honour a call exactly.
 
 :mod:`attnkit.triton` is optional and GPU-only; :func:`triton_kernels` is the one place
-that imports it, on first use, so nothing else in :mod:`attnkit.torch` needs Triton.
+that imports it, on first use, so nothing else in :mod:`attnkit.torch` (or
+:mod:`attnkit.distributed`, which builds on :mod:`attnkit.torch.lse`) needs Triton.
 """
 
 from __future__ import annotations
