@@ -100,7 +100,7 @@ def test_errors_name_the_shapes() -> None:
         ring_attention(q, kv.double(), kv)
     with pytest.raises(ValueError, match=r"q and k/v shards must have the same length"):
         ring_attention(torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 6, 8), torch.zeros(1, 2, 6, 8))
-    with pytest.raises(ValueError, match=r"valid_lens must lie in \[0, T=4\]"):
+    with pytest.raises(ValueError, match=r"valid_lens must lie in \[0, 4\] \(the sequence length"):
         ring_attention(kv, kv, kv, valid_lens=torch.tensor([5]))
     with pytest.raises(ValueError, match=r"shape \(B,\) = \(1,\)"):
         ring_attention(kv, kv, kv, valid_lens=torch.tensor([1.0]))

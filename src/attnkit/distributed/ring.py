@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
-from ..spec import default_scale
+from ..spec import check_length_range, default_scale
 from ..torch._checks import check_qkv
 from ..torch._dtypes import stats_dtype
 from ..torch.lse import attention_with_lse, attention_with_lse_backward
@@ -118,9 +118,9 @@ def _check_inputs(
                 f"valid_lens must be an integer tensor of shape (B,) = ({B},), got "
                 f"{valid_lens.dtype} {tuple(valid_lens.shape)}"
             )
-        total = T * world_size
-        if bool(((valid_lens < 0) | (valid_lens > total)).any()):
-            raise ValueError(f"valid_lens must lie in [0, T={total}], got {valid_lens.tolist()}")
+        if valid_lens.numel():
+            lo, hi = torch.stack(torch.aminmax(valid_lens)).tolist()  # one host sync
+            check_length_range(lo, hi, T * world_size, of="the sequence length T")
     return T // n_local
 
 

@@ -29,7 +29,13 @@ import torch
 
 # Shape and argument rules are attnkit.spec's: one definition, and the same messages, for
 # arrays and tensors.
-from ..spec import Window, check_broadcast, check_window, check_window_side
+from ..spec import (
+    Window,
+    check_broadcast,
+    check_length_range,
+    check_window,
+    check_window_side,
+)
 from .softmax import safe_softmax
 
 __all__ = [
@@ -56,12 +62,7 @@ def _check_lengths(valid_lens: torch.Tensor, maxlen: int) -> torch.Tensor:
             raise TypeError(f"valid_lens must hold whole numbers, got {valid_lens.tolist()}")
         valid_lens = valid_lens.long()
     if valid_lens.numel():
-        lo, hi = int(valid_lens.min()), int(valid_lens.max())
-        if lo < 0 or hi > maxlen:
-            raise ValueError(
-                f"valid_lens must lie in [0, {maxlen}] (the key length Tk), got min {lo} "
-                f"and max {hi}"
-            )
+        check_length_range(int(valid_lens.min()), int(valid_lens.max()), maxlen)
     return valid_lens
 
 
