@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..numpy.mha import MultiHeadParams, head_sizes
+from ..numpy.mha_params import MultiHeadParams, head_sizes
 from ..spec import check_dropout
 from ._nonfinite import all_finite, finite_safe_linear
 from ._triton_path import triton_decode
