@@ -20,7 +20,8 @@ except ModuleNotFoundError as _err:
 
     raise_missing(_err, "torch", extra="torch", user="attnkit.distributed")
 
-from ._local import block_backward, block_forward
+from ..torch.lse import attention_with_lse as block_forward
+from ..torch.lse import attention_with_lse_backward as block_backward
 from .merge import merge_partials
 from .ring import ring_attention, ring_attention_backward, ring_attention_forward
 from .schedule import Block, chunk_ids, flops_per_rank, num_chunks, step_blocks
