@@ -30,25 +30,33 @@ result (:mod:`attnkit.torch._nonfinite`).
 
 from __future__ import annotations
 
-from functools import partial
+import math
 from typing import Literal
 
 import torch
 
-from ..spec import check_dropout, check_window, default_scale, scores_shape
-from ._checks import check_bias, check_qkv
-from ._math import empty_attention, math_path
-from ._nonfinite import guard_masked_nonfinite
+from ..spec import check_dropout, default_scale
+from ._checks import check_bias, check_call
+from ._keep import build_keep, with_rank
+from ._math import math_path
 from ._sdpa import sdpa_path
 from ._triton_path import triton_path, triton_reason
 from .additive import additive_attention, additive_scores  # re-exported: they lived here
-from .masks import Window, attention_mask
+from .masks import Window
 from .softmax import safe_softmax  # re-exported: it lived here
 
 __all__ = ["Backend", "additive_attention", "additive_scores", "attention", "safe_softmax"]
 
 Backend = Literal["auto", "sdpa", "math", "triton"]
 _BACKENDS = ("auto", "sdpa", "math", "triton")
+
+# need_weights under autograd: above this many scores the output comes from the fused
+# kernel, whose backward keeps O(T * D), and the weights are computed beside it (freed with
+# the caller's reference); below it, one pass (its backward keeps the weights) is cheaper.
+ONE_PASS_MAX_SCORES = 1 << 22
+# A masked call with at most this many query rows per key/value head (decoding) takes the
+# math path, masking the small (Tq, Tk) scores with a select (see attnkit.torch._math).
+DECODE_MAX_ROWS = 8
 
 
 def attention(
@@ -63,7 +71,7 @@ def attention(
     window: Window | None = None,
     scale: float | None = None,
     dropout_p: float = 0.0,
-    training: bool = False,
+    training: bool = True,
     need_weights: bool = False,
     backend: Backend = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -73,19 +81,18 @@ def attention(
         q: ``(..., H, Tq, Dk)`` (or ``(..., Tq, Dk)`` without a head axis).
         k: ``(..., Hkv, Tk, Dk)``; ``Hkv`` divides ``H`` (GQA/MQA on axis -3).
         v: ``(..., Hkv, Tk, Dv)``; ``Dv`` may differ from ``Dk``.
-        mask: bool, True = may attend, broadcastable to ``(..., H, Tq, Tk)``.
+        mask: bool, True = may attend, broadcastable to ``(..., H, Tq, Tk)`` (any rank).
         bias: float, broadcastable, added to the scaled scores (``-inf`` excludes).
         valid_lens: ``(B,)`` or ``(B, Tq)`` integers: keys ``j < valid_len`` are valid.
         causal: bottom-right aligned causal mask (query ``i`` sees keys
             ``j <= i + Tk - Tq``).
         window: ``(left, right)`` band around that diagonal; None = unbounded.
         scale: defaults to ``1/sqrt(Dk)``.
-        dropout_p: probability of zeroing a weight; applied only when ``training``.
-        training: dropout is active only when True.
-        need_weights: also return the pre-dropout weights ``(..., H, Tq, Tk)``. The output
-            stays on the fused path; the weights are recomputed from one extra ``q k^T``
-            and the kernel's log-sum-exp (``O(Tq*Tk)`` memory, which returning them
-            needs anyway).
+        dropout_p: probability of zeroing a weight, applied unless ``training=False``.
+        training: False turns dropout off (as ``torch.nn.functional.dropout``; modules
+            pass ``self.training``).
+        need_weights: also return the pre-dropout weights ``(..., H, Tq, Tk)``, computed
+            in float32 for half-precision inputs (see docs/torch.md for what they cost).
         backend: ``"auto"`` (see the module docstring), or ``"sdpa"``, ``"math"``,
             ``"triton"`` to force a path; a forced path that cannot honour the call
             raises ``ValueError`` saying why.
@@ -99,34 +106,48 @@ def attention(
         w = softmax(q @ k.transpose(-1, -2) * scale)
         out = w @ v
     """
-    G = check_qkv(q, k, v)
+    G, shape = check_call(q, k, v)
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-    dropout_p = check_dropout(dropout_p)
+    p = check_dropout(dropout_p)
+    p = p if training else 0.0
     scale = default_scale(scale, q.shape[-1])
-    shape = scores_shape(q, k, G)
-    check_bias(bias, shape, q.device)
-    window = check_window(window)
-    p = dropout_p if training else 0.0
+    if bias is not None:
+        check_bias(bias, shape, q.device)
+        bias = with_rank(bias, len(shape))
+    keep = None
+    if mask is not None or valid_lens is not None or causal or window is not None:
+        keep = build_keep(shape, mask=mask, valid_lens=valid_lens, causal=causal,
+                          window=window, device=q.device)
     Tq, Tk = shape[-2], shape[-1]
 
-    has_mask = mask is not None or valid_lens is not None
-    reason = triton_reason(q, has_mask, bias is not None, p, k, v)
-    if backend == "triton" and reason is not None:
-        raise ValueError(f"backend='triton' cannot take this call: {reason}")
-    if backend == "triton" or (backend == "auto" and reason is None and Tq and Tk):
-        return triton_path(q, k, v, G=G, causal=causal, window=window, scale=scale,
-                           need_weights=need_weights)
+    if backend == "triton" or (backend == "auto" and q.is_cuda):
+        has_mask = mask is not None or valid_lens is not None
+        reason = triton_reason(q, has_mask, bias is not None, p, k, v)
+        if backend == "triton" and reason is not None:
+            raise ValueError(f"backend='triton' cannot take this call: {reason}")
+        if reason is None and Tq and Tk:
+            return triton_path(q, k, v, G=G, causal=causal, window=window, scale=scale,
+                               need_weights=need_weights)
 
-    causal = causal and Tq != 1  # one query at the bottom-right corner sees every key
-    keep = attention_mask(shape, mask=mask, valid_lens=valid_lens, causal=causal,
-                          window=window, device=q.device)  # every constraint, ANDed
-    if Tq == 0 or Tk == 0:
-        return empty_attention(q, v, shape, need_weights)
-    opts = dict(G=G, keep=keep, bias=bias, scale=scale, dropout_p=p, need_weights=need_weights)
-    if backend == "math":
-        run = partial(math_path, q, **opts)
-    else:
-        only_causal = causal and not has_mask and window is None and bias is None
-        run = partial(sdpa_path, q, only_causal=only_causal, **opts)
-    return guard_masked_nonfinite(run, k, v, keep, shape, G)
+    opts = dict(G=G, shape=shape, keep=keep, bias=bias, scale=scale, dropout_p=p,
+                need_weights=need_weights)
+    if backend == "math" or not (Tq and Tk and q.numel() and v.numel()):
+        return math_path(q, k, v, **opts)  # also every empty size: zeros with a grad_fn
+    if backend == "sdpa":
+        return sdpa_path(q, k, v, **opts)
+    if need_weights and _one_pass(q, k, v, shape):
+        return math_path(q, k, v, **opts)
+    if keep is not None and Tq * G <= DECODE_MAX_ROWS:
+        return math_path(q, k, v, select=True, **opts)
+    return sdpa_path(q, k, v, **opts)
+
+
+def _one_pass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shape: tuple[int, ...]) -> bool:
+    """need_weights: one pass (scores once, softmax, weights x V) rather than the fused
+    kernel plus the weights beside it. Always without autograd (one pass computes less and
+    holds one ``Tq x Tk`` buffer); with autograd only while the weights its backward keeps
+    are small."""
+    if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        return True
+    return math.prod(shape) <= ONE_PASS_MAX_SCORES

@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from ..numpy.mha_params import MultiHeadParams, head_sizes
 from ..spec import check_dropout
-from ._nonfinite import all_finite, finite_safe_linear
+from ._nonfinite import finite_safe
 from ._triton_path import triton_decode
 from .cache import KVCache
 from .functional import attention
@@ -108,10 +109,9 @@ class MultiHeadAttention(nn.Module):
         self_attention = (key is None or key is query) and (value is None or value is query)
         # Stacking the weights costs a copy of them per call: worth it for a training or
         # prefill batch (one GEMM, one input gradient), not for a one-token decoding step.
-        if self_attention and cache is None and self.kdim == self.vdim == self.embed_dim \
-                and not (masked and not all_finite(query)):
-            return self._packed_qkv(query)
-        q = self._heads(self.q_proj(query), H, Dk)
+        if self_attention and cache is None and self.kdim == self.vdim == self.embed_dim:
+            return self._packed_qkv(query, masked)
+        q = self._heads(finite_safe(self.q_proj, query, masked), H, Dk)
         if cache is not None and cache.cross:
             if cache.length > 0:
                 if key is not None and (key.ndim != 3 or key.shape[:2] != (B, cache.length)):
@@ -131,13 +131,16 @@ class MultiHeadAttention(nn.Module):
                 f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
                 f"{tuple(value.shape)} must share B, and key/value must share Tk"
             )
-        k = self._heads(finite_safe_linear(self.k_proj, key, masked), Hkv, Dk)
-        v = self._heads(finite_safe_linear(self.v_proj, value, masked), Hkv, Dv)
+        k = self._heads(finite_safe(self.k_proj, key, masked), Hkv, Dk)
+        v = self._heads(finite_safe(self.v_proj, value, masked), Hkv, Dv)
         return q, k, v
 
-    def _packed_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _packed_qkv(
+        self, x: torch.Tensor, masked: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Self-attention projections as one matmul against the stacked weights (one GEMM
         and one input gradient instead of three; the stacking copies only the weights).
+        ``masked``: NaN in rows of ``x`` must not reach the weight gradient.
 
         Returns q ``(B, H, T, Dk)``, k ``(B, Hkv, T, Dk)``, v ``(B, Hkv, T, Dv)`` (views).
         """
@@ -145,7 +148,7 @@ class MultiHeadAttention(nn.Module):
         projs = (self.q_proj, self.k_proj, self.v_proj)
         w = torch.cat([p.weight for p in projs])
         b = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
-        qkv = torch.nn.functional.linear(x, w, b)  # (B, T, H*Dk + Hkv*Dk + Hkv*Dv)
+        qkv = finite_safe(lambda x: F.linear(x, w, b), x, masked)  # (B, T, H*Dk + Hkv*Dk + Hkv*Dv)
         q, k, v = qkv.split([H * Dk, Hkv * Dk, Hkv * Dv], dim=-1)
         return self._heads(q, H, Dk), self._heads(k, Hkv, Dk), self._heads(v, Hkv, Dv)
 

@@ -12,7 +12,7 @@ import torch
 
 from ._dtypes import stats_dtype
 
-__all__ = ["safe_softmax", "softmax_from_lse"]
+__all__ = ["safe_softmax", "softmax_", "softmax_from_lse"]
 
 
 def safe_softmax(scores: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
@@ -32,11 +32,50 @@ def safe_softmax(scores: torch.Tensor, keep: torch.Tensor | None = None) -> torc
         Weights in the statistics dtype (float32 or float64), ``scores``' shape.
     """
     s = scores.to(stats_dtype(scores.dtype))
+    if s.shape[-1] == 0:
+        return s  # no keys: nothing to normalise
     if keep is not None:
         s = s.masked_fill(~keep, float("-inf"))
     empty = s.amax(dim=-1, keepdim=True) == float("-inf")  # (..., 1)
     s = s.masked_fill(empty, 0.0)
     return torch.softmax(s, dim=-1).masked_fill(empty, 0.0)
+
+
+class _SoftmaxInPlace(torch.autograd.Function):
+    """Softmax over the last axis written into the scores' own buffer, with the guard of
+    :func:`safe_softmax` and the exact softmax gradient (only the weights are saved).
+
+    ``max``, ``exp(s - max)``, ``sum``, divide: in place, so the weights take no memory
+    beyond the scores they replace. A row whose maximum is ``-inf`` (nothing allowed) is
+    rebased by 0 instead (``exp(-inf - 0) = 0``, never ``-inf - (-inf)``) and divided by 1:
+    weights 0, gradient 0. NaN in an allowed position gives a NaN row, as it should.
+    """
+
+    @staticmethod
+    def forward(ctx: object, s: torch.Tensor) -> torch.Tensor:
+        m = s.amax(dim=-1, keepdim=True)
+        m = torch.where(m == float("-inf"), 0.0, m)  # (..., 1): small
+        w = s.sub_(m).exp_()
+        total = w.sum(dim=-1, keepdim=True)
+        w = w.div_(torch.where(total == 0.0, 1.0, total))
+        ctx.mark_dirty(w)  # type: ignore[attr-defined]
+        ctx.save_for_backward(w)  # type: ignore[attr-defined]
+        return w
+
+    @staticmethod
+    def backward(ctx: object, g: torch.Tensor) -> torch.Tensor:
+        (w,) = ctx.saved_tensors  # type: ignore[attr-defined]
+        gw = g * w
+        return gw - w * gw.sum(dim=-1, keepdim=True)
+
+
+def softmax_(s: torch.Tensor) -> torch.Tensor:
+    """:func:`safe_softmax` of scores ``s (..., Tk)`` (masked entries already ``-inf``),
+    written into ``s``: a buffer the caller owns and no longer needs (never a caller's
+    tensor). Differentiable, with the exact gradient; weights of an empty row are 0."""
+    if s.shape[-1] == 0:
+        return s  # no keys: nothing to normalise (and no maximum to take)
+    return _SoftmaxInPlace.apply(s)
 
 
 class _SoftmaxFromLse(torch.autograd.Function):
