@@ -16,7 +16,8 @@ extra state, so ``state_dict()``/``load_state_dict()``, ``torch.save`` and ``.to
 work as for any module.
 
 Decoding is inference: appended keys and values are stored detached, so no gradient flows
-into earlier steps through the cache (train with one full causal forward instead).
+into earlier steps through the cache (train with one full causal forward instead); the
+positions a call appends are attended live, so that call's projections do get one.
 """
 
 from __future__ import annotations

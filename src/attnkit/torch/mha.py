@@ -240,9 +240,7 @@ class MultiHeadAttention(nn.Module):
             or window is not None or causal
         q, k, v = self._project(query, key, value, cache, masked)  # (B, H|Hkv, T, Dk|Dv)
         if cache is not None:
-            if not (cache.cross and cache.length > 0):
-                cache.append(k, v)  # every step of a self cache; a cross cache once
-            k, v = cache.keys(), cache.values()  # (B, Hkv, positions cached, D)
+            k, v = self._through_cache(cache, k, v)  # (B, Hkv, positions cached, D)
 
         out = None
         if cache is not None and not cache.cross and not need_weights and mask is None \
@@ -263,6 +261,23 @@ class MultiHeadAttention(nn.Module):
         return out, weights
 
     # -- cache ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _through_cache(
+        cache: KVCache, k: torch.Tensor | None, v: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append this call's k/v (every step of a self cache; a cross cache once) and
+        return every cached position. Earlier positions are stored detached; when autograd
+        records this call's k/v, they are attended as they are (one copy of the cache), so
+        that their projections get a gradient."""
+        if k is None or v is None:
+            return cache.keys(), cache.values()  # a filled cross cache
+        cache.append(k, v)
+        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+            past = cache.length - k.shape[2]
+            return (torch.cat([cache.k[:, :, :past], k], dim=2),
+                    torch.cat([cache.v[:, :, :past], v], dim=2))
+        return cache.keys(), cache.values()
 
     def init_cache(
         self,
