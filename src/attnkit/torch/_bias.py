@@ -52,9 +52,9 @@ def kernel_mask(
         return KernelMask(None, None, None)
     if bias is None and not additive:
         assert allowed is not None
-        if not unmask_empty:
+        rows = keep.rows() if unmask_empty else None
+        if rows is None:
             return KernelMask(allowed, None, None)
-        rows = allowed.any(dim=-1, keepdim=True)
         return KernelMask(allowed | ~rows, None, rows)
     if bias is None:
         assert keep is not None

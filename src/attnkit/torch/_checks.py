@@ -78,8 +78,16 @@ def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 def check_call(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> tuple[int, tuple[int, ...]]:
-    """:func:`check_qkv` and the scores' shape in one step: ``(G, (..., H, Tq, Tk))``."""
-    _check_tensors(q, k, v)
+    """:func:`check_qkv` and the scores' shape in one step: ``(G, (..., H, Tq, Tk))``.
+
+    Written for the hot path (a decoding step calls it for a few microseconds of work):
+    the common case is one chain of cheap tests; any failure takes the path that names
+    what is wrong."""
+    Tensor = torch.Tensor
+    if not (isinstance(q, Tensor) and isinstance(k, Tensor) and isinstance(v, Tensor)
+            and q.is_floating_point() and q.dtype == k.dtype == v.dtype
+            and q.device == k.device == v.device):
+        _check_tensors(q, k, v)
     return qkv_shapes(q, k, v)
 
 

@@ -30,7 +30,7 @@ class Keep:
     """The constraints of one call on scores of ``shape = (..., Tq, Tk)`` (True = may
     attend). See the module docstring for the four parts; None = part absent."""
 
-    __slots__ = ("shape", "keys", "band", "limits", "dense", "device", "_full")
+    __slots__ = ("shape", "keys", "band", "limits", "dense", "device", "_full", "_rows")
 
     def __init__(
         self,
@@ -45,6 +45,7 @@ class Keep:
         self.shape, self.keys, self.band = shape, keys, band
         self.limits, self.dense, self.device = limits, dense, device
         self._full: torch.Tensor | None = None
+        self._rows: torch.Tensor | None = None
 
     @property
     def only_causal(self) -> bool:
@@ -75,6 +76,15 @@ class Keep:
             assert keep is not None, "a Keep with no part"
             self._full = keep
         return self._full
+
+    def rows(self) -> torch.Tensor | None:
+        """``(..., Tq|1, 1)``: queries with at least one allowed key; None when every query
+        has one by construction (a bottom-right causal band with ``Tq <= Tk``)."""
+        if self.only_causal and self.shape[-2] <= self.shape[-1]:
+            return None
+        if self._rows is None:
+            self._rows = self.full().any(dim=-1, keepdim=True)
+        return self._rows
 
     def _limits_mask(self) -> torch.Tensor | None:
         if self.limits is None:

@@ -38,14 +38,17 @@ def math_path(
     dropout_p: float,
     need_weights: bool,
     select: bool = False,
+    codes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(out (..., H, Tq, Dv), weights (..., H, Tq, Tk) or None)`` for scores of
     ``shape`` under ``keep`` and ``bias``.
 
     ``select``: mask the scores with a select rather than an addition, so that keys need
     no cleaning (worth it when the scores are smaller than K, i.e. for a few queries).
+    ``codes``: k and v come from a KV cache (no NaN/inf; see
+    :func:`attnkit.torch._nonfinite.guard_inputs`).
     """
-    g = guard_inputs(q, k, v, keep, G, keys_by_select=select)
+    g = guard_inputs(q, k, v, keep, G, keys_by_select=select, codes=codes)
     km = kernel_mask(keep, bias, torch.float64 if q.dtype == torch.float64 else torch.float32,
                      additive=not select)
     w = attention_weights(g.q, g.k, G, scale, km, shape, select=select)

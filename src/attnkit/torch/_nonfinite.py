@@ -114,13 +114,6 @@ def _used_keys(keep: Keep, k: torch.Tensor, G: int) -> torch.Tensor | None:
     return _fold(used, G, tuple(k.shape[:-1]))[..., None]
 
 
-def _rows_with_keys(keep: Keep) -> torch.Tensor | None:
-    """``(..., H|1, Tq|1, 1)``: queries with at least one allowed key; None when all."""
-    if keep.only_causal and keep.shape[-2] <= keep.shape[-1]:
-        return None  # bottom-right causal with Tq <= Tk: every query sees key 0
-    return keep.full().any(dim=-1, keepdim=True)
-
-
 # -- partial masks: what the attended non-finite entries add up to -------------------------
 
 
@@ -190,10 +183,15 @@ def _from_counts(n: torch.Tensor, Tk: int, dtype: torch.dtype) -> torch.Tensor:
 def _interval_sum(bad: torch.Tensor, keep: Keep) -> torch.Tensor:
     """IEEE sum of ``bad (..., Hkv, Tk, X)`` over each query's band of keys ->
     ``(..., Hkv, Tq, X)``."""
-    hi = _last_key(keep)
-    left = keep.band[0] if keep.band is not None else None
+    left, right = keep.band if keep.band is not None else (None, None)
     if left is None:  # prefix sums carry NaN and +-inf exactly: 0 + inf = inf, inf - inf...
-        return _gather_rows(_with_zero_row(bad.cumsum(-2)), hi + 1)
+        prefix = bad.cumsum_(-2)  # bad is the caller's scratch
+        Tq, Tk = keep.shape[-2], keep.shape[-1]
+        first = Tk - Tq + (right if right is not None else Tk)  # last key of query 0
+        if keep.limits is None and right is not None and 0 <= first and first + Tq <= Tk:
+            return prefix[..., first:first + Tq, :]  # query i: prefix up to first + i
+        return _gather_rows(_with_zero_row(prefix), _last_key(keep) + 1)
+    hi = _last_key(keep)
     Tk = keep.shape[-1]
     counts = _with_zero_row(_kind_codes(bad, Tk).cumsum(-2))
     lo = torch.minimum(_first_key(keep), hi + 1)  # empty band: lo = hi + 1, count 0
@@ -236,24 +234,31 @@ class Guarded(NamedTuple):
 def guard_inputs(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: Keep | None, G: int,
     *, keys_by_select: bool = False, grad: bool | None = None,
+    codes: torch.Tensor | None = None,
 ) -> Guarded:
     """q, k, v for a dot-product attention under ``keep`` (group size ``G``), with every
     entry that a masked position could read zeroed, and the fix-ups that put back what
     attended non-finite entries contribute (see the module docstring).
 
-    ``keys_by_select``: the caller masks its scores with a select (``masked_fill``), so a
-    NaN in a masked key cannot reach the forward; keys are then cleaned only when a
-    gradient could carry their NaN (``dQ = dS K``): ``grad``, by default whether autograd
-    records q, k or v.
+    ``keys_by_select``: the caller masks its scores with a select (``masked_fill``) and
+    zeroes the weights of a row with no key after its softmax, so neither a NaN in a
+    masked key nor one in such a row's query can reach the forward; keys and queries are
+    then cleaned only when a gradient could carry their NaN (``dQ = dS K``,
+    ``dK = dS^T Q``): ``grad``, by default whether autograd records q, k or v.
+
+    ``codes``: k and v hold no NaN/inf (a KV cache's buffers) and ``codes (..., Hkv, Tk,
+    2)`` say what each position held (:meth:`attnkit.torch.KVCache.codes`).
     """
+    if codes is not None:
+        return _guard_clean(q, k, v, keep, G, codes)
     if keep is None:
         return Guarded(q, k, v, None, None)
-    rows = _rows_with_keys(keep)
-    if rows is not None:  # a NaN query with no key would reach dK = dS^T Q
-        q = zero_rows(q, rows)
     if grad is None:
         grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     clean_k = not keys_by_select or grad
+    rows = keep.rows()
+    if rows is not None and clean_k:  # a NaN query with no key would reach dK = dS^T Q
+        q = zero_rows(q, rows)
     used = _used_keys(keep, k, G)
     if used is not None:
         v = zero_rows(v, used)
@@ -278,6 +283,30 @@ def guard_inputs(
             out_fix = out_fix.unsqueeze(-3)
             k_fix = None if k_fix is None else k_fix.unsqueeze(-3)
     return Guarded(q, k, v, out_fix if k_fix is None else out_fix + k_fix, k_fix)
+
+
+def _guard_clean(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: Keep | None, G: int,
+    codes: torch.Tensor,
+) -> Guarded:
+    """:func:`guard_inputs` for k and v free of NaN/inf, whose positions held ``codes``:
+    nothing to zero but the queries with no key, and the codes of the positions each query
+    may attend to add back (a whole-row NaN or +-inf: the cache keeps one code per
+    position)."""
+    rows = None if keep is None else keep.rows()
+    if rows is not None:
+        q = zero_rows(q, rows)
+    key_codes, both = codes[..., 0], codes.sum(dim=-1)  # (..., Hkv, Tk)
+    if keep is None:  # every query attends every position
+        out_fix, k_fix = both.sum(-1)[..., None, None], key_codes.sum(-1)[..., None, None]
+    elif keep.keys is None and keep.dense is None:
+        out_fix = _interval_sum(both[..., None], keep)
+        k_fix = _interval_sum(key_codes[..., None].clone(), keep)
+    else:
+        return Guarded(q, k, v, _dense_sum(both, keep, G), _dense_sum(key_codes, keep, G))
+    if G > 1:
+        out_fix, k_fix = out_fix.unsqueeze(-3), k_fix.unsqueeze(-3)
+    return Guarded(q, k, v, out_fix, k_fix)
 
 
 def restore(x: torch.Tensor, fix: torch.Tensor | None, G: int) -> torch.Tensor:

@@ -23,7 +23,7 @@ from ._keep import Keep
 from ._nonfinite import guard_inputs, restore, zero_rows
 from ._scores import attention_weights
 
-__all__ = ["sdpa_path"]
+__all__ = ["plain_sdpa", "sdpa_path"]
 
 
 def sdpa_path(
@@ -38,10 +38,13 @@ def sdpa_path(
     scale: float,
     dropout_p: float,
     need_weights: bool,
+    codes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """As :func:`attnkit.torch._math.math_path`, with the output from SDPA."""
     is_causal = keep is not None and keep.only_causal and shape[-2] == shape[-1]
-    g = guard_inputs(q, k, v, keep, G)
+    # is_causal masks the scores by a select (a NaN in a future key stays out of the
+    # forward); an attn_mask is added, so keys are cleaned for it.
+    g = guard_inputs(q, k, v, keep, G, keys_by_select=is_causal, codes=codes)
     on_cpu = q.device.type == "cpu"  # PyTorch's CPU kernels give an empty row 0
     km = kernel_mask(None if is_causal else keep, bias, q.dtype, additive=False,
                      unmask_empty=not on_cpu)
@@ -58,8 +61,24 @@ def sdpa_path(
     if not need_weights:
         return out, None
     wkm = kernel_mask(keep, bias, stats_dtype(q.dtype), additive=True)
-    w = restore(attention_weights(g.q, g.k, G, scale, wkm, shape), g.weight_fix, G)
+    w = attention_weights(g.q, g.k, G, scale, wkm, shape, select=is_causal)
+    w = restore(w, g.weight_fix, G)
     return out, w.to(q.dtype)
+
+
+def plain_sdpa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, G: int, scale: float, dropout_p: float
+) -> torch.Tensor:
+    """SDPA for a call with no mask, no bias and no weights (a decoding step, say): nothing
+    to guard, so nothing but the kernel."""
+    if G > 1:
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale,
+                                             enable_gqa=True)
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+    if out.requires_grad and torch.is_grad_enabled():
+        out = _FirstOrderOnly.apply(out)
+    return out
 
 
 class _FirstOrderOnly(torch.autograd.Function):

@@ -39,13 +39,15 @@ from ..spec import check_dropout, default_scale
 from ._checks import check_bias, check_call
 from ._keep import build_keep, with_rank
 from ._math import math_path
-from ._sdpa import sdpa_path
+from ._sdpa import plain_sdpa, sdpa_path
 from ._triton_path import triton_path, triton_reason
 from .additive import additive_attention, additive_scores  # re-exported: they lived here
 from .masks import Window
 from .softmax import safe_softmax  # re-exported: it lived here
 
-__all__ = ["Backend", "additive_attention", "additive_scores", "attention", "safe_softmax"]
+__all__ = [
+    "Backend", "additive_attention", "additive_scores", "attend", "attention", "safe_softmax"
+]
 
 Backend = Literal["auto", "sdpa", "math", "triton"]
 _BACKENDS = ("auto", "sdpa", "math", "triton")
@@ -106,12 +108,42 @@ def attention(
         w = softmax(q @ k.transpose(-1, -2) * scale)
         out = w @ v
     """
+    p = check_dropout(dropout_p)
+    return attend(q, k, v, mask=mask, bias=bias, valid_lens=valid_lens, causal=causal,
+                  window=window, scale=scale, dropout_p=p if training else 0.0,
+                  need_weights=need_weights, backend=backend)
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    valid_lens: torch.Tensor | None,
+    causal: bool,
+    window: Window | None,
+    scale: float | None,
+    dropout_p: float,
+    need_weights: bool,
+    backend: Backend,
+    codes: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`attention` after its dropout rule (``dropout_p`` is applied as given), for
+    callers inside attnkit.torch. ``codes``: k and v are a :class:`KVCache` 's buffers
+    (no NaN/inf) and ``codes`` what their positions held (:meth:`KVCache.codes`)."""
     G, shape = check_call(q, k, v)
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-    p = check_dropout(dropout_p)
-    p = p if training else 0.0
+    p = dropout_p
     scale = default_scale(scale, q.shape[-1])
+    if (mask is None and valid_lens is None and bias is None and window is None
+            and not need_weights and codes is None and (not causal or shape[-2] == 1)
+            and (backend == "sdpa" or (backend == "auto" and not q.is_cuda))
+            and 0 not in shape and 0 not in q.shape and 0 not in v.shape):
+        # Nothing masked (one query sees every key under causal): nothing to guard.
+        return plain_sdpa(q, k, v, G, scale, p), None
     if bias is not None:
         check_bias(bias, shape, q.device)
         bias = with_rank(bias, len(shape))
@@ -121,7 +153,7 @@ def attention(
                           window=window, device=q.device)
     Tq, Tk = shape[-2], shape[-1]
 
-    if backend == "triton" or (backend == "auto" and q.is_cuda):
+    if codes is None and (backend == "triton" or (backend == "auto" and q.is_cuda)):
         has_mask = mask is not None or valid_lens is not None
         reason = triton_reason(q, has_mask, bias is not None, p, k, v)
         if backend == "triton" and reason is not None:
@@ -131,14 +163,14 @@ def attention(
                                need_weights=need_weights)
 
     opts = dict(G=G, shape=shape, keep=keep, bias=bias, scale=scale, dropout_p=p,
-                need_weights=need_weights)
-    if backend == "math" or not (Tq and Tk and q.numel() and v.numel()):
+                need_weights=need_weights, codes=codes)
+    if backend == "math" or 0 in shape or 0 in q.shape or 0 in v.shape:
         return math_path(q, k, v, **opts)  # also every empty size: zeros with a grad_fn
     if backend == "sdpa":
         return sdpa_path(q, k, v, **opts)
     if need_weights and _one_pass(q, k, v, shape):
         return math_path(q, k, v, **opts)
-    if keep is not None and Tq * G <= DECODE_MAX_ROWS:
+    if keep is not None and codes is None and Tq * G <= DECODE_MAX_ROWS:
         return math_path(q, k, v, select=True, **opts)
     return sdpa_path(q, k, v, **opts)
 

@@ -90,7 +90,7 @@ def _check_lengths(valid_lens: torch.Tensor, maxlen: int) -> torch.Tensor:
                 return err
             return ValueError(f"valid_lens must lie in [0, {maxlen}]")
 
-        _require(torch.logical_and(vl >= 0, vl <= maxlen).all(), out_of_range)
+        _require((vl.clamp(0, maxlen) == vl).all(), out_of_range)
     return valid_lens
 
 

@@ -12,10 +12,10 @@ from torch.nn import functional as F
 
 from ..numpy.mha_params import MultiHeadParams, head_sizes
 from ..spec import check_dropout
-from ._nonfinite import finite_safe
+from ._nonfinite import finite_safe, guard_inputs, restore
 from ._triton_path import triton_decode
 from .cache import KVCache
-from .functional import attention
+from .functional import attend
 from .interop import Projections, to_torch, torch_mha_parts
 from .masks import Window
 
@@ -239,8 +239,9 @@ class MultiHeadAttention(nn.Module):
         masked = mask is not None or bias is not None or valid_lens is not None \
             or window is not None or causal
         q, k, v = self._project(query, key, value, cache, masked)  # (B, H|Hkv, T, Dk|Dv)
+        codes = None
         if cache is not None:
-            k, v = self._through_cache(cache, k, v)  # (B, Hkv, positions cached, D)
+            k, v, codes = self._through_cache(cache, k, v)  # (B, Hkv, positions cached, D)
 
         out = None
         if cache is not None and not cache.cross and not need_weights and mask is None \
@@ -248,12 +249,15 @@ class MultiHeadAttention(nn.Module):
                 and (causal or Tq == 1) and not (self.training and self.dropout > 0):
             # Decoding: the Triton kernel reads the cache buffers in place (None elsewhere).
             out = triton_decode(q, cache.k, cache.v, cache.length)
+            if out is not None:
+                out = restore(out, guard_inputs(q, k, v, None, H // self.num_kv_heads,
+                                                codes=codes).out_fix, H // self.num_kv_heads)
         weights = None
         if out is None:
-            out, weights = attention(
+            out, weights = attend(
                 q, k, v, mask=mask, bias=bias, valid_lens=valid_lens, causal=causal,
-                window=window, dropout_p=self.dropout, training=self.training,
-                need_weights=need_weights,
+                window=window, scale=None, need_weights=need_weights, backend="auto",
+                dropout_p=self.dropout if self.training else 0.0, codes=codes,
             )  # (B, H, Tq, Dv)
         out = self.out_proj(out.transpose(1, 2).reshape(B, Tq, H * Dv))  # (B, Tq, E)
         if weights is not None and average_weights:
@@ -265,19 +269,21 @@ class MultiHeadAttention(nn.Module):
     @staticmethod
     def _through_cache(
         cache: KVCache, k: torch.Tensor | None, v: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Append this call's k/v (every step of a self cache; a cross cache once) and
-        return every cached position. Earlier positions are stored detached; when autograd
-        records this call's k/v, they are attended as they are (one copy of the cache), so
-        that their projections get a gradient."""
+        return every cached position, free of NaN/inf, with the codes of what they held
+        (:meth:`KVCache.codes`). Earlier positions are stored detached; when autograd
+        records this call's k/v, those are attended live (one copy of the cache), so that
+        their projections get a gradient."""
         if k is None or v is None:
-            return cache.keys(), cache.values()  # a filled cross cache
+            return cache.keys(), cache.values(), cache.codes()  # a filled cross cache
         cache.append(k, v)
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
             past = cache.length - k.shape[2]
-            return (torch.cat([cache.k[:, :, :past], k], dim=2),
-                    torch.cat([cache.v[:, :, :past], v], dim=2))
-        return cache.keys(), cache.values()
+            live_k, live_v = (torch.nan_to_num(x, 0.0, 0.0, 0.0) for x in (k, v))
+            return (torch.cat([cache.k[:, :, :past], live_k], dim=2),
+                    torch.cat([cache.v[:, :, :past], live_v], dim=2), cache.codes())
+        return cache.keys(), cache.values(), cache.codes()
 
     def init_cache(
         self,
