@@ -124,7 +124,10 @@
         const lab = document.createElement("span");
         lab.className = "group kvlabel";
         lab.style.width = G * (side + 4) + "px";
-        lab.textContent = G > 1 ? `kv ${g} (heads ${g * G}-${g * G + G - 1})` : `kv ${g}`;
+        const heads = G > 1 ? `heads ${g * G}-${g * G + G - 1}` : `head ${g}`;
+        lab.title = `key/value head ${g}: query ${heads}`;
+        // The long label where it fits, else the short one (the title has it all).
+        lab.textContent = G * (side + 4) >= 100 ? `kv ${g} (${heads})` : `kv ${g}`;
         head.appendChild(lab);
       }
       grid.appendChild(head);

@@ -651,7 +651,8 @@ def run_view(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (ValueError, TypeError) as err:
         parser.error(str(err))
     size = path.stat().st_size
-    print(f"wrote {path} ({size / 1e6:.1f} MB): open it in a browser; no server needed")
+    shown = f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
+    print(f"wrote {path} ({shown}): open it in a browser; no server needed")
     return 0
 
 
