@@ -14,14 +14,8 @@ import numpy as np
 import pytest
 
 import attnkit.numpy as an
-from attnkit.viz.explorer import (
-    LEVELS,
-    Explorer,
-    explore,
-    load_npz,
-    view_file,
-    view_main,
-)
+from attnkit.viz.explorer import LEVELS, Explorer, explore, load_npz
+from attnkit.viz.view import view_file, view_main
 
 
 def attention(rng, shape, *, keep=None, spread=2.0) -> np.ndarray:
@@ -192,7 +186,7 @@ def test_page_of_12_layers_12_heads_512_tokens_stays_under_20_mb():
 def test_tokens_cannot_break_out_of_the_page():
     nasty = ["</script><script>alert(1)</script>", "a & b", "<!--", '"q"']
     page = explore(np.eye(4), nasty).html()
-    assert page.count("</script>") == 2  # the data element's and the program's
+    assert page.count("</script>") == 3  # the data element and the two scripts
     assert page_data(page)["qTokens"] == nasty
 
 
