@@ -25,11 +25,7 @@ MAX_LINES = 450
 # and test_known_pending_is_still_pending fails on any entry that no longer offends.
 KNOWN_PENDING = {
     "attnkit/numpy/attention.py",
-    "attnkit/torch/functional.py",
-    "attnkit/torch/modules.py",
     "attnkit/triton/_kernels.py",
-    "attnkit.torch.functional <-> attnkit.torch.masks",
-    "attnkit.torch.interop <-> attnkit.torch.modules",
 }
 
 

@@ -5,7 +5,8 @@
   drawn distinctly from cells with weight ~0.
 
 Both accept NumPy arrays and torch tensors and return a :class:`matplotlib.figure.Figure`;
-``path=`` writes it to a file as well.
+``path=`` writes it to a file as well. ``import attnkit.viz`` needs NumPy only; without
+matplotlib the plotting names raise an ImportError that says ``pip install 'attnkit[viz]'``.
 
 - :func:`explore`: a standalone HTML attention explorer (an :class:`Explorer`: ``save``,
   ``save_npz``, inline in Jupyter); :func:`load_npz` reads saved weights back. NumPy only.
@@ -49,7 +50,15 @@ def __getattr__(name: str) -> Any:
 
         return getattr(explorer, name)
     if name in __all__:
+        from .._optional import require
+
+        require("matplotlib", extra="viz", user=f"attnkit.viz.{name}")
         from . import heatmap
 
         return getattr(heatmap, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The plotting names are public but loaded on first use: list them without matplotlib.
+    return sorted(set(globals()) | set(__all__))
