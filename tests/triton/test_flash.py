@@ -113,7 +113,8 @@ def test_float64_reference_matches_numpy_oracle(params, case_type, inputs, refer
     qn, kn, vn = (as_float64(x) for x in (q, k, v))
     out_np, _ = an.scaled_dot_product_attention(qn, kn, vn, causal=case.causal,
                                                 window=case.window)
-    _, lse_np = an.flash_attention(qn, kn, vn, causal=case.causal, window=case.window)
+    _, lse_np = an.flash_attention(qn, kn, vn, causal=case.causal, window=case.window,
+                                   return_lse=True)
     np.testing.assert_allclose(as_float64(out), out_np, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(np.isinf(as_float64(lse)), np.isinf(lse_np))
     fin = np.isfinite(lse_np)
@@ -132,7 +133,8 @@ def test_forward_against_numpy_oracle_directly(params, case_type, inputs, at):
     qn, kn, vn = (as_float64(x) for x in (q, k, v))
     out_np, _ = an.scaled_dot_product_attention(qn, kn, vn, causal=case.causal,
                                                 window=case.window)
-    _, lse_np = an.flash_attention(qn, kn, vn, causal=case.causal, window=case.window)
+    _, lse_np = an.flash_attention(qn, kn, vn, causal=case.causal, window=case.window,
+                                   return_lse=True)
     tol = 2e-6 if dtype == torch.float32 else 2e-2
     np.testing.assert_allclose(as_float64(out), out_np, atol=tol, rtol=tol)
     fin = np.isfinite(lse_np)
@@ -255,8 +257,9 @@ def test_backward_is_deterministic(case_type, inputs, at):
     [
         (dict(k=(1, 3, 8, 32), v=(1, 3, 8, 32)), ValueError, "Hkv=3"),
         (dict(k=(1, 2, 8, 16)), ValueError, "Dk"),
-        (dict(v=(1, 2, 9, 32)), ValueError, "(B, Hkv, Tk)"),
-        (dict(q=(2, 32)), ValueError, "(B, H, T, D)"),
+        (dict(v=(1, 2, 9, 32)), ValueError, "k (1, 2, 8, 32), v (1, 2, 9, 32)"),
+        (dict(q=(2, 32)), ValueError, "(B, H, Tq, Dk)"),
+        (dict(k=(2, 2, 8, 32), v=(2, 2, 8, 32)), ValueError, "batch size B"),
         (dict(q=(1, 2, 8, 512), k=(1, 2, 8, 512), v=(1, 2, 8, 512)), ValueError, "512"),
     ],
 )
@@ -371,6 +374,16 @@ def test_window_sides_wider_than_the_sequence(window, same_as, case_type, inputs
     ref_grads = at.flash_attention_backward(dout, q, k, v, ref_out, ref_lse, window=same_as)
     for a, b in zip((out, lse, *grads), (ref_out, ref_lse, *ref_grads)):
         assert torch.equal(a, b)
+
+
+def test_numpy_integer_window_sides_work_as_in_numpy(case_type, inputs, at):
+    """Window sides are checked by attnkit.spec for every backend: NumPy integers (say,
+    from an array of per-layer windows) are accepted, as attnkit.numpy accepts them."""
+    case = case_type(Tq=T_SHORT, Tk=T_MID)
+    q, k, v, _, _, _ = inputs(case, DTYPES[0])
+    want = at.flash_attention(q, k, v, window=(9, 4))
+    got = at.flash_attention(q, k, v, window=(np.int64(9), np.int32(4)))
+    assert torch.equal(got, want)
 
 
 def test_double_backward_raises_instead_of_dropping_second_order_terms(at):
