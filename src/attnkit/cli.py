@@ -4,26 +4,31 @@
 
     attnkit demo  [--out DIR]                       the seed notes, as figures (NumPy only)
     attnkit train [--task reverse|copy|sort] [--model additive|mha] [--steps N] [--out DIR]
-    attnkit trace [--embed-dim E --num-heads H --batch B --seq T ...]
+    attnkit trace [--embed-dim E --num-heads H --batch-size B --seq-len T ...]
     attnkit bench [--quick]                         the scripts under benchmarks/
 
 Each subcommand parses its arguments and calls library functions (:mod:`attnkit.viz.tour`,
-:mod:`attnkit.seq2seq`); bad arguments end in one argparse error line and exit code 2.
+:mod:`attnkit.viz.trace`, :mod:`attnkit.seq2seq`, :mod:`attnkit.bench`); bad arguments end
+in one argparse error line that names the flag, and exit code 2. A concept has one spelling
+in every subcommand (``--num-heads``, ``--batch-size``, ``--seq-len``); the old spellings
+still work, hidden from ``--help``, with a warning.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
-import subprocess
+import re
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn
 
-__all__ = ["Progress", "build_parser", "find_benchmarks", "main"]
+from attnkit.train_config import MODELS, TASKS, TrainConfig
+
+__all__ = ["build_parser", "main"]
 
 
 # -- argument types: each rejects a bad value with one line ---------------------------------
@@ -55,57 +60,48 @@ def positive_float(text: str) -> float:
     return value
 
 
-# -- progress bar ----------------------------------------------------------------------------
-class Progress:
-    """A one-line progress report: steps, loss, rate, time left.
+# -- options: one spelling per concept, errors that name the flag --------------------------
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of an option: still accepted, hidden from ``--help``, warned about."""
 
-    On a terminal the line is redrawn in place (``\\r``) at most ten times a second; into a
-    file or pipe it prints about ``lines`` plain lines over the run, so logs stay short.
-    """
+    def __init__(self, option_strings: list[str], dest: str, *, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS,
+                         help=argparse.SUPPRESS, **kwargs)
+        self.new = new
 
-    def __init__(self, total: int, *, stream: TextIO | None = None, lines: int = 10,
-                 width: int = 24) -> None:
-        self.total = total
-        self.stream = sys.stdout if stream is None else stream
-        isatty = getattr(self.stream, "isatty", None)
-        self.tty = bool(isatty and isatty())
-        self.every = max(1, total // max(1, lines))
-        self.width = width
-        self.first: tuple[int, float] | None = None  # (step, time) of the first update
-        self.last_draw = 0.0
-        self.drawn = False
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(f"{parser.prog}: warning: {option_string} is deprecated; use {self.new}",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
-    def line(self, step: int, loss: float) -> str:
-        now = time.perf_counter()
-        if self.first is None:
-            self.first = (step, now)
-        # The rate counts from the first report on, so set-up time does not dilute it.
-        done, elapsed = step - self.first[0], now - self.first[1]
-        rate = done / elapsed if done > 0 and elapsed > 0 else 0.0
-        eta = f"{(self.total - step) / rate:.0f}s" if rate > 0 else "?"
-        filled = int(self.width * step / self.total)
-        bar = "#" * filled + "." * (self.width - filled)
-        digits = len(str(self.total))
-        return (f"step {step:>{digits}}/{self.total} [{bar}] loss {loss:.4f}  "
-                f"{rate:.1f} steps/s  eta {eta}")
 
-    def update(self, step: int, loss: float) -> None:
-        now = time.perf_counter()
-        if self.first is None:
-            self.first = (step, now)
-        if self.tty:
-            if step == self.total or now - self.last_draw >= 0.1:
-                self.stream.write("\r" + self.line(step, loss) + "\x1b[K")
-                self.stream.flush()
-                self.last_draw, self.drawn = now, True
-        elif step % self.every == 0 or step == self.total:
-            self.stream.write(self.line(step, loss) + "\n")
-            self.stream.flush()
+def _option(parser: argparse.ArgumentParser, flag: str, *old: str, **kwargs: Any) -> None:
+    """``parser.add_argument(flag, **kwargs)``, plus each ``old`` spelling as an alias.
+    ``--help`` shows ``flag``'s own name as its metavar unless one is given."""
+    if kwargs.get("action") is None:
+        kwargs.setdefault("metavar", flag.lstrip("-").replace("-", "_").upper())
+    action = parser.add_argument(flag, **kwargs)
+    for name in old:
+        parser.add_argument(name, dest=action.dest, type=action.type, metavar=action.metavar,
+                            action=_DeprecatedAlias, new=flag)
 
-    def close(self) -> None:
-        if self.tty and self.drawn:
-            self.stream.write("\n")
-            self.stream.flush()
+
+def _flag_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    """``parser.error(message)`` for a library error, with each parameter it names as
+    ``name=value`` or as a ``snake_case`` identifier replaced by the flag that sets it:
+    ``hidden=30 ... num_heads=4`` -> ``--hidden 30 ... --num-heads 4``, ``pass head_dim`` ->
+    ``pass --head-dim``. The flag of a parameter is the option whose ``dest`` it is."""
+    flags = {a.dest: a.option_strings[-1] for a in parser._actions
+             if a.option_strings and a.default is not argparse.SUPPRESS}
+
+    def to_flag(match: re.Match[str]) -> str:
+        name, equals = match.group(1), match.group(2)
+        if name not in flags or not (equals or "_" in name):
+            return match.group(0)
+        return flags[name] + (" " if equals else "")
+
+    parser.error(re.sub(r"(?<![\w-])([A-Za-z_]\w*)(=?)", to_flag, message))
 
 
 # -- subcommands -----------------------------------------------------------------------------
@@ -145,27 +141,25 @@ def cmd_trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         trace_shapes(
             embed_dim=args.embed_dim, num_heads=args.num_heads, batch=args.batch,
             seq=args.seq, kv_seq=args.kv_seq, head_dim=args.head_dim,
-            num_kv_heads=args.kv_heads, seed=args.seed,
+            num_kv_heads=args.num_kv_heads, seed=args.seed,
         )
     except ValueError as err:  # sizes that do not fit together: an argument error
-        parser.error(str(err))
+        _flag_error(parser, str(err))
     return 0
 
 
 def cmd_train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    # TrainConfig checks the values without torch, so a bad argument costs no torch import.
+    try:
+        config = TrainConfig(**{key: getattr(args, key) for key in TRAIN_DEFAULTS})
+    except ValueError as err:
+        _flag_error(parser, str(err))
+    _check_out(args.out, parser)
     try:
         from attnkit import seq2seq
+        from attnkit.progress import Progress
     except ImportError as err:
         return _missing("attnkit train", "torch", err)
-    try:
-        config = seq2seq.TrainConfig(
-            task=args.task, model=args.model, steps=args.steps, length=args.length,
-            batch_size=args.batch_size, hidden=args.hidden, num_heads=args.heads, lr=args.lr,
-            seed=args.seed, eval_size=args.eval_size, threads=args.threads,
-        )
-    except ValueError as err:
-        parser.error(str(err))
-    _check_out(args.out, parser)
     print(f"training {config.task} (length {config.length}) with {config.model} attention: "
           f"{config.steps} steps of {config.batch_size}, seed {config.seed}, "
           f"{config.threads} thread{'s' if config.threads > 1 else ''}")
@@ -191,73 +185,26 @@ def cmd_train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
-def find_benchmarks() -> Path | None:
-    """The ``benchmarks/`` folder of a source checkout (``<repo>/src/attnkit`` ->
-    ``<repo>/benchmarks``), else ``./benchmarks``; None when neither exists."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent.parent / "benchmarks", Path.cwd() / "benchmarks"):
-        if candidate.is_dir():
-            return candidate
-    return None
-
-
-def _run_script(script: Path, flags: list[str], timeout: float) -> tuple[int, float]:
-    """Run one script with this interpreter, echoing its output line by line.
-
-    Returns:
-        ``(exit code, seconds)``; a script killed by the timeout reports exit code -9.
-    """
-    env = dict(os.environ)
-    # The scripts import the same attnkit as this command, installed or not.
-    src = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, str(script), *flags], cwd=script.parent.parent, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-    )
-    timer = threading.Timer(timeout, proc.kill)
-    timer.start()
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            print(f"  {line.rstrip()}", flush=True)
-        code = proc.wait()
-    finally:
-        timer.cancel()
-    return code, time.perf_counter() - t0
-
-
 def cmd_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    folder = Path(args.dir) if args.dir else find_benchmarks()
-    if folder is None or not folder.is_dir():
-        where = args.dir or "next to the package source or in the current folder"
-        print(f"attnkit bench: error: no benchmarks/ folder found ({where}); the benchmark "
-              f"scripts ship with a source checkout of attnkit", file=sys.stderr)
-        return 1
-    scripts = sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
-    if args.only:
-        scripts = [p for p in scripts if any(name in p.name for name in args.only)]
+    from attnkit import bench
+
+    if args.dir is not None:
+        folder = Path(args.dir)
+        if not folder.is_dir():
+            parser.error(f"--dir {folder}: no such folder")
+    else:
+        found = bench.find_benchmarks()
+        if found is None:
+            print(f"attnkit bench: error: {bench.missing_benchmarks_message()}", file=sys.stderr)
+            return 1
+        folder = found
+    scripts = bench.select_scripts(folder, args.only)
     if not scripts:
+        if args.only:
+            parser.error(f"--only {' '.join(args.only)}: no script in {folder} matches")
         print(f"attnkit bench: error: no benchmark scripts in {folder}", file=sys.stderr)
         return 1
-    flags = ["--quick"] if args.quick else []
-    failed = []
-    for script in scripts:
-        print(f"== {script.name} {' '.join(flags)}", flush=True)
-        code, seconds = _run_script(script, flags, args.timeout)
-        status = "ok" if code == 0 else (
-            f"TIMED OUT after {args.timeout:.0f} s" if code == -9 else f"FAILED (exit {code})"
-        )
-        print(f"== {script.name}: {status} in {seconds:.1f} s", flush=True)
-        if code != 0:
-            failed.append(script.name)
-    ok = len(scripts) - len(failed)
-    summary = f"bench: {ok}/{len(scripts)} scripts ok"
-    if failed:
-        summary += f"; failed: {', '.join(failed)}"
-    print(summary)
-    return 1 if failed else 0
+    return bench.run_benchmarks(scripts, quick=args.quick, timeout=args.timeout)
 
 
 # -- parser ----------------------------------------------------------------------------------
@@ -268,14 +215,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
 
 
-# The defaults of `attnkit train`, kept here so that `attnkit --help` and `attnkit demo` never
-# import torch; tests/cli checks they equal attnkit.seq2seq.TrainConfig's.
-TRAIN_TASKS = ("reverse", "copy", "sort")
-TRAIN_MODELS = ("additive", "mha")
-DEFAULTS: dict[str, object] = {
-    "task": "reverse", "model": "additive", "steps": 400, "length": 10, "batch_size": 64,
-    "hidden": 64, "num_heads": 4, "lr": 5e-3, "seed": 0, "eval_size": 1000, "threads": 1,
-}
+# The defaults of `attnkit train` are TrainConfig's own (attnkit.train_config: no torch).
+TRAIN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -307,24 +248,24 @@ def build_parser() -> argparse.ArgumentParser:
                     "exact-match accuracy (last line) and writes the learned "
                     "cross-attention heatmap.",
     )
-    train.add_argument("--task", choices=TRAIN_TASKS, default=DEFAULTS["task"],
+    train.add_argument("--task", choices=TASKS, default=TRAIN_DEFAULTS["task"],
                        help="reverse, copy or sort the digits (default: %(default)s)")
-    train.add_argument("--model", choices=TRAIN_MODELS, default=DEFAULTS["model"],
+    train.add_argument("--model", choices=MODELS, default=TRAIN_DEFAULTS["model"],
                        help="the decoder's attention (default: %(default)s)")
-    # Every numeric option defaults to DEFAULTS[key], the copy of TrainConfig's defaults.
-    for flag, key, kind, what in (
-        ("--steps", "steps", positive_int, "optimiser steps"),
-        ("--length", "length", positive_int, "digits per sequence"),
-        ("--batch-size", "batch_size", positive_int, "sequences per step"),
-        ("--hidden", "hidden", positive_int, "model width"),
-        ("--heads", "num_heads", positive_int, "heads of the mha model"),
-        ("--lr", "lr", positive_float, "Adam learning rate"),
-        ("--seed", "seed", non_negative_int, "random seed"),
-        ("--eval-size", "eval_size", positive_int, "held-out sequences"),
-        ("--threads", "threads", positive_int, "torch CPU threads"),
+    # Every numeric option sets the TrainConfig field `key`, and defaults to its default.
+    for flag, old, key, kind, what in (
+        ("--steps", (), "steps", positive_int, "optimiser steps"),
+        ("--seq-len", ("--length",), "length", positive_int, "T: digits per sequence"),
+        ("--batch-size", (), "batch_size", positive_int, "sequences per step"),
+        ("--hidden", (), "hidden", positive_int, "model width"),
+        ("--num-heads", ("--heads",), "num_heads", positive_int, "heads of the mha model"),
+        ("--lr", (), "lr", positive_float, "Adam learning rate"),
+        ("--seed", (), "seed", non_negative_int, "random seed"),
+        ("--eval-size", (), "eval_size", positive_int, "held-out sequences"),
+        ("--threads", (), "threads", positive_int, "torch CPU threads"),
     ):
-        train.add_argument(flag, type=kind, default=DEFAULTS[key],
-                           help=f"{what} (default: %(default)s)")
+        _option(train, flag, *old, dest=key, type=kind, default=TRAIN_DEFAULTS[key],
+                help=f"{what} (default: %(default)s)")
     train.add_argument("--out", default="attnkit-out",
                        help="folder for the heatmap (default: %(default)s)")
     train.set_defaults(func=cmd_train)
@@ -335,24 +276,29 @@ def build_parser() -> argparse.ArgumentParser:
                     "every step, like seed 001's verbose mode. Defaults are seed 001's: "
                     "batch 3, length 11, 5 heads of 7.",
     )
-    trace.add_argument("--embed-dim", type=positive_int, default=35, help="E (default: 35)")
-    trace.add_argument("--num-heads", type=positive_int, default=5, help="H (default: 5)")
-    trace.add_argument("--batch", type=positive_int, default=3, help="B (default: 3)")
-    trace.add_argument("--seq", type=positive_int, default=11, help="Tq (default: 11)")
-    trace.add_argument("--kv-seq", type=positive_int, default=None,
-                       help="Tk for cross-attention (default: self-attention)")
-    trace.add_argument("--head-dim", type=positive_int, default=None,
-                       help="Dk = Dv (default: E // H)")
-    trace.add_argument("--kv-heads", type=positive_int, default=None,
-                       help="Hkv for grouped-query attention (default: H)")
-    trace.add_argument("--seed", type=non_negative_int, default=0, help="random seed")
+    # Each option sets the attnkit.viz.trace.trace_shapes parameter named by its dest.
+    for flag, old, dest, symbol, default, what in (
+        ("--embed-dim", (), "embed_dim", "E", 35, "E (default: 35)"),
+        ("--num-heads", (), "num_heads", "H", 5, "H (default: 5)"),
+        ("--batch-size", ("--batch",), "batch", "B", 3, "B (default: 3)"),
+        ("--seq-len", ("--seq",), "seq", "Tq", 11, "Tq (default: 11)"),
+        ("--kv-seq-len", ("--kv-seq",), "kv_seq", "Tk", None,
+         "Tk for cross-attention (default: self-attention)"),
+        ("--head-dim", (), "head_dim", "D", None, "Dk = Dv (default: E // H)"),
+        ("--kv-heads", (), "num_kv_heads", "Hkv", None,
+         "Hkv for grouped-query attention (default: H)"),
+    ):
+        _option(trace, flag, *old, dest=dest, metavar=symbol, type=positive_int,
+                default=default, help=what)
+    _option(trace, "--seed", type=non_negative_int, default=0, help="random seed")
     trace.set_defaults(func=cmd_trace)
 
     bench = sub.add_parser(
         "bench", help="run the benchmark scripts and print their tables",
-        description="Run every script under the repository's benchmarks/ folder with this "
-                    "interpreter. --quick: small sizes, nothing appended to BENCHMARKS.md. "
-                    "Exits non-zero when a script fails.",
+        description="Run every script under the benchmarks/ folder of attnkit's source "
+                    "repository with this interpreter (the scripts are not part of a pip "
+                    "install: run from a clone, or pass --dir). --quick: small sizes, "
+                    "nothing appended to BENCHMARKS.md. Exits non-zero when a script fails.",
     )
     bench.add_argument("--quick", action="store_true", help="small sizes, no BENCHMARKS.md")
     bench.add_argument("--dir", default=None, help="benchmark folder (default: the repo's)")

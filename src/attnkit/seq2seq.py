@@ -37,6 +37,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .train_config import MODELS, NUM_DIGITS, TASKS, TrainConfig
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -53,50 +55,8 @@ __all__ = [
     "train",
 ]
 
-TASKS = ("reverse", "copy", "sort")
-MODELS = ("additive", "mha")
-NUM_DIGITS = 10
 BOS = NUM_DIGITS  # start-of-sequence token read by the decoder's first step
 VOCAB = NUM_DIGITS + 1
-
-
-@dataclass
-class TrainConfig:
-    """Everything a training run depends on (the run is a pure function of it)."""
-
-    task: str = "reverse"  # one of TASKS
-    model: str = "additive"  # one of MODELS: the decoder's cross-attention
-    steps: int = 400  # optimiser steps, one fresh batch each
-    length: int = 10  # T: digits per sequence
-    batch_size: int = 64  # sequences per step
-    hidden: int = 64  # Hd: GRU width (embeddings are Hd wide too)
-    num_heads: int = 4  # heads of the mha model (Hd % num_heads == 0)
-    lr: float = 5e-3  # Adam learning rate, cosine-decayed to 10% over the run
-    seed: int = 0  # seeds torch and the data generators
-    eval_size: int = 1000  # held-out sequences for the final accuracy
-    threads: int = 1  # torch CPU threads (see train(): 1 is fastest for these sizes)
-
-    def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
-        for name in ("steps", "length", "batch_size", "hidden", "num_heads", "eval_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.model == "mha" and self.hidden % self.num_heads:
-            raise ValueError(
-                f"hidden={self.hidden} must be a multiple of num_heads={self.num_heads}"
-            )
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"lr must be a positive number, got {self.lr}")
-        if self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
-        if 2 * self.eval_size > NUM_DIGITS**self.length:
-            raise ValueError(
-                f"length {self.length} allows only {NUM_DIGITS**self.length} sequences: "
-                f"holding out eval_size={self.eval_size} would leave too few to train on"
-            )
 
 
 def targets_for(task: str, src: np.ndarray) -> np.ndarray:

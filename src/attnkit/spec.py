@@ -30,6 +30,7 @@ __all__ = [
     "check_broadcast",
     "check_dropout",
     "check_fused_head_dims",
+    "check_length_range",
     "check_qkv",
     "check_window",
     "check_window_side",
@@ -130,6 +131,13 @@ def check_broadcast(name: str, arr_shape: Any, target: Any) -> None:
         b = None
     if b != target:
         raise ValueError(f"{name} of shape {arr_shape} is not broadcastable to scores {target}")
+
+
+def check_length_range(lo: int, hi: int, maxlen: int, *, of: str = "the key length Tk") -> None:
+    """Lengths (``valid_lens``) whose smallest is ``lo`` and largest ``hi`` lie in
+    ``[0, maxlen]``; ``of`` says what ``maxlen`` is, for the message."""
+    if lo < 0 or hi > maxlen:
+        raise ValueError(f"valid_lens must lie in [0, {maxlen}] ({of}), got min {lo} and max {hi}")
 
 
 def check_window_side(name: str, side: object) -> None:

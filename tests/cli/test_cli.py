@@ -1,9 +1,15 @@
-"""The `attnkit` command: demo, trace, bench, help and argument errors, end to end."""
+"""The `attnkit` command: demo, trace, help, option spellings and argument errors, end to end.
+
+Also here: tests/cli/test_bench.py (`attnkit bench`), test_progress.py (the progress bar),
+test_trace.py (the shape trace), test_train.py (`attnkit train`, needs torch).
+"""
 
 from __future__ import annotations
 
-import io
+import dataclasses
+import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -11,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.cli import Progress, main
+from attnkit import cli
+from attnkit.cli import build_parser, main
+from attnkit.train_config import MODELS, TASKS, TrainConfig
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -50,12 +58,17 @@ def test_every_command_has_help(command, capsys):
         (["train", "--task", "shuffle"], "invalid choice: 'shuffle'"),
         (["train", "--model", "rnn"], "invalid choice: 'rnn'"),
         (["train", "--lr", "nan"], "--lr: expected a positive number"),
-        (["train", "--model", "mha", "--hidden", "30", "--heads", "4"],
-         "hidden=30 must be a multiple of num_heads=4"),
-        (["trace", "--embed-dim", "36", "--num-heads", "5"], "not a multiple of num_heads=5"),
-        (["trace", "--num-heads", "5", "--kv-heads", "2"], "num_heads=5 must be a multiple"),
-        (["trace", "--seq", "0"], "--seq: expected a positive integer, got 0"),
+        (["train", "--model", "mha", "--hidden", "30", "--num-heads", "4"],
+         "--hidden 30 must be a multiple of --num-heads 4"),
+        (["train", "--seq-len", "3", "--eval-size", "600"],
+         "--seq-len 3 allows only 1000 sequences: holding out --eval-size 600"),
+        (["trace", "--embed-dim", "36", "--num-heads", "5"],
+         "--embed-dim 36 is not a multiple of --num-heads 5; pass --head-dim"),
+        (["trace", "--num-heads", "5", "--kv-heads", "2"],
+         "--num-heads 5 must be a positive multiple of --kv-heads 2"),
+        (["trace", "--seq-len", "0"], "--seq-len: expected a positive integer, got 0"),
         (["bench", "--timeout", "-1"], "--timeout: expected a positive number"),
+        (["bench", "--dir", "no/such/folder"], "--dir no/such/folder: no such folder"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         ([], "required: COMMAND"),
     ],
@@ -69,6 +82,92 @@ def test_bad_arguments_give_one_line_and_exit_2(argv, fragment, capsys):
     assert len(lines) == 1, captured.err
     assert "error:" in lines[0] and fragment in lines[0]
     assert "Traceback" not in captured.err and captured.out == ""
+    assert not re.search(r"\b[a-z]+_[a-z_]+\b", lines[0]), "a parameter name, not its flag"
+
+
+TRAIN_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
+
+
+@pytest.mark.parametrize("bad", [
+    {"task": "shuffle"}, {"model": "rnn"}, {"steps": 0}, {"length": 0}, {"batch_size": 0},
+    {"hidden": 0}, {"num_heads": 0}, {"eval_size": 0}, {"threads": 0}, {"lr": math.nan},
+    {"model": "mha", "hidden": 6}, {"length": 3, "eval_size": 1000},
+])
+def test_every_train_config_error_names_flags(bad, capsys):
+    """Even the errors argparse's own types catch first: TrainConfig names a field as
+    ``name=value`` and `attnkit train` turns every one into its flag."""
+    with pytest.raises(ValueError) as err:
+        TrainConfig(**bad)
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    with pytest.raises(SystemExit):
+        cli._flag_error(train, str(err.value))
+    line = capsys.readouterr().err
+    assert "--" in line.split("(see:")[0]
+    for name in TRAIN_FIELDS:
+        assert f"{name}=" not in line and ("_" not in name or name not in line), line
+
+
+def test_train_defaults_are_train_configs():
+    args = build_parser().parse_args(["train"])
+    assert {name: getattr(args, name) for name in TRAIN_FIELDS} == dataclasses.asdict(
+        TrainConfig()
+    )
+    actions = {a.dest: a for a in build_parser()._subparsers._group_actions[0]
+               .choices["train"]._actions}
+    assert tuple(actions["task"].choices) == TASKS and tuple(actions["model"].choices) == MODELS
+
+
+def test_help_and_train_argument_errors_need_no_torch():
+    code = textwrap.dedent("""
+        import sys
+        from attnkit.cli import main
+        for argv in (["--help"], ["train", "--help"], ["train", "--hidden", "30",
+                     "--model", "mha", "--num-heads", "4"]):
+            try:
+                main(argv)
+            except SystemExit:
+                pass
+        assert "torch" not in sys.modules, "imported torch"
+    """)
+    proc = run_module("-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert "--hidden 30 must be a multiple of --num-heads 4" in proc.stderr
+
+
+# -- one spelling per concept; the old spellings keep working, hidden and warned about ------
+def _options(command: str) -> dict[str, str]:
+    """``{flag: help}`` of a subcommand's visible options."""
+    sub = build_parser()._subparsers._group_actions[0].choices[command]
+    return {flag: a.help for a in sub._actions for flag in a.option_strings
+            if a.help != "==SUPPRESS=="}
+
+
+def test_shared_concepts_are_spelled_the_same_in_train_and_trace():
+    train, trace = _options("train"), _options("trace")
+    for flag in ("--num-heads", "--batch-size", "--seq-len", "--seed"):
+        assert flag in train and flag in trace, flag
+
+
+@pytest.mark.parametrize("command, old, new, dest, value", [
+    ("train", "--heads", "--num-heads", "num_heads", 8),
+    ("train", "--length", "--seq-len", "length", 7),
+    ("trace", "--batch", "--batch-size", "batch", 2),
+    ("trace", "--seq", "--seq-len", "seq", 5),
+    ("trace", "--kv-seq", "--kv-seq-len", "kv_seq", 4),
+])
+def test_old_spelling_is_a_hidden_deprecated_alias(command, old, new, dest, value, capsys):
+    args = build_parser().parse_args([command, old, str(value)])
+    assert getattr(args, dest) == value
+    assert capsys.readouterr().err == (
+        f"attnkit {command}: warning: {old} is deprecated; use {new}\n"
+    )
+    assert getattr(build_parser().parse_args([command, new, str(value)]), dest) == value
+    assert capsys.readouterr().err == ""
+    assert new in _options(command) and old not in _options(command)
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert f"{new} " in out and f"{old} " not in out
 
 
 @pytest.mark.parametrize("command", ["demo", "train"])
@@ -130,94 +229,10 @@ def test_trace_prints_every_step(capsys):
 
 def test_trace_cross_attention_gqa_free_head_dim(capsys):
     argv = ["trace", "--embed-dim", "36", "--num-heads", "6", "--kv-heads", "2",
-            "--head-dim", "5", "--batch", "2", "--seq", "3", "--kv-seq", "4"]
+            "--head-dim", "5", "--batch-size", "2", "--seq-len", "3", "--kv-seq-len", "4"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert "(2, 6, 3, 5)" in rows["q"] and "(2, 2, 4, 5)" in rows["k"]
     assert "(2, 6, 3, 4)" in rows["weights"] and "(2, 3, 30)" in rows["concat"]
     assert "(2, 3, 36)" in rows["output"]
-
-
-# -- bench -----------------------------------------------------------------------------------
-def _write(folder: Path, name: str, body: str) -> None:
-    (folder / name).write_text(textwrap.dedent(body))
-
-
-def test_bench_runs_scripts_quick_and_reports_failures(tmp_path, capsys):
-    bench = tmp_path / "benchmarks"
-    bench.mkdir()
-    _write(bench, "_report.py", "raise SystemExit('helpers are not run')\n")
-    _write(bench, "bench_ok.py", """
-        import sys
-        assert sys.argv[1:] == ["--quick"], sys.argv
-        import attnkit  # the scripts see the same attnkit as the command
-        print("| size | ms |")
-        print("| 64   | 1.0 |")
-    """)
-    _write(bench, "bench_broken.py", "raise RuntimeError('kernel exploded')\n")
-    rc = main(["bench", "--quick", "--dir", str(bench)])
-    out = capsys.readouterr().out
-    assert rc == 1
-    assert "| 64   | 1.0 |" in out
-    assert "kernel exploded" in out
-    assert "bench_broken.py: FAILED (exit 1)" in out and "bench_ok.py: ok" in out
-    assert "_report" not in out
-    assert out.rstrip().splitlines()[-1] == "bench: 1/2 scripts ok; failed: bench_broken.py"
-
-
-def test_bench_all_ok_exits_zero_and_only_filters(tmp_path, capsys):
-    bench = tmp_path / "benchmarks"
-    bench.mkdir()
-    _write(bench, "bench_a.py", "print('table a')\n")
-    _write(bench, "bench_b.py", "raise SystemExit(3)\n")
-    assert main(["bench", "--quick", "--dir", str(bench), "--only", "bench_a"]) == 0
-    out = capsys.readouterr().out
-    assert "table a" in out and "bench_b" not in out
-
-
-def test_bench_kills_a_script_past_its_timeout(tmp_path, capsys):
-    bench = tmp_path / "benchmarks"
-    bench.mkdir()
-    _write(bench, "bench_slow.py", "import time\nprint('started', flush=True)\ntime.sleep(30)\n")
-    assert main(["bench", "--dir", str(bench), "--timeout", "1"]) == 1
-    out = capsys.readouterr().out
-    assert "started" in out and "TIMED OUT after 1 s" in out
-
-
-def test_bench_without_folder_is_one_clear_line(tmp_path, capsys):
-    rc = main(["bench", "--quick", "--dir", str(tmp_path / "nowhere")])
-    err = capsys.readouterr().err
-    assert rc == 1
-    assert len(err.splitlines()) == 1 and "no benchmarks/ folder" in err
-
-
-# -- progress bar ----------------------------------------------------------------------------
-class _Tty(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-def test_progress_plain_lines_when_not_a_tty():
-    stream = io.StringIO()
-    bar = Progress(200, stream=stream, lines=4)
-    for step in range(1, 201):
-        bar.update(step, 1.0 / step)
-    bar.close()
-    lines = stream.getvalue().splitlines()
-    assert "\r" not in stream.getvalue()
-    assert len(lines) == 4
-    assert lines[-1].startswith("step 200/200 [") and "loss 0.0050" in lines[-1]
-    assert "steps/s" in lines[-1] and "eta" in lines[-1]
-
-
-def test_progress_redraws_one_line_on_a_tty():
-    stream = _Tty()
-    bar = Progress(5, stream=stream)
-    for step in range(1, 6):
-        bar.update(step, 0.5)
-    bar.close()
-    text = stream.getvalue()
-    assert text.startswith("\rstep 1/5") and text.endswith("\n")
-    assert text.count("\n") == 1  # one line, redrawn in place
-    assert "step 5/5 [" + "#" * 24 + "]" in text

@@ -13,14 +13,15 @@ import os
 import pytest
 import torch
 
-import attnkit.distributed._local as local
+import attnkit.torch.lse as lse_op
 from attnkit.distributed import block_backward, block_forward, ring_attention
 from attnkit.testing import assert_close_by_rule
+from attnkit.torch._triton_path import triton_kernels
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are first loaded
 ops = pytest.importorskip("attnkit.triton", reason="attnkit.triton is not importable here")
-if not (getattr(ops, "is_available", lambda: False)() and local._triton_ops() is not None):
+if triton_kernels("flash_attention_forward", "flash_attention_backward") is None:
     pytest.skip("attnkit.triton kernels cannot run here (no Triton, or no CUDA and no "
                 "TRITON_INTERPRET=1)", allow_module_level=True)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -30,8 +31,10 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 def via_triton(monkeypatch):
     """Route every unmasked float block to the Triton kernels, CPU tensors included."""
     monkeypatch.setattr(
-        local, "_use_triton",
-        lambda q, key_mask: ops if key_mask is None and q.dtype in local._TRITON_DTYPES else None,
+        lse_op, "_use_triton",
+        lambda q, k, v, key_mask: (
+            ops if key_mask is None and q.dtype in lse_op._TRITON_DTYPES else None
+        ),
     )
 
 
@@ -54,12 +57,12 @@ def test_block_ops_on_triton_match_torch_path(shape, causal, via_triton) -> None
     ref_out, ref_lse = block_forward(q, k, v, causal=causal, scale=0.25)  # float64 torch path
     ref_g = block_backward(dout, q, k, v, ref_out, ref_lse, causal=causal, scale=0.25)
     f32 = [t.float().to(DEVICE) for t in (q, k, v, dout)]
-    local._use_triton, orig = (lambda q, key_mask: None), local._use_triton
+    lse_op._use_triton, orig = (lambda q, k, v, key_mask: None), lse_op._use_triton
     try:
         b_out, b_lse = block_forward(*f32[:3], causal=causal, scale=0.25)
         b_g = block_backward(f32[3], *f32[:3], b_out, b_lse, causal=causal, scale=0.25)
     finally:
-        local._use_triton = orig
+        lse_op._use_triton = orig
     out, lse = block_forward(*f32[:3], causal=causal, scale=0.25)
     assert lse.dtype == torch.float32
     g = block_backward(f32[3], *f32[:3], out, lse, causal=causal, scale=0.25)
@@ -75,14 +78,14 @@ def test_one_rank_ring_on_triton_blocks(causal, via_triton) -> None:
 
     def run(dtype, triton: bool):
         leaves = [t.to(DEVICE, dtype).requires_grad_(True) for t in (q, k, v)]
-        saved = local._use_triton
+        saved = lse_op._use_triton
         if not triton:
-            local._use_triton = lambda q, key_mask: None
+            lse_op._use_triton = lambda q, k, v, key_mask: None
         try:
             out = ring_attention(*leaves, causal=causal)
             return (out, *torch.autograd.grad(out, leaves, dout.to(DEVICE, dtype)))
         finally:
-            local._use_triton = saved
+            lse_op._use_triton = saved
 
     ref, base, got = run(torch.float64, False), run(torch.float32, False), run(torch.float32, True)
     for name, g, r, b, f in zip(("out", "dq", "dk", "dv"), got, ref, base, (2, 5, 3, 3)):

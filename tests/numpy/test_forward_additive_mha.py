@@ -217,30 +217,6 @@ def test_init_rejects_head_counts_by_name(heads, kv_heads):
         an.MultiHeadParams.init(12, heads, num_kv_heads=kv_heads)
 
 
-def test_trace_callback_gets_every_step():
-    rng = np.random.default_rng(33)
-    P = an.MultiHeadParams(**draw_params(rng, 4, 2, 8, 6, 5, 3, 2, 7, True))
-    seen = []
-    an.multi_head_attention(
-        P, rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 4, 6)),
-        rng.standard_normal((2, 4, 5)), trace=lambda step, shape: seen.append((step, shape)),
-    )
-    assert seen == [
-        ("query", (2, 3, 8)), ("W_q", (4, 8, 3)), ("W_k", (2, 6, 3)), ("W_v", (2, 5, 2)),
-        ("W_o", (8, 7)), ("q", (2, 4, 3, 3)), ("k", (2, 2, 4, 3)), ("v", (2, 2, 4, 2)),
-        ("scores", (2, 4, 3, 4)), ("weights", (2, 4, 3, 4)), ("head outputs", (2, 4, 3, 2)),
-        ("concat", (2, 3, 8)), ("output", (2, 3, 7)),
-    ]
-
-
-def test_trace_true_prints_steps(capsys):
-    P = an.MultiHeadParams.init(6, 2, rng=np.random.default_rng(0))
-    an.multi_head_attention(P, np.ones((1, 4, 6)), trace=True)
-    printed = capsys.readouterr().out.splitlines()
-    assert printed[0] == "query.shape=(1, 4, 6)" and printed[-1] == "output.shape=(1, 4, 6)"
-    assert len(printed) == 13
-
-
 def test_mha_float32_stays_float32():
     P = an.MultiHeadParams.init(8, 2, rng=np.random.default_rng(0), dtype=np.float32)
     x = np.random.default_rng(1).standard_normal((2, 3, 8)).astype(np.float32)

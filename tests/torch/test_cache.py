@@ -126,7 +126,7 @@ def test_cache_errors():
         m(torch.randn(3, 1, 12, dtype=torch.float64), cache=m.init_cache(2, 4))
     with pytest.raises(ValueError, match="needs `key`"):
         m(torch.randn(2, 1, 12, dtype=torch.float64), cache=m.init_cache(2, 4, cross=True))
-    cache = at.KVCache(1, 2, 4, 3)
+    cache = at.KVCache(batch_size=1, num_kv_heads=2, capacity=4, head_dim=3)
     with pytest.raises(ValueError, match=r"\(1, 2, T, 3\).*got k \(1, 2, 2, 4\)"):
         cache.append(torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 2, 3))
 
@@ -138,7 +138,7 @@ def test_decode_hands_cache_buffers_to_triton_kernel_in_place(monkeypatch):
     import sys
     import types
 
-    from attnkit.torch import functional as fn
+    from attnkit.torch import _triton_path as tp
 
     seen = []
 
@@ -157,7 +157,7 @@ def test_decode_hands_cache_buffers_to_triton_kernel_in_place(monkeypatch):
     m = _model()
     x = torch.randn(2, 6, 12, dtype=torch.float64)
     full, _ = m(x, causal=True)
-    monkeypatch.setattr(fn, "_triton_reason", lambda *a: None)
+    monkeypatch.setattr(tp, "triton_reason", lambda *a: None)
     cache = m.init_cache(2, 8)
     with torch.no_grad():
         outs = [m(x[:, :3], causal=True, cache=cache)[0]]

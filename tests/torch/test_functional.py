@@ -358,7 +358,7 @@ def test_triton_path_not_taken_on_cpu(monkeypatch):
 def test_triton_dispatch_conditions(monkeypatch):
     """The dispatcher would hand a CUDA half-precision call with no mask to the kernel, and
     nothing else (checked on the decision function, since there is no GPU here)."""
-    from attnkit.torch import functional as fn
+    from attnkit.torch import _triton_path as tp
 
     fake = types.ModuleType("attnkit.triton")
     fake.is_available = lambda: True
@@ -367,17 +367,17 @@ def test_triton_dispatch_conditions(monkeypatch):
     monkeypatch.setattr(attnkit, "triton", fake, raising=False)
     q = torch.empty(1, 2, 4, 8, dtype=torch.float16, device="meta")
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    assert fn._triton_reason(q, False, False, 0.0) is None
-    assert "mask" in fn._triton_reason(q, True, False, 0.0)
-    assert "dropout" in fn._triton_reason(q, False, False, 0.1)
-    assert "float16/bfloat16" in fn._triton_reason(q.float(), False, False, 0.0)
+    assert tp.triton_reason(q, False, False, 0.0) is None
+    assert "mask" in tp.triton_reason(q, True, False, 0.0)
+    assert "dropout" in tp.triton_reason(q, False, False, 0.1)
+    assert "float16/bfloat16" in tp.triton_reason(q.float(), False, False, 0.0)
     k = torch.empty(2, 2, 4, 8, dtype=torch.float16, device="meta")
-    assert "broadcast batch" in fn._triton_reason(q, False, False, 0.0, k, k)
+    assert "broadcast batch" in tp.triton_reason(q, False, False, 0.0, k, k)
     big = torch.empty(1, 2, 4, 512, dtype=torch.float16, device="meta")
-    assert "head dims up to 256" in fn._triton_reason(big, False, False, 0.0, big, big)
+    assert "head dims 1..256" in tp.triton_reason(big, False, False, 0.0, big, big)
     monkeypatch.setitem(sys.modules, "attnkit.triton", None)  # not importable
     monkeypatch.delattr(attnkit, "triton", raising=False)
-    assert "not importable" in fn._triton_reason(q, False, False, 0.0)
+    assert "not importable" in tp.triton_reason(q, False, False, 0.0)
 
 
 ERRORS = [
@@ -426,7 +426,7 @@ def test_triton_hand_off_matches_math_path(monkeypatch):
         from attnkit.torch import functional as fn
 
         monkeypatch.setenv("TRITON_INTERPRET", "1")  # read when the kernels first load
-        monkeypatch.setattr(fn, "_triton_reason", lambda *a: None)
+        monkeypatch.setattr(fn, "triton_reason", lambda *a: None)
         device, dtype, tol = "cpu", torch.float32, 1e-5
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 4, 5, 16, generator=g).to(device, dtype)

@@ -13,7 +13,15 @@ Without an initialised process group everything runs as one rank. See
 
 from __future__ import annotations
 
-from ._local import block_backward, block_forward
+try:
+    import torch as _torch  # noqa: F401  (the extra this subpackage needs)
+except ModuleNotFoundError as _err:
+    from .._optional import raise_missing
+
+    raise_missing(_err, "torch", extra="torch", user="attnkit.distributed")
+
+from ..torch.lse import attention_with_lse as block_forward
+from ..torch.lse import attention_with_lse_backward as block_backward
 from .merge import merge_partials
 from .ring import ring_attention, ring_attention_backward, ring_attention_forward
 from .schedule import Block, chunk_ids, flops_per_rank, num_chunks, step_blocks

@@ -25,7 +25,10 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
-from ._local import block_backward, block_forward
+from ..spec import check_length_range, default_scale
+from ..torch._checks import check_qkv
+from ..torch._dtypes import stats_dtype
+from ..torch.lse import attention_with_lse, attention_with_lse_backward
 from .merge import merge_partials
 from .schedule import Layout, check_layout, chunk_ids, num_chunks, step_blocks
 from .sharding import group_info
@@ -83,10 +86,6 @@ def _unpack(
     return buf[:n].view(shape_a), buf[n:].view(shape_b)
 
 
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
 def _check_inputs(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -98,23 +97,11 @@ def _check_inputs(
     """Validate shards; return the chunk length ``c``."""
     check_layout(layout)
     shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(
-            f"ring_attention expects shards q (B, H, T/P, Dk), k (B, Hkv, T/P, Dk), "
-            f"v (B, Hkv, T/P, Dv); got {shapes}"
-        )
-    if not (q.dtype == k.dtype == v.dtype) or not q.is_floating_point():
-        raise TypeError(
-            f"q, k, v must share one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
-        )
-    B, H, T, Dk = q.shape
-    if k.shape[0] != B or v.shape[0] != B or k.shape[:3] != v.shape[:3] or k.shape[3] != Dk:
-        raise ValueError(f"q, k, v disagree on B, Hkv, T/P or Dk: {shapes}")
-    Hkv = k.shape[1]
-    if Hkv == 0 or H % Hkv:
-        raise ValueError(
-            f"query heads H={H} must be a multiple of key/value heads Hkv={Hkv}: {shapes}"
-        )
+    try:
+        check_qkv(q, k, v, batched=True)
+    except ValueError as e:  # name every shard, whichever pair the rule compared
+        raise ValueError(f"ring_attention shards {shapes}: {e}") from None
+    B, T = q.shape[0], q.shape[2]
     if k.shape[2] != T:
         raise ValueError(f"q and k/v shards must have the same length T/P: {shapes}")
     n_local = len(chunk_ids(layout, world_size, 0))  # type: ignore[arg-type]
@@ -131,9 +118,9 @@ def _check_inputs(
                 f"valid_lens must be an integer tensor of shape (B,) = ({B},), got "
                 f"{valid_lens.dtype} {tuple(valid_lens.shape)}"
             )
-        total = T * world_size
-        if bool(((valid_lens < 0) | (valid_lens > total)).any()):
-            raise ValueError(f"valid_lens must lie in [0, T={total}], got {valid_lens.tolist()}")
+        if valid_lens.numel():
+            lo, hi = torch.stack(torch.aminmax(valid_lens)).tolist()  # one host sync
+            check_length_range(lo, hi, T * world_size, of="the sequence length T")
     return T // n_local
 
 
@@ -173,9 +160,9 @@ def ring_attention_forward(
     ring = _Ring(group)
     P, rank = ring.size, ring.rank
     c = _check_inputs(q, k, v, layout, P, valid_lens)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = default_scale(scale, q.shape[-1])
     B, H, T, _ = q.shape
-    dt = _compute_dtype(q)
+    dt = stats_dtype(q.dtype)
     out = torch.zeros(B, H, T, v.shape[-1], dtype=dt, device=q.device)
     lse = torch.full((B, H, T), -math.inf, dtype=dt, device=q.device)
 
@@ -186,7 +173,7 @@ def ring_attention_forward(
         kb, vb = _unpack(kv, k.shape, v.shape)
         km = _key_mask(valid_lens, layout, P, src, c, q.device)
         for blk in step_blocks(layout, P, rank, src, c, causal=causal):
-            o, l = block_forward(
+            o, l = attention_with_lse(
                 q[:, :, blk.q0 : blk.q1],
                 kb[:, :, blk.k0 : blk.k1],
                 vb[:, :, blk.k0 : blk.k1],
@@ -233,8 +220,8 @@ def ring_attention_backward(
     ring = _Ring(group)
     P, rank = ring.size, ring.rank
     c = _check_inputs(q, k, v, layout, P, valid_lens)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    dt = _compute_dtype(q)
+    scale = default_scale(scale, q.shape[-1])
+    dt = stats_dtype(q.dtype)
     dq = torch.zeros(q.shape, dtype=dt, device=q.device)
 
     kv = _pack(k, v)
@@ -248,7 +235,7 @@ def ring_attention_backward(
         dv_blk = torch.zeros(v.shape, dtype=dt, device=q.device)
         for blk in step_blocks(layout, P, rank, src, c, causal=causal):
             rows, keys = slice(blk.q0, blk.q1), slice(blk.k0, blk.k1)
-            dq_p, dk_p, dv_p = block_backward(
+            dq_p, dk_p, dv_p = attention_with_lse_backward(
                 dout[:, :, rows],
                 q[:, :, rows],
                 kb[:, :, keys],

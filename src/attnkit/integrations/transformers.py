@@ -24,7 +24,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
+try:  # the extra this module needs: transformers (and the torch it runs on)
+    import torch
+    import transformers as _transformers  # noqa: F401
+except ModuleNotFoundError as _err:
+    from .._optional import raise_missing
+
+    raise_missing(_err, _err.name if _err.name in ("torch", "transformers") else "transformers",
+                  extra="transformers", user="attnkit.integrations.transformers")
+
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 

@@ -178,7 +178,7 @@ def _mha_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
     if not isinstance(params, MultiHeadParams):
         raise TypeError(f"params must be a MultiHeadParams, got {type(params).__name__}")
     y, cache = mha_forward(
-        params, query, key, value, scale=args["scale"], trace=args["trace"],
+        params, query, key, value, scale=args["scale"],
         **_options(args, *_MASKS),
     )
     result = (

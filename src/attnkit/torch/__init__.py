@@ -7,9 +7,18 @@ read off axis -3, and a query with no allowed key gets output 0 and zero gradien
 
 from __future__ import annotations
 
+try:
+    import torch as _torch  # noqa: F401  (the extra this subpackage needs)
+except ModuleNotFoundError as _err:
+    from .._optional import raise_missing
+
+    raise_missing(_err, "torch", extra="torch", user="attnkit.torch")
+
+from .additive import additive_attention, additive_scores
 from .cache import KVCache
-from .functional import additive_attention, additive_scores, attention, safe_softmax
-from .interop import from_torch, to_torch
+from .functional import attention
+from .interop import to_torch
+from .lse import attention_with_lse, attention_with_lse_backward
 from .masks import (
     attention_mask,
     causal_mask,
@@ -19,7 +28,9 @@ from .masks import (
     sequence_mask,
     window_mask,
 )
-from .modules import AdditiveAttention, DotProductAttention, MultiHeadAttention
+from .mha import MultiHeadAttention, from_torch
+from .modules import AdditiveAttention, DotProductAttention
+from .softmax import safe_softmax
 
 __all__ = [
     "AdditiveAttention",
@@ -30,6 +41,8 @@ __all__ = [
     "additive_scores",
     "attention",
     "attention_mask",
+    "attention_with_lse",
+    "attention_with_lse_backward",
     "causal_mask",
     "from_attn_mask",
     "from_key_padding_mask",

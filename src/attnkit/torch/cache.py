@@ -32,6 +32,8 @@ __all__ = ["KVCache"]
 class KVCache(nn.Module):
     """Keys and values of past positions, preallocated to ``capacity``.
 
+    Every size is keyword-only: four ints in a row are too easy to swap silently.
+
     Args:
         batch_size: ``B``.
         num_kv_heads: ``Hkv``.
@@ -47,12 +49,12 @@ class KVCache(nn.Module):
 
     def __init__(
         self,
+        *,
         batch_size: int,
         num_kv_heads: int,
         capacity: int,
         head_dim: int,
         v_head_dim: int | None = None,
-        *,
         cross: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,

@@ -1,4 +1,4 @@
-"""Conversion to and from ``torch.nn.MultiheadAttention``.
+"""Conversion to and from ``torch.nn.MultiheadAttention``'s parameter layout.
 
 ``nn.MultiheadAttention`` packs the three input projections into ``in_proj_weight``
 ``(3E, E)`` when ``kdim == vdim == E`` and keeps ``q_proj_weight``/``k_proj_weight``/
@@ -10,28 +10,52 @@
 Not representable (a ``ValueError`` says so): ``add_bias_kv`` and ``add_zero_attn``
 (extra learned/zero key positions), and, in the other direction, GQA or head dims other
 than ``E // H``.
+
+This module knows ``nn.MultiheadAttention`` only: :class:`attnkit.torch.MultiHeadAttention`
+builds itself from :func:`torch_mha_parts` (its ``from_torch``), and :func:`to_torch` reads
+any layer with its attributes.
 """
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import torch
 from torch import nn
 
-from .modules import MultiHeadAttention
+__all__ = ["Projections", "to_torch", "torch_mha_parts"]
 
-__all__ = ["from_torch", "to_torch"]
+# Weight (out, in) and bias (or None) of each projection, by the attnkit layer's names.
+Projections = dict[str, tuple[torch.Tensor, "torch.Tensor | None"]]
 
 
-def from_torch(m: nn.MultiheadAttention) -> MultiHeadAttention:
-    """An attnkit :class:`MultiHeadAttention` with ``m``'s weights (copied), dtype, device
-    and dropout. Same outputs and weights for batch-first inputs."""
+class _Layer(Protocol):
+    """What :func:`to_torch` reads of an attnkit ``MultiHeadAttention``."""
+
+    embed_dim: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    kdim: int
+    vdim: int
+    dropout: float
+    training: bool
+    q_proj: nn.Linear
+    k_proj: nn.Linear
+    v_proj: nn.Linear
+    out_proj: nn.Linear
+
+
+def torch_mha_parts(m: nn.MultiheadAttention) -> tuple[dict[str, Any], Projections]:
+    """The constructor arguments of an attnkit ``MultiHeadAttention`` equal to ``m``, and
+    ``m``'s projections (views of its parameters, to be copied)."""
     if not isinstance(m, nn.MultiheadAttention):
         raise TypeError(f"expected torch.nn.MultiheadAttention, got {type(m).__name__}")
     if m.bias_k is not None or m.bias_v is not None:
         raise ValueError("add_bias_kv=True (learned extra key/value) has no attnkit equivalent")
     if m.add_zero_attn:
         raise ValueError("add_zero_attn=True has no attnkit equivalent")
-    E, H = m.embed_dim, m.num_heads
     if m._qkv_same_embed_dim:
         w_q, w_k, w_v = m.in_proj_weight.chunk(3, dim=0)
     else:
@@ -39,27 +63,20 @@ def from_torch(m: nn.MultiheadAttention) -> MultiHeadAttention:
     has_bias = m.in_proj_bias is not None
     if has_bias != (m.out_proj.bias is not None):
         raise ValueError("in_proj_bias and out_proj.bias must both be present or both absent")
+    b_q, b_k, b_v = m.in_proj_bias.chunk(3, dim=0) if has_bias else (None, None, None)
     ref = m.out_proj.weight
-    ours = MultiHeadAttention(
-        E, H, kdim=m.kdim, vdim=m.vdim, bias=has_bias, dropout=m.dropout,
-        device=ref.device, dtype=ref.dtype,
+    config = dict(
+        embed_dim=m.embed_dim, num_heads=m.num_heads, kdim=m.kdim, vdim=m.vdim,
+        bias=has_bias, dropout=m.dropout, device=ref.device, dtype=ref.dtype,
     )
-    with torch.no_grad():
-        ours.q_proj.weight.copy_(w_q)
-        ours.k_proj.weight.copy_(w_k)
-        ours.v_proj.weight.copy_(w_v)
-        ours.out_proj.weight.copy_(m.out_proj.weight)
-        if has_bias:
-            b_q, b_k, b_v = m.in_proj_bias.chunk(3, dim=0)
-            ours.q_proj.bias.copy_(b_q)
-            ours.k_proj.bias.copy_(b_k)
-            ours.v_proj.bias.copy_(b_v)
-            ours.out_proj.bias.copy_(m.out_proj.bias)
-    ours.train(m.training)
-    return ours
+    projections = {
+        "q_proj": (w_q, b_q), "k_proj": (w_k, b_k), "v_proj": (w_v, b_v),
+        "out_proj": (m.out_proj.weight, m.out_proj.bias),
+    }
+    return config, projections
 
 
-def to_torch(m: MultiHeadAttention) -> nn.MultiheadAttention:
+def to_torch(m: _Layer) -> nn.MultiheadAttention:
     """An equivalent ``nn.MultiheadAttention(batch_first=True)`` (weights copied)."""
     E, H = m.embed_dim, m.num_heads
     if m.num_kv_heads != H:

@@ -27,9 +27,16 @@ import numbers
 
 import torch
 
-# Shape and argument rules are attnkit.numpy's (the layer below): one definition, and the
-# same messages, for arrays and tensors.
-from ..spec import check_broadcast, check_window, check_window_side
+# Shape and argument rules are attnkit.spec's: one definition, and the same messages, for
+# arrays and tensors.
+from ..spec import (
+    Window,
+    check_broadcast,
+    check_length_range,
+    check_window,
+    check_window_side,
+)
+from .softmax import safe_softmax
 
 __all__ = [
     "Window",
@@ -43,8 +50,6 @@ __all__ = [
     "window_mask",
 ]
 
-Window = tuple["int | None", "int | None"]
-
 
 def _check_lengths(valid_lens: torch.Tensor, maxlen: int) -> torch.Tensor:
     """Integer lengths in ``[0, maxlen]`` (integral floats accepted, as d2l passes them)."""
@@ -57,12 +62,7 @@ def _check_lengths(valid_lens: torch.Tensor, maxlen: int) -> torch.Tensor:
             raise TypeError(f"valid_lens must hold whole numbers, got {valid_lens.tolist()}")
         valid_lens = valid_lens.long()
     if valid_lens.numel():
-        lo, hi = int(valid_lens.min()), int(valid_lens.max())
-        if lo < 0 or hi > maxlen:
-            raise ValueError(
-                f"valid_lens must lie in [0, {maxlen}] (the key length Tk), got min {lo} "
-                f"and max {hi}"
-            )
+        check_length_range(int(valid_lens.min()), int(valid_lens.max()), maxlen)
     return valid_lens
 
 
@@ -220,35 +220,33 @@ def attention_mask(
 
 
 def masked_softmax(
-    X: torch.Tensor,
+    scores: torch.Tensor,
     valid_lens: torch.Tensor | None = None,
     *,
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Softmax over the last axis, restricted to allowed keys (d2l's signature).
 
-    Unlike d2l's version this never writes into ``X`` and uses no large-negative fill: masked
-    entries get weight exactly 0, and a row with no allowed key (``valid_len == 0``) gets
-    all zeros instead of a silent uniform distribution. Half-precision input is normalised
-    in float32.
+    Unlike d2l's version this never writes into ``scores`` and uses no large-negative fill:
+    masked entries get weight exactly 0, and a row with no allowed key (``valid_len == 0``)
+    gets all zeros instead of a silent uniform distribution. Half-precision input is
+    normalised in float32.
 
     Args:
-        X: scores ``(B, ..., Tq, Tk)``; any shape when only ``mask`` is given.
+        scores: ``(B, ..., Tq, Tk)``; any shape when only ``mask`` is given.
         valid_lens: ``(B,)`` or ``(B, Tq)``; keys ``j < valid_len`` are valid.
-        mask: bool, True = keep, broadcastable to ``X``.
+        mask: bool, True = keep, broadcastable to ``scores``.
 
     Returns:
-        Weights of ``X``'s shape and dtype.
+        Weights of ``scores``' shape and dtype.
     """
     keep: torch.Tensor | None = None
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             raise TypeError(f"mask must be a bool tensor (True = keep), got {mask!r:.60}")
-        check_broadcast("mask", tuple(mask.shape), tuple(X.shape))
+        check_broadcast("mask", tuple(mask.shape), tuple(scores.shape))
         keep = mask
     if valid_lens is not None:
-        vm = valid_lens_mask(valid_lens, tuple(X.shape)).to(X.device)
+        vm = valid_lens_mask(valid_lens, tuple(scores.shape)).to(scores.device)
         keep = vm if keep is None else keep & vm
-    from .functional import safe_softmax  # functional imports this module
-
-    return safe_softmax(X, keep).to(X.dtype)
+    return safe_softmax(scores, keep).to(scores.dtype)

@@ -1,7 +1,8 @@
 """attnkit.triton: fused attention kernels (forward, backward, decoding) on Triton.
 
 Import is cheap and never fails: the kernels load on first use, so ``is_available()`` can
-be asked without Triton installed.
+be asked without Triton installed (reaching a kernel then raises an ImportError that says
+``pip install 'attnkit[triton]'``).
 
 - :func:`flash_attention`: autograd-enabled fused attention, ``(B, H, T, D)`` layout,
   causal/window (bottom-right), GQA/MQA, softcap, ALiBi, any length, head dims up to 256.
@@ -50,6 +51,16 @@ def is_available() -> bool:
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
+        # The kernels need torch and triton; without them, say which extra to install.
+        from .._optional import require
+
+        for needed in ("torch", "triton"):
+            require(needed, extra="triton", user=f"attnkit.triton.{name}")
         module = importlib.import_module(_LAZY[name], __name__)
         return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The lazily loaded names are public too: list them without loading the kernels.
+    return sorted(set(globals()) | set(__all__))

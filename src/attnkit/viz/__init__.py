@@ -5,7 +5,8 @@
   drawn distinctly from cells with weight ~0.
 
 Both accept NumPy arrays and torch tensors and return a :class:`matplotlib.figure.Figure`;
-``path=`` writes it to a file as well.
+``path=`` writes it to a file as well. ``import attnkit.viz`` needs NumPy only; without
+matplotlib the plotting names raise an ImportError that says ``pip install 'attnkit[viz]'``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,15 @@ def __getattr__(name: str) -> Any:
     # matplotlib is imported on first use of a plotting name, so that `attnkit trace`
     # (attnkit.viz.trace) and `import attnkit.viz` work with NumPy alone.
     if name in __all__:
+        from .._optional import require
+
+        require("matplotlib", extra="viz", user=f"attnkit.viz.{name}")
         from . import heatmap
 
         return getattr(heatmap, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The plotting names are public but loaded on first use: list them without matplotlib.
+    return sorted(set(globals()) | set(__all__))

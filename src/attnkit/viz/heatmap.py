@@ -86,6 +86,7 @@ def show_heatmaps(
     figsize: tuple[float, float] = (2.5, 2.5),
     cmap: str | Colormap = "Reds",
     *,
+    cbar_label: str | None = "weight",
     path: PathLike | None = None,
 ) -> Figure:
     """d2l's heatmap grid: one panel per ``matrices[i, j]``.
@@ -97,6 +98,7 @@ def show_heatmaps(
         titles: one title per column.
         figsize: size of the whole figure in inches (d2l's meaning).
         cmap: a matplotlib colormap.
+        cbar_label: what the colours measure, written along the colorbar (None: no label).
         path: when given, the figure is also written there (PNG, SVG, PDF by suffix).
 
     Returns:
@@ -126,7 +128,8 @@ def show_heatmaps(
                 ax.set_ylabel(ylabel)
             if titles is not None:
                 ax.set_title(titles[j])
-    fig.colorbar(image, ax=axes, shrink=0.6, pad=0.01, fraction=max(0.03, 0.15 / cols))
+    fig.colorbar(image, ax=axes, shrink=0.6, pad=0.01, fraction=max(0.03, 0.15 / cols),
+                 label=cbar_label)
     if path is not None:
         save_figure(fig, path)
     return fig

@@ -1,13 +1,15 @@
-"""The walk-through behind ``attnkit demo`` and ``attnkit trace``: NumPy + matplotlib only.
+"""The walk-through behind ``attnkit demo``: NumPy + matplotlib only.
 
-Each step of :func:`run_demo` revisits one idea of the seed notes with the reference
+Each step of :func:`run_demo` shows one idea attention is built on with the reference
 implementation (:mod:`attnkit.numpy`), prints what it shows, and writes one PNG:
 
 1. naive vs stable softmax on large logits (the naive one is written out here, as the
    counter-example: ``exp`` overflows and the row becomes NaN);
 2. masked softmax with d2l's valid lengths;
-3. additive vs scaled dot-product attention on d2l's example;
-4. multi-head attention on seed 001's input (3 x 11 x 35, 5 heads of 7) with its shape trace;
+3. additive vs scaled dot-product attention: on d2l's example (identical keys, so any score
+   function spreads evenly over the valid keys) and on distinct keys, where they differ;
+4. multi-head self-attention (3 x 11 x 35 input, 5 heads of 7) with its shape trace, at
+   initialisation: random weights, so the heads show no pattern yet;
 5. causal, padding and sliding-window masks, alone and combined.
 """
 
@@ -44,9 +46,10 @@ def _softmax_stability(say: Say) -> Figure:
     with np.errstate(over="ignore", invalid="ignore"):
         naive_top = np.array([naive_softmax(s * base)[-1] for s in scales])
     stable_top = np.array([an.softmax(s * base)[-1] for s in scales])
-    first_nan = scales[np.argmax(np.isnan(naive_top))]
-    say(f"  logits c*[1, 2, 3, 4]: the naive softmax is NaN from c = {first_nan:.0f} "
-        f"(exp overflows float64 past 709.8); the stable one never is")
+    # exp overflows float64 past log(max float) = 709.78, i.e. once 4c does.
+    overflow_c = float(np.log(np.finfo(np.float64).max)) / base.max()
+    say(f"  logits c*[1, 2, 3, 4]: the naive softmax is NaN for c > {overflow_c:.1f} "
+        f"(exp(4c) overflows float64 past 709.8); the stable one never is")
 
     fig = Figure(figsize=(8.4, 3.0), layout="constrained")
     ax0, ax1 = fig.subplots(1, 2)
@@ -57,14 +60,28 @@ def _softmax_stability(say: Say) -> Figure:
     ax0.set_xlabel("logit")
     ax0.set_ylabel("probability")
     ax0.set_title("stable softmax of [1000, 1001, 1002]\n(naive: nan, nan, nan)", fontsize=9)
-    ax1.semilogx(scales, stable_top, color="#c0392b", lw=2.5, label="stable (max subtracted)")
-    ax1.semilogx(scales, naive_top, color="#2c3e50", lw=1.2, ls="--", label="naive exp / sum")
-    ax1.axvspan(first_nan, scales[-1], color="#2c3e50", alpha=0.12, lw=0)
-    ax1.text(first_nan * 1.1, 0.5, "naive\n= NaN", fontsize=9, color="#2c3e50")
+    # Where the naive softmax works it equals the stable one, so its curve would hide under
+    # the stable line: draw it as sparse markers on top, and its NaN results as crosses on a
+    # row of their own above the probability axis.
+    nan_row = 1.13
+    every = slice(None, None, 8)
+    finite = ~np.isnan(naive_top)
+    ax1.semilogx(scales, stable_top, color="#c0392b", lw=2.0, label="stable (max subtracted)",
+                 zorder=2)
+    ax1.plot(scales[finite][every], naive_top[finite][every], ls="none", marker="o", ms=5,
+             mfc="none", mec="#2c3e50", mew=1.2, zorder=3,
+             label="naive exp / sum: equal while finite")
+    ax1.plot(scales[~finite][every], np.full((~finite).sum(), nan_row)[every], ls="none",
+             marker="x", ms=6, mew=1.5, color="#2c3e50", zorder=3, label="naive: NaN")
+    ax1.axvspan(overflow_c, scales[-1], color="#2c3e50", alpha=0.10, lw=0)
+    ax1.axvline(overflow_c, color="#2c3e50", lw=0.8, ls=":")
+    ax1.text(overflow_c * 0.92, 0.62, f"exp(4c) overflows\nfor c > {overflow_c:.0f}",
+             fontsize=8, color="#2c3e50", ha="right")
     ax1.set_xlabel("scale c of logits c*[1, 2, 3, 4]")
     ax1.set_ylabel("p(largest logit)")
-    ax1.set_ylim(0.2, 1.05)
-    ax1.legend(fontsize=8, loc="lower right")
+    ax1.set_ylim(0.2, 1.2)
+    ax1.set_yticks([0.2, 0.4, 0.6, 0.8, 1.0, nan_row], ["0.2", "0.4", "0.6", "0.8", "1.0", "NaN"])
+    ax1.legend(fontsize=7.5, loc="lower right", framealpha=0.95)
     ax1.set_title("the naive softmax breaks, the stable one saturates", fontsize=9)
     return fig
 
@@ -83,38 +100,60 @@ def _masked_softmax(rng: np.random.Generator, say: Say) -> Figure:
 
 
 def _additive_vs_dot(rng: np.random.Generator, say: Say) -> Figure:
-    # d2l's example: identical keys, so every valid key gets the same weight and the output
-    # is the mean of the valid values ([2, 3, 4, 5] and [10, 11, 12, 13]).
-    keys = np.ones((2, 10, 2))
+    # Two rows. Top, d2l's example: every key is the same vector, so every valid key gets
+    # the same score whatever the score function, the weights are uniform over the valid
+    # keys, and both outputs are the mean of the valid values ([2, 3, 4, 5] and
+    # [10, 11, 12, 13]). The panels are identical by construction; that is the lesson.
+    # Bottom, the same queries against distinct keys: now the two scores differ.
+    keys = {"identical keys": np.ones((2, 10, 2)), "distinct keys": rng.normal(size=(2, 10, 2))}
     values = np.tile(np.arange(40.0).reshape(1, 10, 4), (2, 1, 1))
     valid_lens = np.array([2, 6])
     q_add = rng.normal(size=(2, 1, 20))
     w_q, w_k, w_v = rng.normal(size=(20, 8)), rng.normal(size=(2, 8)), rng.normal(size=8)
-    out_add, w_add = an.additive_attention(
-        q_add, keys, values, w_q, w_k, w_v, valid_lens=valid_lens
-    )
     q_dot = rng.normal(size=(2, 1, 2))
-    out_dot, w_dot = an.scaled_dot_product_attention(q_dot, keys, values, valid_lens=valid_lens)
-    say(f"  additive (query width 20, key width 2) output: {np.round(out_add[:, 0], 3).tolist()}")
-    say(f"  dot-product (query width 2) output:           {np.round(out_dot[:, 0], 3).tolist()}")
-    # Rows are the two batch elements (one query each), as d2l draws them.
-    weights = np.stack([w_add[:, 0, :], w_dot[:, 0, :]])  # (2 methods, B, Tk)
+    rows = []
+    for name, k in keys.items():
+        out_add, w_add = an.additive_attention(
+            q_add, k, values, w_q, w_k, w_v, valid_lens=valid_lens
+        )
+        out_dot, w_dot = an.scaled_dot_product_attention(q_dot, k, values, valid_lens=valid_lens)
+        say(f"  {name}: additive (query width 20, key width 2) output: "
+            f"{np.round(out_add[:, 0], 3).tolist()}")
+        say(f"  {name}: dot-product (query width 2) output:           "
+            f"{np.round(out_dot[:, 0], 3).tolist()}")
+        rows.append([w_add[:, 0, :], w_dot[:, 0, :]])  # each (B, Tk): one query per batch
+    say("  identical keys give every valid key the same score, so any score function spreads "
+        "evenly; distinct keys separate them")
+    weights = np.array(rows)  # (2 key sets, 2 methods, B, Tk): drawn as rows x columns
     keep = an.sequence_mask(valid_lens, 10)  # (B, Tk)
-    return plot_attention(
-        weights, mask=keep, titles=["additive", "scaled dot-product"],
+    fig = plot_attention(
+        weights, mask=keep,
+        titles=[f"{method}, {name}" for name in keys
+                for method in ("additive", "scaled dot-product")],
         q_tokens=["batch 0 (valid_len 2)", "batch 1 (valid_len 6)"], ylabel="",
-        k_tokens=[str(j) for j in range(10)],
-        ncols=1, panel_size=4.2,
+        k_tokens=[str(j) for j in range(10)], panel_size=3.6,
     )
+    fig.suptitle("identical keys (top, d2l's example): every valid key scores the same, so both "
+                 "methods give the same even weights;\ndistinct keys (bottom): the score "
+                 "functions differ", fontsize=9)
+    return fig
 
 
 def _multi_head(say: Say) -> Figure:
-    # Seed 001's input: batch 3, length 11, 5 heads of width 7 (E = 35).
+    # Batch 3, length 11, 5 heads of width 7 (E = 35), with freshly initialised projections:
+    # what the heads attend to here is chance, which the title says, so that nobody reads
+    # a learned pattern into it (`attnkit train` draws attention that was learned).
     _, weights = trace_shapes(embed_dim=35, num_heads=5, batch=3, seq=11, say=say)
-    return show_heatmaps(
+    say("  the projections are random (untrained), so each head's weights are arbitrary; "
+        "every row sums to 1")
+    fig = show_heatmaps(
         weights[:1], xlabel="keys", ylabel="queries",
-        titles=[f"head {h}" for h in range(5)], figsize=(11.0, 2.7),
+        titles=[f"head {h}" for h in range(5)], figsize=(11.0, 3.0),
+        cbar_label="attention weight",
     )
+    fig.suptitle("untrained multi-head self-attention (random projection weights, batch "
+                 "element 0): any pattern here is chance, not learned", fontsize=10)
+    return fig
 
 
 def _masks(rng: np.random.Generator, say: Say) -> Figure:
@@ -135,7 +174,8 @@ def _masks(rng: np.random.Generator, say: Say) -> Figure:
 
 
 def run_demo(out_dir: PathLike = "attnkit-out", *, seed: int = 0, say: Say = print) -> list[str]:
-    """Walk through the seed notes with the NumPy reference; write one PNG per step.
+    """Walk through the ideas attention is built on with the NumPy reference; write one PNG
+    per step.
 
     Args:
         out_dir: folder for the figures (created when missing).
@@ -151,9 +191,9 @@ def run_demo(out_dir: PathLike = "attnkit-out", *, seed: int = 0, say: Say = pri
          lambda: _softmax_stability(say)),
         ("2. masked softmax with valid lengths", "02_masked_softmax.png",
          lambda: _masked_softmax(rng, say)),
-        ("3. additive vs scaled dot-product attention (d2l's example)",
+        ("3. additive vs scaled dot-product attention: d2l's identical keys, then distinct keys",
          "03_additive_vs_dot_product.png", lambda: _additive_vs_dot(rng, say)),
-        ("4. multi-head attention, seed 001's 3 x 11 x 35 input, 5 heads of 7",
+        ("4. multi-head attention at initialisation, 3 x 11 x 35 input, 5 heads of 7",
          "04_multi_head_weights.png", lambda: _multi_head(say)),
         ("5. causal, padding and window masks", "05_masks.png", lambda: _masks(rng, say)),
     ]

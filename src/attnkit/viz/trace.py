@@ -1,23 +1,29 @@
 """``attnkit trace``: the shape of every step of one multi-head attention (NumPy only).
 
-Seed 001 printed shapes in a verbose mode; this does the same through the reference
-:func:`attnkit.numpy.multi_head_attention` and its ``trace`` callback, and names each shape
-in DESIGN.md's vocabulary (``B``, ``H``, ``Hkv``, ``Tq``, ``Tk``, ``Dk``, ``Dv``, ``E``).
+Seed 001 printed shapes in a verbose mode from inside its attention. Here the reference
+:func:`attnkit.numpy.multi_head_attention` only computes: :func:`trace_mha` watches from
+outside, running the same named steps of :mod:`attnkit.numpy.mha` that its forward runs and
+reporting the shape between each pair. :func:`trace_shapes` (``attnkit trace``) names each
+shape in DESIGN.md's vocabulary (``B``, ``H``, ``Hkv``, ``Tq``, ``Tk``, ``Dk``, ``Dv``, ``E``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from .. import numpy as an
+from ..numpy import mha
+from ..numpy.attention import attend
+from ..numpy.mha_params import MultiHeadParams
 
-__all__ = ["SHAPE_NAMES", "trace_shapes"]
+__all__ = ["SHAPE_NAMES", "trace_mha", "trace_shapes"]
 
 Say = Callable[[str], None]
+Report = Callable[[str, tuple[int, ...]], None]
 
-# Symbolic shape of every step multi_head_attention traces (DESIGN.md's vocabulary).
+# Symbolic shape of every step trace_mha reports, in order (DESIGN.md's vocabulary).
 SHAPE_NAMES = {
     "query": "(B, Tq, E)",
     "W_q": "(H, E, Dk)",
@@ -33,6 +39,53 @@ SHAPE_NAMES = {
     "concat": "(B, Tq, H*Dv)",
     "output": "(B, Tq, Eo)",
 }
+
+
+def _print_shape(step: str, shape: tuple[int, ...]) -> None:
+    print(f"{step}.shape={shape}")  # seed 001's verbose lines
+
+
+def trace_mha(
+    params: MultiHeadParams,
+    query: np.ndarray,
+    key: np.ndarray | None = None,
+    value: np.ndarray | None = None,
+    *,
+    scale: float | None = None,
+    report: Report = _print_shape,
+    **options: Any,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`attnkit.numpy.multi_head_attention`, run step by step with the shape of every
+    step (the keys of :data:`SHAPE_NAMES`, in order) passed to ``report(step, shape)``.
+
+    Args:
+        params, query, key, value, scale: as in :func:`~attnkit.numpy.multi_head_attention`.
+        report: receives each ``(step, shape)``; the default prints ``q.shape=(...)`` lines.
+        **options: the mask and dropout options of ``multi_head_attention`` (``mask``,
+            ``bias``, ``valid_lens``, ``causal``, ``window``, ``dropout_p``, ``rng``).
+
+    Returns:
+        ``(out (B, Tq, Eo), weights (B, H, Tq, Tk))`` in the compute dtype: the numbers
+        ``multi_head_attention`` returns for the same arguments.
+    """
+    p, query, key, value = mha.fit_inputs(params, query, key, value)
+    report("query", query.shape)
+    for name in ("W_q", "W_k", "W_v", "W_o"):
+        report(name, getattr(p, name.lower()).shape)
+    q, k, v = mha.project_heads(p, query, key, value)
+    report("q", q.shape)
+    report("k", k.shape)
+    report("v", v.shape)
+    scores, _, groups = mha.head_scores(q, k, v, scale)
+    report("scores", scores.shape)
+    out, att = attend(scores, v, groups=groups, **options)
+    report("weights", att.weights.shape)
+    report("head outputs", out.shape)
+    heads = mha.merge_heads(out)
+    report("concat", heads.shape)
+    y = mha.project_output(p, heads)
+    report("output", y.shape)
+    return y, att.weights
 
 
 def trace_shapes(
@@ -71,13 +124,9 @@ def trace_shapes(
                       ("seq", seq), ("kv_seq", kv_seq), ("head_dim", head_dim),
                       ("num_kv_heads", num_kv_heads)):
         if val is not None and val < 1:
-            raise ValueError(f"{name} must be >= 1, got {val}")
-    if num_kv_heads is not None and num_heads % num_kv_heads:
-        raise ValueError(
-            f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}"
-        )
+            raise ValueError(f"{name}={val} must be >= 1")
     rng = np.random.default_rng(seed)
-    params = an.MultiHeadParams.init(
+    params = MultiHeadParams.init(
         embed_dim, num_heads, head_dim=head_dim, num_kv_heads=num_kv_heads, rng=rng
     )
     x = rng.normal(size=(batch, seq, embed_dim))
@@ -92,4 +141,4 @@ def trace_shapes(
         label = SHAPE_NAMES.get(step, "")
         say(f"    {step:<13}{label:<17}{shape}")
 
-    return an.multi_head_attention(params, x, memory, trace=report)
+    return trace_mha(params, x, memory, report=report)

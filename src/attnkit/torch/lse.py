@@ -1,15 +1,17 @@
-"""Attention on one block (this rank's queries x one visiting K/V block), with its LSE.
+"""Attention with its log-sum-exp: the forward returns each row's LSE next to the output,
+and the backward takes a *final* output and LSE.
 
-Ring attention needs, per block, the output *and* the natural-log log-sum-exp of each row
-(to merge partials), and a backward that takes the *final* output and LSE (so that each
-block's probabilities ``exp(s - lse)`` are already normalised over the whole sequence).
+This is what merging partial results needs: :mod:`attnkit.distributed` (ring attention)
+runs it on one block (this rank's queries x one visiting K/V block), merges the partials
+by LSE, and feeds the final output and LSE back, so that each block's probabilities
+``exp(s - lse)`` are already normalised over the whole sequence.
 
-On CUDA, when ``attnkit.triton`` is importable and no key mask is given, the fused kernels
-``flash_attention_forward/backward`` do the work. Otherwise a plain torch path computes the
-same thing: scores in float32 (float64 for float64 input), query rows in tiles so that
-memory stays ``O(tile * Tk)`` (under a causal mask each tile stops at the last key its
-rows can see, so a causal block costs about half a full one), GQA by viewing queries as
-``(B, Hkv, G, Tq, D)`` so K/V are never copied ``G`` times.
+On CUDA, when ``attnkit.triton`` is importable, no key mask is given and the head dims fit
+the fused kernels, ``flash_attention_forward/backward`` do the work. Otherwise a plain
+torch path computes the same thing: scores in float32 (float64 for float64 input), query
+rows in tiles so that memory stays ``O(tile * Tk)`` (under a causal mask each tile stops at
+the last key its rows can see, so a causal block costs about half a full one), GQA by
+viewing queries as ``(B, Hkv, G, Tq, D)`` so K/V are never copied ``G`` times.
 
 Fully masked rows (no allowed key in this block) give output 0 and LSE ``-inf``; their
 gradients are 0. Masks are applied with ``-inf`` plus explicit guards.
@@ -17,13 +19,17 @@ gradients are 0. Masks are applied with ``-inf`` plus explicit guards.
 
 from __future__ import annotations
 
-import functools
 import math
 from types import ModuleType
 
 import torch
 
-__all__ = ["block_backward", "block_forward"]
+from ..spec import check_fused_head_dims, check_qkv
+from ._dtypes import stats_dtype
+from ._nonfinite import zero_masked_keys
+from ._triton_path import triton_kernels
+
+__all__ = ["attention_with_lse", "attention_with_lse_backward"]
 
 # Query rows per tile in the torch path. The scores of a tile are (B, H, rows, Tk); their
 # element count is kept near a budget: on the CPU the tile and its temporaries then stay
@@ -41,33 +47,19 @@ def _row_tile(q: torch.Tensor, Tk: int) -> int:
     return max(16, min(4096, budget // per_row))
 
 
+# The fused kernels take float32 as well as half precision (ring blocks in float32 too).
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-@functools.lru_cache(maxsize=1)
-def _triton_ops() -> ModuleType | None:
-    """``attnkit.triton`` when it and its kernels load, else None (then torch does the work)."""
-    try:
-        import attnkit.triton as ops
-
-        if hasattr(ops, "is_available") and not ops.is_available():
-            return None
-        # The package loads its kernels lazily: resolve them now, so a missing Triton shows
-        # up here as ImportError rather than in the middle of a ring step.
-        ops.flash_attention_forward, ops.flash_attention_backward  # noqa: B018
-    except (ImportError, AttributeError):
-        return None
-    return ops
-
-
-def _use_triton(q: torch.Tensor, key_mask: torch.Tensor | None) -> ModuleType | None:
+def _use_triton(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None
+) -> ModuleType | None:
+    """The fused kernels when they can take this block, else None (torch does the work)."""
     if key_mask is not None or not q.is_cuda or q.dtype not in _TRITON_DTYPES:
         return None
-    return _triton_ops()
-
-
-def _compute_dtype(*xs: torch.Tensor) -> torch.dtype:
-    return torch.float64 if any(x.dtype == torch.float64 for x in xs) else torch.float32
+    if check_fused_head_dims(q.shape[-1], v.shape[-1]) is not None:
+        return None
+    return triton_kernels("flash_attention_forward", "flash_attention_backward")
 
 
 def _neg_inf_guard(x: torch.Tensor) -> torch.Tensor:
@@ -104,13 +96,6 @@ def _tile_scores(
     return s
 
 
-def _masked_values(v: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
-    """Values (or keys) with masked positions zeroed: a NaN there must not leak via ``0 * NaN``."""
-    if key_mask is None:
-        return v
-    return torch.where(key_mask[:, None, :, None], v, torch.zeros_like(v))
-
-
 def _keys_seen(r1: int, Tq: int, Tk: int, causal: bool) -> int:
     """How many leading keys the query rows before ``r1`` can see (all of them without causal).
 
@@ -120,23 +105,7 @@ def _keys_seen(r1: int, Tq: int, Tk: int, causal: bool) -> int:
     return Tk if not causal else max(0, min(Tk, r1 + Tk - Tq))
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(
-            f"expected q (B, H, Tq, Dk), k (B, Hkv, Tk, Dk), v (B, Hkv, Tk, Dv); got q "
-            f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
-    B, H, _, Dk = q.shape
-    Bk, Hkv, Tk, Dk2 = k.shape
-    if Dk != Dk2 or k.shape[:3] != v.shape[:3] or B != Bk or Hkv == 0 or H % Hkv:
-        raise ValueError(
-            f"expected q (B, H, Tq, Dk), k (B, Hkv, Tk, Dk), v (B, Hkv, Tk, Dv) with "
-            f"H % Hkv == 0; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
-    return H // Hkv
-
-
-def block_forward(
+def attention_with_lse(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -145,7 +114,7 @@ def block_forward(
     scale: float,
     key_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention of one block, returning its LSE.
+    """Attention ``softmax(q k^T * scale, masked) v`` and its natural-log LSE.
 
     Args:
         q: ``(B, H, Tq, Dk)``.
@@ -160,20 +129,20 @@ def block_forward(
         float64 for float64 input, else float32; ``lse`` is natural-log, ``-inf`` where a
         row has no allowed key (its output is 0).
     """
-    G = _check(q, k, v)
-    ops = _use_triton(q, key_mask)
+    G = check_qkv(q, k, v, batched=True)
+    ops = _use_triton(q, k, v, key_mask)
     if ops is not None:
         # Ring blocks are slices along T: hand the kernel dense tensors.
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         out, lse = ops.flash_attention_forward(q, k, v, causal=causal, scale=scale)
-        return out.to(_compute_dtype(q)), lse.float()
+        return out.to(stats_dtype(q.dtype)), lse.float()
 
-    dt = _compute_dtype(q, k, v)
+    dt = stats_dtype(q.dtype, k.dtype, v.dtype)
     B, H, Tq, Dk = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[3]
     qg = q.to(dt).reshape(B, Hkv, G, Tq, Dk)
     kg = k.to(dt).unsqueeze(2)  # (B, Hkv, 1, Tk, Dk): broadcasts over the G query heads
-    vg = _masked_values(v.to(dt), key_mask).unsqueeze(2)  # (B, Hkv, 1, Tk, Dv)
+    vg = zero_masked_keys(v.to(dt), key_mask).unsqueeze(2)  # (B, Hkv, 1, Tk, Dv)
     if Tq == 0:
         return q.new_zeros((B, H, 0, Dv), dtype=dt), q.new_zeros((B, H, 0), dtype=dt)
     outs, lses = [], []
@@ -202,7 +171,7 @@ def block_forward(
     return out, lse
 
 
-def block_backward(
+def attention_with_lse_backward(
     dout: torch.Tensor,
     q: torch.Tensor,
     k: torch.Tensor,
@@ -214,41 +183,42 @@ def block_backward(
     scale: float,
     key_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients of one block given the *final* output and LSE of its query rows.
+    """Gradients of :func:`attention_with_lse` given the *final* output and LSE of its
+    query rows (which may cover more keys than ``k``: then these are one block's shares).
 
     With ``P = exp(s - lse)`` (normalised over all keys, not only this block's) and
     ``delta = rowsum(dout * out)``: ``dV = P^T dout``, ``dS = P * (dout V^T - delta)``,
     ``dQ = scale * dS K``, ``dK = scale * dS^T Q``. Summing these over the blocks of a row
-    gives the exact gradient of the full attention.
+    gives the exact gradient of the full attention (one block: the exact gradient).
 
     Args:
         dout: ``(B, H, Tq, Dv)``.
-        q, k, v: as in :func:`block_forward`.
+        q, k, v: as in :func:`attention_with_lse`.
         out: ``(B, H, Tq, Dv)`` final output of these rows.
         lse: ``(B, H, Tq)`` final LSE of these rows (``-inf``: row fully masked, grads 0).
-        causal, scale, key_mask: as in :func:`block_forward`.
+        causal, scale, key_mask: as in :func:`attention_with_lse`.
 
     Returns:
         ``(dq (B, H, Tq, Dk), dk (B, Hkv, Tk, Dk), dv (B, Hkv, Tk, Dv))`` in the compute
         dtype (float64 for float64 input, else float32).
     """
-    G = _check(q, k, v)
-    ops = _use_triton(q, key_mask)
+    G = check_qkv(q, k, v, batched=True)
+    ops = _use_triton(q, k, v, key_mask)
     if ops is not None:
-        dt = _compute_dtype(q)
+        dt = stats_dtype(q.dtype)
         dq, dk, dv = ops.flash_attention_backward(
             dout.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(),
             out.to(q.dtype).contiguous(), lse.float().contiguous(), causal=causal, scale=scale,
         )
         return dq.to(dt), dk.to(dt), dv.to(dt)
 
-    dt = _compute_dtype(q, k, v)
+    dt = stats_dtype(q.dtype, k.dtype, v.dtype)
     B, H, Tq, Dk = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[3]
     qg = q.to(dt).reshape(B, Hkv, G, Tq, Dk)
     # Masked keys are zeroed too: their dS is 0, but dQ = dS K would still read 0 * NaN.
-    kg = _masked_values(k.to(dt), key_mask).unsqueeze(2)
-    vg = _masked_values(v.to(dt), key_mask).unsqueeze(2)
+    kg = zero_masked_keys(k.to(dt), key_mask).unsqueeze(2)
+    vg = zero_masked_keys(v.to(dt), key_mask).unsqueeze(2)
     dog = dout.to(dt).reshape(B, Hkv, G, Tq, Dv)
     og = out.to(dt).reshape(B, Hkv, G, Tq, Dv)
     lg = lse.to(dt).reshape(B, Hkv, G, Tq, 1)

@@ -1,0 +1,76 @@
+"""Softmax that stays finite: an explicit guard for rows with nothing to attend, and the
+softmax of scores whose log-sum-exp a fused kernel already computed.
+
+Masked entries are ``-inf``, never a large-negative constant, so half precision cannot
+overflow; a row whose every entry is ``-inf`` gets weights 0 and gradient 0 instead of
+``0/0``. Statistics run in float32 for half-precision scores (float64 stays float64).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._dtypes import stats_dtype
+
+__all__ = ["safe_softmax", "softmax_from_lse"]
+
+
+def safe_softmax(scores: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax over the last axis; masked entries and rows with no allowed entry give 0.
+
+    Computed in float32 for half-precision scores (float64 stays float64). Masked scores
+    become ``-inf``; a row whose maximum is ``-inf`` (everything masked, by ``keep`` or by
+    ``-inf`` in the scores) is replaced by zeros *before* the softmax so that neither the
+    forward nor the backward pass ever forms ``-inf - (-inf)``: such rows get weight 0 and
+    gradient 0. NaN in an allowed position propagates.
+
+    Args:
+        scores: ``(..., Tk)``.
+        keep: bool, True = keep, broadcastable to ``scores``; None keeps everything.
+
+    Returns:
+        Weights in the statistics dtype (float32 or float64), ``scores``' shape.
+    """
+    s = scores.to(stats_dtype(scores.dtype))
+    if keep is not None:
+        s = s.masked_fill(~keep, float("-inf"))
+    empty = s.amax(dim=-1, keepdim=True) == float("-inf")  # (..., 1)
+    s = s.masked_fill(empty, 0.0)
+    return torch.softmax(s, dim=-1).masked_fill(empty, 0.0)
+
+
+class _SoftmaxFromLse(torch.autograd.Function):
+    """``exp(s - lse)`` where ``lse = logsumexp(s)`` was computed elsewhere (by the fused
+    kernel that produced the output), with the exact softmax gradient.
+
+    The fused kernel already knows each row's log-sum-exp, so the weights cost one pass over
+    the scores instead of three (max, sum, divide), done in place in ``s`` (a temporary the
+    caller owns). The lse is treated as a constant in the forward but the backward is the
+    full softmax Jacobian ``w * (g - sum(g * w))``, so gradients through the returned
+    weights are exact.
+    """
+
+    @staticmethod
+    def forward(ctx: object, s: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+        # Rows with lse = -inf have every score -inf: exp(-inf - 0) = 0, never NaN.
+        lse = lse.masked_fill(lse == float("-inf"), 0.0)
+        w = s.sub_(lse[..., None]).exp_()
+        ctx.mark_dirty(w)  # type: ignore[attr-defined]
+        ctx.save_for_backward(w)  # type: ignore[attr-defined]
+        return w
+
+    @staticmethod
+    def backward(ctx: object, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (w,) = ctx.saved_tensors  # type: ignore[attr-defined]
+        gw = g * w
+        return gw.sub_(w * gw.sum(dim=-1, keepdim=True)), None
+
+
+def softmax_from_lse(s: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """Weights ``exp(s - lse)`` of scores ``s (..., Tk)`` given their row log-sum-exp
+    ``lse (...)`` (``-inf`` for a row with nothing allowed: weights 0).
+
+    Written in place into ``s``, which must be a buffer the caller owns (never a caller's
+    tensor); differentiable with the exact softmax gradient.
+    """
+    return _SoftmaxFromLse.apply(s, lse)

@@ -1,0 +1,88 @@
+"""`attnkit bench`: runs the repository's benchmark scripts (attnkit.bench), and says what to
+do where there are none (a pip install)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from attnkit import bench as runner
+from attnkit.cli import main
+
+
+def _write(folder: Path, name: str, body: str) -> None:
+    (folder / name).write_text(textwrap.dedent(body))
+
+
+def test_bench_runs_scripts_quick_and_reports_failures(tmp_path, capsys):
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    _write(bench, "_report.py", "raise SystemExit('helpers are not run')\n")
+    _write(bench, "bench_ok.py", """
+        import sys
+        assert sys.argv[1:] == ["--quick"], sys.argv
+        import attnkit  # the scripts see the same attnkit as the command
+        print("| size | ms |")
+        print("| 64   | 1.0 |")
+    """)
+    _write(bench, "bench_broken.py", "raise RuntimeError('kernel exploded')\n")
+    rc = main(["bench", "--quick", "--dir", str(bench)])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "| 64   | 1.0 |" in out
+    assert "kernel exploded" in out
+    assert "bench_broken.py: FAILED (exit 1)" in out and "bench_ok.py: ok" in out
+    assert "_report" not in out
+    assert out.rstrip().splitlines()[-1] == "bench: 1/2 scripts ok; failed: bench_broken.py"
+
+
+def test_bench_all_ok_exits_zero_and_only_filters(tmp_path, capsys):
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    _write(bench, "bench_a.py", "print('table a')\n")
+    _write(bench, "bench_b.py", "raise SystemExit(3)\n")
+    assert main(["bench", "--quick", "--dir", str(bench), "--only", "bench_a"]) == 0
+    out = capsys.readouterr().out
+    assert "table a" in out and "bench_b" not in out
+
+
+def test_bench_kills_a_script_past_its_timeout(tmp_path, capsys):
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    _write(bench, "bench_slow.py", "import time\nprint('started', flush=True)\ntime.sleep(30)\n")
+    assert main(["bench", "--dir", str(bench), "--timeout", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "started" in out and "TIMED OUT after 1 s" in out
+
+
+def test_bench_from_a_pip_install_says_what_to_do(tmp_path, capsys, monkeypatch):
+    """An installed package has no benchmarks/ beside it: one line that says where it looked
+    and how to run the scripts (from a clone, or with --dir)."""
+    monkeypatch.setattr(runner, "PACKAGE", tmp_path / "site-packages" / "attnkit")
+    monkeypatch.chdir(tmp_path)
+    assert runner.find_benchmarks() is None
+    rc = main(["bench", "--quick"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert len(err.splitlines()) == 1 and "no benchmarks/ folder" in err
+    assert str(tmp_path / "benchmarks") in err
+    assert "source repository" in err and "attnkit bench --dir" in err
+
+
+def test_bench_only_matching_nothing_names_the_flag(tmp_path, capsys):
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    _write(bench, "bench_a.py", "print('table a')\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--dir", str(bench), "--only", "zzz"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--only zzz: no script in" in err
+
+
+def test_find_benchmarks_in_a_source_checkout():
+    assert runner.find_benchmarks() == Path(__file__).resolve().parents[2] / "benchmarks"
+
+
