@@ -183,6 +183,7 @@ class StructuredMask(torch.Tensor):
         device: torch.device | str = "cpu",
     ) -> None:
         self.offset, self.lo, self.hi, self.segment_ids = offset, lo, hi, segment_ids
+        self._kwargs: dict[str, Any] | None = None  # attention_kwargs(), once per mask
 
     def _band(self, Tq: int, Tk: int) -> torch.Tensor | None:
         """``(Tq, Tk)`` bool of the band, or None when it is unbounded."""
@@ -219,7 +220,15 @@ class StructuredMask(torch.Tensor):
         ``diag = i + Tk - Tq``. Here ``kpos - qpos = (j - diag) - delta`` with ``delta =
         offset - (Tk - Tq)``, so the band becomes ``window = (-(lo + delta), hi + delta)``;
         ``hi + delta == 0`` is attnkit's causal, ``hi + offset == 0`` top-left causal.
+
+        Computed once: every layer of one kind shares its mask (a new dict each call, so
+        callers may add to it).
         """
+        if self._kwargs is None:
+            self._kwargs = self._attention_kwargs()
+        return dict(self._kwargs)
+
+    def _attention_kwargs(self) -> dict[str, Any]:
         _, _, Tq, Tk = self.shape
         kw: dict[str, Any] = {}
         if self.segment_ids is not None:
