@@ -308,3 +308,16 @@ def test_attention_dropout_follows_module_training():
     assert torch.equal(dropped, logits(0))  # the generator decides, nothing else
     assert not torch.allclose(dropped, plain)
     assert not torch.allclose(dropped, logits(1))
+
+
+def test_from_pretrained_takes_the_name(tmp_path):
+    eager, ours = model_pair("llama", torch.float32)
+    eager.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path, attn_implementation=register()
+    ).eval()
+    assert loaded.config._attn_implementation == "attnkit"
+    ids, mask = _ids(), _padding("left")
+    real = mask.bool()
+    torch.testing.assert_close(_run(loaded, "llama", ids, mask)["out"][real],
+                               _run(ours, "llama", ids, mask)["out"][real])
