@@ -7,11 +7,15 @@ weights, batch 2, in one process and one thread:
 2. forward + backward of the language-model loss: attnkit vs ``sdpa`` (<= 1.02);
 3. greedy ``generate`` of 32 tokens from a 128-token prompt: attnkit vs ``sdpa`` (<= 1.02);
 4. forward with ``output_attentions=True``: attnkit vs ``eager``, the only built-in that
-   returns weights (<= 1.05).
+   returns weights (<= 1.05);
+5. (diagnostic) 3. with attnkit's ``attention()`` swapped for plain SDPA under the same
+   glue: the integration's own cost, told apart from attnkit.torch's per-call cost.
 
 Every model holds the same weights (one is built, the others are deep copies switched with
 ``set_attn_implementation``). Calls are interleaved, so background load hits all of them
-alike, and each time is the median of several runs after one warm-up. Peak memory is the
+alike, and each time is the median of several runs after one warm-up. Ratios are of CPU
+time (one thread), which waiting for a core on a shared machine does not inflate; the wall
+time ratio is printed next to it. Peak memory is the
 rise of the process's resident-set high-water mark over its size before one call.
 
 Usage::
@@ -40,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import transformers  # noqa: E402
 from _report import report  # noqa: E402
 
+import attnkit.integrations.transformers as integration  # noqa: E402
 from attnkit.integrations.transformers import register  # noqa: E402
 
 MiB = 2**20
@@ -48,17 +53,28 @@ MiB = 2**20
 # -- measurement ---------------------------------------------------------------------------
 
 
-def side_by_side(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median seconds of each function, calls interleaved; one warm-up call each."""
+def side_by_side(
+    fns: dict[str, Callable[[], object]], repeats: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Median CPU seconds and median wall seconds of each function, calls interleaved, one
+    warm-up call each.
+
+    CPU time (``time.process_time``, one torch thread) is what the ratios use: on a machine
+    shared with other jobs, wall time also counts the time this process waited for a core,
+    which swung single ratios by +-10% between runs; CPU time does not.
+    """
     for fn in fns.values():
         fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    wall: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            c0, w0 = time.process_time(), time.perf_counter()
             fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+            cpu[name].append(time.process_time() - c0)
+            wall[name].append(time.perf_counter() - w0)
+    med = statistics.median
+    return {n: med(ts) for n, ts in cpu.items()}, {n: med(ts) for n, ts in wall.items()}
 
 
 def _rss(key: str) -> int:
@@ -111,6 +127,16 @@ def build(impls: list[str], *, layers: int, width: int, heads: int, kv_heads: in
     return models
 
 
+def _plain_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: object = False,
+                scale: float | None = None, **_: object) -> tuple[torch.Tensor, None]:
+    """Stand-in for attnkit's ``attention()`` in the diagnostic row (unpadded causal
+    decoding only: a bottom-right causal query block, nothing else)."""
+    is_causal = causal is True and q.shape[-2] > 1 and q.shape[-2] == k.shape[-2]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=is_causal, scale=scale, enable_gqa=q.shape[-3] != k.shape[-3])
+    return out, None
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f}"
 
@@ -149,27 +175,46 @@ def main() -> None:
                                       do_sample=False, pad_token_id=0)
         return run
 
+    def glue_only(make: Callable[[str], Callable[[], object]]) -> Callable[[str], object]:
+        """``make`` with attnkit's ``attention()`` swapped for plain SDPA under the same
+        glue: what the integration itself costs, apart from attnkit.torch."""
+        def make_swapped(impl: str) -> Callable[[], object]:
+            run = make(impl)
+            if impl != "attnkit":
+                return run
+
+            def swapped() -> None:
+                integration.attention = _plain_sdpa
+                try:
+                    run()
+                finally:
+                    integration.attention = attention
+            return swapped
+        return make_swapped
+
+    attention = integration.attention
     cases = [
         (f"forward, T={T}", "sdpa", forward),
         (f"forward+backward, T={T}", "sdpa", train_step),
         (f"generate {new} tokens from {prompt}", "sdpa", generate),
         (f"forward output_attentions=True, T={T}", "eager",
          lambda impl: forward(impl, output_attentions=True)),
+        (f"(diagnostic) generate {new} from {prompt}, glue only", "sdpa", glue_only(generate)),
     ]
     rows = []
     for name, peer, make in cases:
         fns = {peer: make(peer), "attnkit": make("attnkit")}
-        t = side_by_side(fns, repeats)
+        t, wall = side_by_side(fns, repeats)
         mem = {impl: peak_mib(fn) for impl, fn in fns.items()}
         rows.append([name, peer, ms(t[peer]), ms(t["attnkit"]),
-                     f"{t['attnkit'] / t[peer]:.3f}", f"{mem[peer]:.1f}",
-                     f"{mem['attnkit']:.1f}"])
+                     f"{t['attnkit'] / t[peer]:.3f}", f"{wall['attnkit'] / wall[peer]:.3f}",
+                     f"{mem[peer]:.1f}", f"{mem['attnkit']:.1f}"])
         print(rows[-1], flush=True)
 
     report(
         "attnkit as a transformers attn_implementation vs sdpa / eager (CPU, Llama)",
-        ["case", "peer", "peer ms", "attnkit ms", "ratio", "peer peak MiB",
-         "attnkit peak MiB"],
+        ["case", "peer", "peer CPU ms", "attnkit CPU ms", "ratio", "wall ratio",
+         "peer peak MiB", "attnkit peak MiB"],
         rows,
         notes=(
             f"transformers {transformers.__version__}. LlamaConfig: {shape['layers']} layers, "
@@ -177,8 +222,11 @@ def main() -> None:
             f"MLP {2 * shape['width']}, vocab {shape['vocab']}, random weights; B={B}, float32, "
             f"no padding; one model built, the others deep copies switched with "
             f"set_attn_implementation. Median of {repeats} interleaved runs after one "
-            "warm-up; torch.set_num_threads(1). forward+backward: loss of labels = inputs. "
-            "generate: greedy, dynamic cache. Peak = rise of VmHWM over RSS during one call. "
+            "warm-up; torch.set_num_threads(1); ratio = of median CPU times (process_time), "
+            "wall ratio = of median wall times. forward+backward: loss of labels = inputs. "
+            "generate: greedy, dynamic cache; its prompt has no padding, so the diagnostic's "
+            "stand-in (causal SDPA) computes the same thing. "
+            "Peak = rise of VmHWM over RSS during one call. "
             "The machine was shared with other jobs during the run."
         ),
         record=not args.quick,
