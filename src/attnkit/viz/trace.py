@@ -23,7 +23,7 @@ __all__ = ["SHAPE_NAMES", "trace_mha", "trace_shapes"]
 Say = Callable[[str], None]
 Report = Callable[[str, tuple[int, ...]], None]
 
-# Symbolic shape of every step trace_mha reports, in order (the shape vocabulary of :mod:`attnkit.spec`).
+# Symbolic shape of every step trace_mha reports, in order (attnkit.spec's shape legend).
 SHAPE_NAMES = {
     "query": "(B, Tq, E)",
     "W_q": "(H, E, Dk)",
