@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "LN2",
+    "LOG2E",
     "MAX_FUSED_HEAD_DIM",
     "Window",
     "check_broadcast",
@@ -45,6 +47,11 @@ Window = tuple["int | None", "int | None"]
 # The fused kernels (Triton flash and decode) hold a head's row in registers: 256 is the
 # widest head dim they are compiled and tested for.
 MAX_FUSED_HEAD_DIM = 256
+
+# Blockwise softmaxes (NumPy flash, the Triton kernels) run in base 2, exp(x) ==
+# exp2(x * LOG2E), and convert their log-sum-exp back to natural log (x LN2) at the boundary.
+LOG2E = 1.0 / math.log(2.0)
+LN2 = math.log(2.0)
 
 
 def shape_of(x: Any) -> tuple[int, ...]:

@@ -12,8 +12,7 @@ float64 input, float32 for float32 and float16 input; results come back in the i
 
 Grouped-query attention (GQA) is read off the head axis ``-3``: when q has ``H`` heads and
 k/v have ``Hkv`` heads with ``H % Hkv == 0``, query head ``h`` uses key/value head
-``h // G``. K and V are never copied ``G`` times: queries are viewed as
-``(..., Hkv, G, Tq, Dk)`` and matmul broadcasts over ``G``.
+``h // G``. K and V are never copied ``G`` times (:mod:`attnkit.numpy.groups`).
 """
 
 from __future__ import annotations
@@ -22,9 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..spec import Window, check_broadcast, check_qkv, default_scale
+from ..spec import Window, check_broadcast, check_dropout, check_qkv, default_scale
+from .groups import group_sum_matmul, grouped_matmul, sum_to_shape
 from .masks import attention_mask
-from .softmax import compute_dtype, softmax
+from .nonfinite import finite_or_zero, weighted_values
+from .softmax import compute_dtype, result_dtype, softmax
 
 __all__ = ["additive_attention", "scaled_dot_product_attention"]
 
@@ -53,44 +54,6 @@ def _floats(name: str, x: np.ndarray) -> np.ndarray:
     if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
         raise TypeError(f"{name} must be a real array, got dtype {x.dtype}")
     return x
-
-
-def _grouped(q: np.ndarray, G: int) -> np.ndarray:
-    """View ``(..., H, T, D)`` as ``(..., Hkv, G, T, D)`` (no copy)."""
-    if G == 1:
-        return q
-    H = q.shape[-3]
-    return q.reshape(q.shape[:-3] + (H // G, G) + q.shape[-2:])
-
-
-def _kv_grouped(x: np.ndarray, G: int) -> np.ndarray:
-    """View k or v ``(..., Hkv, Tk, D)`` as ``(..., Hkv, 1, Tk, D)`` to broadcast over G."""
-    return x if G == 1 else x[..., None, :, :]
-
-
-def _ungrouped(x: np.ndarray, G: int) -> np.ndarray:
-    """``(..., Hkv, G, T, X)`` back to ``(..., H, T, X)``."""
-    if G == 1:
-        return x
-    return x.reshape(x.shape[:-4] + (x.shape[-4] * G,) + x.shape[-2:])
-
-
-def _without_masked_nonfinite(
-    out: np.ndarray, p: np.ndarray, v: np.ndarray, keep: np.ndarray, groups: int
-) -> np.ndarray:
-    """Recompute ``out`` so NaN/inf in *masked* value rows does not leak.
-
-    A masked weight is exactly 0, but ``0 * nan = nan``. Rows of ``out`` that attend a
-    non-finite value keep it (NaN in an attended position propagates); the others are
-    recomputed with the non-finite values zeroed. Only runs when v has non-finite entries.
-    """
-    bad = ~np.isfinite(v)
-    clean = _ungrouped(_grouped(p, groups) @ _kv_grouped(np.where(bad, 0.0, v), groups), groups)
-    allowed = np.broadcast_to(keep, p.shape).astype(v.dtype)
-    touched = _ungrouped(
-        _grouped(allowed, groups) @ _kv_grouped(bad.astype(v.dtype), groups), groups
-    )
-    return np.where(touched > 0, out, clean)
 
 
 def attend(
@@ -128,16 +91,13 @@ def attend(
     weights = softmax(scores, axis=-1)
 
     dropped, dropout_keep = weights, None
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    dropout_p = check_dropout(dropout_p)
     if dropout_p > 0.0:
         rng = np.random.default_rng() if rng is None else rng
         dropout_keep = rng.random(weights.shape) >= dropout_p
         dropped = np.where(dropout_keep, weights / (1.0 - dropout_p), 0.0)
 
-    out = _ungrouped(_grouped(dropped, groups) @ _kv_grouped(v, groups), groups)
-    if keep is not None and not np.all(np.isfinite(v)):
-        out = _without_masked_nonfinite(out, dropped, v, keep, groups)
+    out = weighted_values(dropped, v, keep, lambda a, b: grouped_matmul(a, b, groups))
     cache = AttentionCache(weights, keep, dropout_keep, dropout_p, groups)
     return out, cache
 
@@ -156,8 +116,7 @@ def scaled_scores(
         ``(scores (..., H, Tq, Tk), scale)``, the scale as a float.
     """
     scale = default_scale(scale, q.shape[-1])
-    # (..., Hkv, G, Tq, Dk) @ (..., Hkv, 1, Dk, Tk) -> (..., H, Tq, Tk)
-    qk = _ungrouped(_grouped(q, groups) @ np.swapaxes(_kv_grouped(k, groups), -1, -2), groups)
+    qk = grouped_matmul(q, np.swapaxes(k, -1, -2), groups)  # (..., H, Tq, Tk)
     return qk * q.dtype.type(scale), scale
 
 
@@ -230,8 +189,7 @@ def scaled_dot_product_attention(
         q, k, v, mask=mask, bias=bias, valid_lens=valid_lens, causal=causal,
         window=window, scale=scale, dropout_p=dropout_p, rng=rng,
     )
-    dt = np.result_type(np.asarray(q).dtype, np.asarray(k).dtype, np.asarray(v).dtype)
-    dt = dt if np.issubdtype(dt, np.floating) else np.dtype(np.float64)
+    dt = result_dtype(np.result_type(*(np.asarray(x).dtype for x in (q, k, v))))
     return out.astype(dt, copy=False), cache.weights.astype(dt, copy=False)
 
 
@@ -320,8 +278,7 @@ def additive_attention(
         q, k, v, w_q, w_k, w_v, mask=mask, bias=bias, valid_lens=valid_lens,
         causal=causal, window=window, dropout_p=dropout_p, rng=rng,
     )
-    dt = np.result_type(*(np.asarray(x).dtype for x in (q, k, v, w_q, w_k, w_v)))
-    dt = dt if np.issubdtype(dt, np.floating) else np.dtype(np.float64)
+    dt = result_dtype(np.result_type(*(np.asarray(x).dtype for x in (q, k, v, w_q, w_k, w_v))))
     return out.astype(dt, copy=False), cache.weights.astype(dt, copy=False)
 
 
@@ -332,46 +289,8 @@ def additive_attention(
 # Its backward runs the same chain in reverse. GQA: query head h reads key/value head
 # h // G, so the gradient of a shared K/V head is the sum over its G query heads. That sum
 # is taken inside one matmul by stacking the G heads of a group along the time axis
-# (:func:`_fold_groups`), so K and V are never repeated G times, and nor are their gradients.
-
-
-def sum_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Sum ``x`` over the axes broadcasting added or stretched, giving an array of ``shape``.
-
-    The backward of ``broadcast_to(a, x.shape)``: every copy of an entry of ``a`` sends its
-    gradient back to that one entry.
-    """
-    shape = tuple(shape)
-    extra = x.ndim - len(shape)
-    if extra > 0:
-        x = x.sum(axis=tuple(range(extra)))
-    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
-    if stretched:
-        x = x.sum(axis=stretched, keepdims=True)
-    return x.reshape(shape)
-
-
-def finite_or_zero(x: np.ndarray) -> np.ndarray:
-    """``x`` with NaN/inf replaced by 0 (``x`` itself when all finite, the usual case).
-
-    For the operand of a backward matmul whose other factor is exactly 0 wherever ``x`` is
-    masked: ``0 * nan = nan`` would otherwise leak a masked NaN into every gradient. Where
-    the non-finite entry was attended, the other factor is NaN itself, so NaN still flows.
-    """
-    return x if np.all(np.isfinite(x)) else np.where(np.isfinite(x), x, 0.0)
-
-
-def _fold_groups(x: np.ndarray, G: int) -> np.ndarray:
-    """``(..., H, T, X)`` as ``(..., Hkv, G*T, X)``: the G heads of a group stacked along T."""
-    if G == 1:
-        return x
-    return x.reshape(x.shape[:-3] + (x.shape[-3] // G, G * x.shape[-2], x.shape[-1]))
-
-
-def _group_sum_matmul(a: np.ndarray, b: np.ndarray, G: int) -> np.ndarray:
-    """``sum over the G heads of a group of a^T @ b``: ``(..., H, T, X), (..., H, T, Y) ->
-    (..., Hkv, X, Y)``. Contracting over the folded ``G*T`` axis does the group sum."""
-    return np.swapaxes(_fold_groups(a, G), -1, -2) @ _fold_groups(b, G)
+# (:func:`attnkit.numpy.groups.group_sum_matmul`), so K and V are never repeated G times,
+# and nor are their gradients.
 
 
 def attend_backward(
@@ -403,9 +322,8 @@ def attend_backward(
             w.dtype
         )
         dropped = w * rescale
-    d_v = sum_to_shape(_group_sum_matmul(dropped, d_out, G), v.shape)
-    # (..., Hkv, G, Tq, Dv) @ (..., Hkv, 1, Dv, Tk) -> (..., H, Tq, Tk)
-    d_w = _ungrouped(_grouped(d_out, G) @ np.swapaxes(_kv_grouped(v, G), -1, -2), G)
+    d_v = sum_to_shape(group_sum_matmul(dropped, d_out, G), v.shape)
+    d_w = grouped_matmul(d_out, np.swapaxes(v, -1, -2), G)  # (..., H, Tq, Tk)
     if cache.dropout_keep is not None:
         d_w = d_w * rescale
     if cache.keep is not None:
@@ -422,9 +340,8 @@ def scores_backward(
     ``dk = scale dS^T q`` (summed over each group). Returns ``(dq, dk)`` shaped like q, k."""
     dt = d_scores.dtype
     q, k = finite_or_zero(q.astype(dt, copy=False)), finite_or_zero(k.astype(dt, copy=False))
-    # (..., Hkv, G, Tq, Tk) @ (..., Hkv, 1, Tk, Dk) -> (..., H, Tq, Dk)
-    dq = _ungrouped(_grouped(d_scores, G) @ _kv_grouped(k, G), G) * dt.type(scale)
-    dk = _group_sum_matmul(d_scores, q, G) * dt.type(scale)
+    dq = grouped_matmul(d_scores, k, G) * dt.type(scale)  # (..., H, Tq, Dk)
+    dk = group_sum_matmul(d_scores, q, G) * dt.type(scale)
     return sum_to_shape(dq, q.shape), sum_to_shape(dk, k.shape)
 
 

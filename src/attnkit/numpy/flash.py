@@ -19,27 +19,18 @@ Two partial results over disjoint key sets combine exactly through their log-sum
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 
-from .attention import (
-    _floats,
-    _grouped,
-    _kv_grouped,
-    _ungrouped,
-    check_qkv,
-    finite_or_zero,
-    sum_to_shape,
-)
-from .masks import Window, check_window
-from .softmax import compute_dtype
+from ..spec import LN2, LOG2E, Window, check_qkv, default_scale, resolve_band
+from .attention import _floats
+from .groups import fold_grouped, grouped, kv_grouped, sum_to_shape, ungrouped
+from .nonfinite import finite_or_zero, weighted_values
+from .softmax import compute_dtype, result_dtype
 
 __all__ = ["flash_attention", "merge_partials"]
-
-LOG2E = 1.0 / math.log(2.0)  # exp(x) == exp2(x * LOG2E)
-LN2 = math.log(2.0)
 
 
 def _band(
@@ -56,28 +47,34 @@ def _band(
     return None if keep.all() else keep
 
 
-def _weighted_values(p: np.ndarray, v: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
-    """``p @ v`` for one tile, where NaN/inf in a masked value row does not leak.
+class _Problem(NamedTuple):
+    """What the blockwise forward and backward share, checked once."""
 
-    Masked weights are exactly 0, but ``0 * nan = nan``; rows that attend a non-finite
-    value keep it (NaN in an attended position propagates), the others use it zeroed.
-    The extra work only happens in a partially masked tile that holds a non-finite value.
-    """
-    pv = p @ v
-    if keep is None or np.isfinite(v).all():
-        return pv
-    bad = ~np.isfinite(v)
-    clean = p @ np.where(bad, 0.0, v)
-    touched = keep.astype(v.dtype) @ bad.astype(v.dtype)  # (..., bq, Dv)
-    return np.where(touched > 0, pv, clean)
+    G: int  # H // Hkv
+    dt: np.dtype  # compute dtype
+    scale: float
+    left: int | None  # the causal/window band around the diagonal; None = unbounded
+    right: int | None
+    qg: np.ndarray  # (..., Hkv, G, Tq, Dk), compute dtype
+    kg: np.ndarray  # (..., Hkv, 1, Tk, Dk)
+    vg: np.ndarray  # (..., Hkv, 1, Tk, Dv)
+    lead: tuple[int, ...]  # broadcast leading dims of qg and kg, (..., Hkv, G)
 
 
-def _resolve_band(causal: bool, window: Window | None) -> tuple[int | None, int | None]:
-    win = check_window(window)
-    left, right = (None, None) if win is None else win
-    if causal:
-        right = 0 if right is None else min(right, 0)
-    return left, right
+def _problem(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, window: Window | None,
+    scale: float | None, block_q: int, block_k: int,
+) -> _Problem:
+    G = check_qkv(q, k, v)
+    if block_q < 1 or block_k < 1:
+        raise ValueError(f"block sizes must be positive, got block_q={block_q}, block_k={block_k}")
+    dt = compute_dtype(np.result_type(q.dtype, k.dtype, v.dtype))
+    left, right = resolve_band(causal, window)
+    qg = grouped(q.astype(dt, copy=False), G)
+    kg = kv_grouped(k.astype(dt, copy=False), G)
+    vg = kv_grouped(v.astype(dt, copy=False), G)
+    lead = np.broadcast_shapes(qg.shape[:-2], kg.shape[:-2])
+    return _Problem(G, dt, default_scale(scale, q.shape[-1]), left, right, qg, kg, vg, lead)
 
 
 def flash_attention(
@@ -91,7 +88,8 @@ def flash_attention(
     block_q: int = 64,
     block_k: int = 64,
     num_threads: int = 1,
-) -> tuple[np.ndarray, np.ndarray]:
+    return_lse: bool = False,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Attention computed block by block; equal to :func:`scaled_dot_product_attention`.
 
     Args:
@@ -110,26 +108,20 @@ def flash_attention(
             BLAS and ufuncs). With more than one, limit BLAS to one thread per caller
             (``OPENBLAS_NUM_THREADS=1`` or threadpoolctl): BLAS threads started inside
             each worker oversubscribe the cores (measured 3-9x slower on a busy 2-core box).
+        return_lse: also return the log-sum-exp (as :func:`attnkit.triton.flash_attention`
+            does: ``out`` alone by default, ``(out, lse)`` on request).
 
     Returns:
-        ``(out (..., H, Tq, Dv), lse (..., H, Tq))``: ``lse`` is the natural-log
-        log-sum-exp of each row's scaled scores, ``-inf`` (and output 0) for a row with
-        no allowed key. ``out`` has the input dtype, ``lse`` float32 or wider.
+        ``out (..., H, Tq, Dv)`` in the input dtype, or ``(out, lse (..., H, Tq))`` with
+        ``return_lse=True``: ``lse`` is the natural-log log-sum-exp of each row's scaled
+        scores (float32 or wider), ``-inf`` (and output 0) for a row with no allowed key.
     """
     q, k, v = _floats("q", q), _floats("k", k), _floats("v", v)
-    G = check_qkv(q, k, v)
-    if block_q < 1 or block_k < 1:
-        raise ValueError(f"block sizes must be positive, got block_q={block_q}, block_k={block_k}")
-    dt = compute_dtype(np.result_type(q.dtype, k.dtype, v.dtype))
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    left, right = _resolve_band(causal, window)
-
-    qg = _grouped(q.astype(dt, copy=False), G)  # (..., Hkv, G, Tq, Dk)
-    kg = _kv_grouped(k.astype(dt, copy=False), G)  # (..., Hkv, 1, Tk, Dk)
-    vg = _kv_grouped(v.astype(dt, copy=False), G)  # (..., Hkv, 1, Tk, Dv)
+    G, dt, scale, left, right, qg, kg, vg, lead = _problem(
+        q, k, v, causal, window, scale, block_q, block_k
+    )
     Tq, Tk, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
     offset = Tk - Tq  # bottom-right alignment: query i's diagonal key is i + offset
-    lead = np.broadcast_shapes(qg.shape[:-2], kg.shape[:-2])
     out = np.zeros(lead + (Tq, Dv), dtype=dt)
     lse = np.full(lead + (Tq,), -np.inf, dtype=dt)
 
@@ -169,7 +161,7 @@ def flash_attention(
             l_i *= alpha
             l_i += p @ ones[: j1 - j0]  # row sums; a BLAS matvec reads p ~3x faster than sum()
             acc *= alpha[..., None]
-            acc += _weighted_values(p, vg[..., j0:j1, :], keep)
+            acc += weighted_values(p, vg[..., j0:j1, :], keep)
             m_i = m_new
         # l_i == 0 exactly when a row saw no allowed key: output 0, lse -inf.
         out[..., i0:i1, :] = np.divide(
@@ -186,11 +178,9 @@ def flash_attention(
         for i0 in starts:
             one_query_block(i0)
 
-    out_dt = np.result_type(q.dtype, k.dtype, v.dtype)
-    out_dt = out_dt if np.issubdtype(out_dt, np.floating) else np.dtype(np.float64)
-    out = _ungrouped(out, G)
-    lse = lse.reshape(out.shape[:-1])
-    return out.astype(out_dt, copy=False), lse
+    out = ungrouped(out, G)
+    out = out.astype(result_dtype(np.result_type(q.dtype, k.dtype, v.dtype)), copy=False)
+    return (out, lse.reshape(out.shape[:-1])) if return_lse else out
 
 
 def merge_partials(
@@ -233,14 +223,6 @@ def merge_partials(
 # -- backward -----------------------------------------------------------------------------
 
 
-def _fold(x: np.ndarray, G: int) -> np.ndarray:
-    """A grouped tile ``(..., Hkv, G, T, X)`` as ``(..., Hkv, G*T, X)`` (sums over G in a
-    matmul that contracts T); identity without GQA, where tiles carry no G axis."""
-    if G == 1:
-        return x
-    return x.reshape(x.shape[:-3] + (G * x.shape[-2], x.shape[-1]))
-
-
 def flash_attention_backward(
     d_out: np.ndarray,
     q: np.ndarray,
@@ -277,17 +259,10 @@ def flash_attention_backward(
         ``(dq, dk, dv)`` shaped like ``q``, ``k``, ``v``, in the compute dtype.
     """
     q, k, v = _floats("q", q), _floats("k", k), _floats("v", v)
-    G = check_qkv(q, k, v)
-    if block_q < 1 or block_k < 1:
-        raise ValueError(f"block sizes must be positive, got block_q={block_q}, block_k={block_k}")
-    dt = compute_dtype(np.result_type(q.dtype, k.dtype, v.dtype))
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    left, right = _resolve_band(causal, window)
-    qg = _grouped(q.astype(dt, copy=False), G)  # (..., Hkv, G, Tq, Dk)
-    kg = _kv_grouped(k.astype(dt, copy=False), G)  # (..., Hkv, 1, Tk, Dk)
-    vg = _kv_grouped(v.astype(dt, copy=False), G)  # (..., Hkv, 1, Tk, Dv)
+    G, dt, scale, left, right, qg, kg, vg, lead = _problem(
+        q, k, v, causal, window, scale, block_q, block_k
+    )
     Tq, Tk = q.shape[-2], k.shape[-2]
-    lead = np.broadcast_shapes(qg.shape[:-2], kg.shape[:-2])
     heads = lead if G == 1 else lead[:-2] + (lead[-2] * G,)
     out_shape = heads + (Tq, v.shape[-1])
     d_out, out, lse = np.asarray(d_out), np.asarray(out), np.asarray(lse)
@@ -296,11 +271,11 @@ def flash_attention_backward(
             f"expected d_out and out {out_shape} and lse {out_shape[:-1]}, got d_out "
             f"{d_out.shape}, out {out.shape}, lse {lse.shape}"
         )
-    dog = _grouped(d_out.astype(dt, copy=False), G)  # (..., Hkv, G, Tq, Dv)
+    dog = grouped(d_out.astype(dt, copy=False), G)  # (..., Hkv, G, Tq, Dv)
     # D_i = rowsum(dO * O), one number per query row.
-    delta = np.sum(dog * _grouped(out.astype(dt, copy=False), G), axis=-1)  # (..., Hkv, G, Tq)
+    delta = np.sum(dog * grouped(out.astype(dt, copy=False), G), axis=-1)  # (..., Hkv, G, Tq)
     # An empty row has lse = -inf; using +inf there makes exp(S - lse) = 0 with no inf - inf.
-    lse_g = _grouped(lse.astype(dt, copy=False)[..., None], G)[..., 0]
+    lse_g = grouped(lse.astype(dt, copy=False)[..., None], G)[..., 0]
     lse_g = np.where(np.isneginf(lse_g), np.inf, lse_g)
     offset = Tk - Tq
     dq = np.zeros(lead + (Tq, q.shape[-1]), dtype=dt)
@@ -333,10 +308,10 @@ def flash_attention_backward(
             dq_i += ds @ k_mm[..., j0:j1, :]
             # sum over the G heads of each group and over broadcast batch dims
             # (..., Hkv, bk, Dv) and (..., Hkv, bk, Dk)
-            dv_j = np.swapaxes(_fold(p, G), -1, -2) @ _fold(do_i, G)
-            dk_j = np.swapaxes(_fold(ds, G), -1, -2) @ _fold(q_mm[..., i0:i1, :], G)
+            dv_j = np.swapaxes(fold_grouped(p, G), -1, -2) @ fold_grouped(do_i, G)
+            dk_j = np.swapaxes(fold_grouped(ds, G), -1, -2) @ fold_grouped(q_mm[..., i0:i1, :], G)
             dv[..., j0:j1, :] += sum_to_shape(dv_j, dv[..., j0:j1, :].shape)
             dk[..., j0:j1, :] += sum_to_shape(dk_j, dk[..., j0:j1, :].shape)
         dq[..., i0:i1, :] = dq_i
-    dq = sum_to_shape(_ungrouped(dq * s_scale, G), q.shape)
+    dq = sum_to_shape(ungrouped(dq * s_scale, G), q.shape)
     return dq, dk * s_scale, dv

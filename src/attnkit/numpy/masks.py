@@ -21,7 +21,7 @@ import numbers
 
 import numpy as np
 
-from ..spec import Window, check_broadcast, check_window, check_window_side
+from ..spec import Window, check_broadcast, check_length_range, check_window, check_window_side
 from .softmax import softmax, softmax_backward
 
 __all__ = [
@@ -32,7 +32,6 @@ __all__ = [
     "valid_lens_mask",
     "window_mask",
 ]
-
 
 
 def _as_lengths(valid_lens: np.ndarray, maxlen: int) -> np.ndarray:
@@ -46,11 +45,8 @@ def _as_lengths(valid_lens: np.ndarray, maxlen: int) -> np.ndarray:
         if not np.all(np.isfinite(vl)) or np.any(vl != np.round(vl)):
             raise TypeError(f"valid_lens must hold whole numbers, got {vl.tolist()}")
         vl = vl.astype(np.int64)
-    if vl.size and (vl.min() < 0 or vl.max() > maxlen):
-        raise ValueError(
-            f"valid_lens must lie in [0, {maxlen}] (the key length), got min {vl.min()} "
-            f"and max {vl.max()}"
-        )
+    if vl.size:
+        check_length_range(int(vl.min()), int(vl.max()), maxlen)
     return vl
 
 

@@ -164,13 +164,13 @@ def _additive_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
 def _flash_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
     q, k, v = args["q"], args["k"], args["v"]
     band = _options(args, "causal", "window", "scale", "block_q", "block_k")
-    out, lse = flash_attention(q, k, v, num_threads=args["num_threads"], **band)
+    out, lse = flash_attention(q, k, v, num_threads=args["num_threads"], return_lse=True, **band)
 
     def back(d_out: np.ndarray) -> dict[str, Any]:
         dq, dk, dv = flash_attention_backward(d_out, q, k, v, out, lse, **band)
         return {"q": _like(dq, q), "k": _like(dk, k), "v": _like(dv, v)}
 
-    return (out, lse), back
+    return ((out, lse) if args["return_lse"] else out), back
 
 
 def _mha_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
