@@ -78,8 +78,14 @@ class _Parts:
 
 
 def _cells(fn: Callable) -> dict[str, Any]:
-    names = fn.__code__.co_freevars
-    return {n: c.cell_contents for n, c in zip(names, fn.__closure__ or ())}
+    """The closure variables of ``fn`` by name."""
+    cells = {}
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            cells[name] = cell.cell_contents
+        except ValueError:  # a cell not filled yet
+            pass
+    return cells
 
 
 def _and(a: _Parts, b: _Parts) -> _Parts | None:
@@ -91,7 +97,7 @@ def _and(a: _Parts, b: _Parts) -> _Parts | None:
     return _Parts(lo, hi, seg, a.remapped or b.remapped)
 
 
-def _read(fn: Callable) -> _Parts | None:
+def _read(fn: Callable | None) -> _Parts | None:
     """The structure of a transformers mask function, or None if it has none we know."""
     if fn is mu.causal_mask_function:
         return _Parts(hi=0)
@@ -100,25 +106,26 @@ def _read(fn: Callable) -> _Parts | None:
     code = getattr(fn, "__code__", None)
     if code is None:
         return None
+    cells = _cells(fn)  # a renamed closure variable reads as None: the dense path
     if code is _AND:
         parts: _Parts | None = _Parts()
-        for f in _cells(fn)["mask_functions"]:
+        for f in cells.get("mask_functions") or (None,):
             part = _read(f)
             if part is None or parts is None:
                 return None
             parts = _and(parts, part)
         return parts
     if code is _WINDOW or code is _WINDOW_BIDIRECTIONAL:
-        w = _cells(fn)["sliding_window"]
+        w = cells.get("sliding_window")
         if not isinstance(w, int) or isinstance(w, bool):
             return None
         # kv_idx > q_idx - w, or |q_idx - kv_idx| <= w
         return _Parts(lo=1 - w) if code is _WINDOW else _Parts(lo=-w, hi=w)
     if code is _PACKED:
-        ids = _cells(fn)["packed_sequence_mask"]
+        ids = cells.get("packed_sequence_mask")
         return _Parts(segments=ids) if isinstance(ids, torch.Tensor) and ids.ndim == 2 else None
     if code is _REMAP:
-        inner = _read(_cells(fn)["mask_function"])
+        inner = _read(cells.get("mask_function"))
         if inner is None or inner.segments is not None:
             return None
         return dataclasses.replace(inner, remapped=True)
