@@ -321,3 +321,26 @@ def test_from_pretrained_takes_the_name(tmp_path):
     real = mask.bool()
     torch.testing.assert_close(_run(loaded, "llama", ids, mask)["out"][real],
                                _run(ours, "llama", ids, mask)["out"][real])
+
+
+def test_attentions_for_text_feeds_attnkit_view(tmp_path):
+    """The default model loader of ``attnkit view``: a saved model and tokenizer in, one
+    row-stochastic ``(1, H, T, T)`` per layer and the tokens out."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from attnkit.integrations.transformers import attentions_for_text
+    from attnkit.viz.view import view_file
+
+    words = ["[UNK]", "the", "cat", "sat", "on", "mat"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+    eager, _ = model_pair("llama", torch.float32)
+    eager.save_pretrained(tmp_path / "m")
+    fast.save_pretrained(tmp_path / "m")
+
+    attentions, tokens = attentions_for_text(str(tmp_path / "m"), "the cat sat on the mat")
+    assert tokens == ["the", "cat", "sat", "on", "the", "mat"]
+    assert len(attentions) == 2 and attentions[0].shape == (1, 4, 6, 6)
+    torch.testing.assert_close(attentions[0].sum(-1), torch.ones(1, 4, 6))
+    assert view_file(str(tmp_path / "m"), tmp_path / "out", text="the cat sat").exists()

@@ -39,7 +39,14 @@ from transformers.masking_utils import AttentionMaskInterface
 from ._compat import attention
 from ._transformers_mask import StructuredMask, mask_function
 
-__all__ = ["NAME", "StructuredMask", "attention_forward", "mask_function", "register"]
+__all__ = [
+    "NAME",
+    "StructuredMask",
+    "attention_forward",
+    "attentions_for_text",
+    "mask_function",
+    "register",
+]
 
 NAME = "attnkit"
 
@@ -127,3 +134,30 @@ def attention_forward(
         training=module.training, need_weights=_wants_weights(kwargs), **call,
     )
     return out.transpose(1, 2).contiguous(), weights
+
+
+def attentions_for_text(
+    model: str, text: str
+) -> tuple[tuple[torch.Tensor, ...], list[str]]:
+    """The attention weights of a transformers model reading ``text``, computed by attnkit.
+
+    What ``attnkit view MODEL --text TEXT`` draws (its default model loader).
+
+    Args:
+        model: a model name or folder (``from_pretrained``), with its tokenizer.
+        text: the input.
+
+    Returns:
+        ``(attentions, tokens)``: one ``(1, H, T, T)`` tensor per layer (the encoder's, for
+        an encoder-decoder model) and the ``T`` tokens as the tokenizer spells them.
+    """
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    net = AutoModel.from_pretrained(model, attn_implementation=register()).eval()
+    inputs = tokenizer(text, return_tensors="pt")
+    if getattr(net.config, "is_encoder_decoder", False):
+        net = net.get_encoder()
+    with torch.no_grad():
+        out = net(**inputs, output_attentions=True)
+    return tuple(out.attentions), tokenizer.convert_ids_to_tokens(inputs["input_ids"][0])
