@@ -344,3 +344,25 @@ def test_attentions_for_text_feeds_attnkit_view(tmp_path):
     assert len(attentions) == 2 and attentions[0].shape == (1, 4, 6, 6)
     torch.testing.assert_close(attentions[0].sum(-1), torch.ones(1, 4, 6))
     assert view_file(str(tmp_path / "m"), tmp_path / "out", text="the cat sat").exists()
+
+
+def test_attnkit_view_of_a_config_only_folder_uses_random_weights(tmp_path):
+    """``attnkit view FOLDER`` where FOLDER has a config and a tokenizer but no weights:
+    the model is built from the config (random weights) instead of failing to load."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from attnkit import cli
+
+    words = ["[UNK]", "a", "b", "c"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+    eager, _ = model_pair("llama", torch.float32)
+    eager.config.save_pretrained(tmp_path / "cfg")
+    fast.save_pretrained(tmp_path / "cfg")
+    assert not list((tmp_path / "cfg").glob("*.safetensors"))
+
+    assert cli.main(["view", str(tmp_path / "cfg"), "--text", "a b c a",
+                     "--out", str(tmp_path / "out")]) == 0
+    page = tmp_path / "out" / "cfg.html"
+    assert page.is_file() and page.stat().st_size > 1000

@@ -22,6 +22,7 @@ GPT-2 included), computed next to the fused output with ``need_weights=True``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 try:  # the extra this module needs: transformers (and the torch it runs on)
@@ -136,6 +137,14 @@ def attention_forward(
     return out.transpose(1, 2).contiguous(), weights
 
 
+def _config_only(model: str) -> bool:
+    """A local folder with a model config and no weight files."""
+    folder = Path(model)
+    if not (folder / "config.json").is_file():
+        return False
+    return not any(folder.glob("*.safetensors")) and not any(folder.glob("*.bin"))
+
+
 def attentions_for_text(
     model: str, text: str
 ) -> tuple[tuple[torch.Tensor, ...], list[str]]:
@@ -144,17 +153,23 @@ def attentions_for_text(
     What ``attnkit view MODEL --text TEXT`` draws (its default model loader).
 
     Args:
-        model: a model name or folder (``from_pretrained``), with its tokenizer.
+        model: a model name or folder (``from_pretrained``), with its tokenizer. A folder
+            that holds a ``config.json`` but no weights gives a model with random weights
+            built from that config (for looking at a layout before any training).
         text: the input.
 
     Returns:
         ``(attentions, tokens)``: one ``(1, H, T, T)`` tensor per layer (the encoder's, for
         an encoder-decoder model) and the ``T`` tokens as the tokenizer spells them.
     """
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model)
-    net = AutoModel.from_pretrained(model, attn_implementation=register()).eval()
+    if _config_only(model):
+        config = AutoConfig.from_pretrained(model)
+        net = AutoModel.from_config(config, attn_implementation=register()).eval()
+    else:
+        net = AutoModel.from_pretrained(model, attn_implementation=register()).eval()
     inputs = tokenizer(text, return_tensors="pt")
     if getattr(net.config, "is_encoder_decoder", False):
         net = net.get_encoder()
