@@ -219,4 +219,7 @@ def _explore_trained(path: str, seed: int) -> str:
     digits = [str(d) for d in result.tokens.tolist()]
     title = (f"reverse {len(digits)} digits, NumPy model after 150 steps "
              f"(held-out accuracy {result.accuracy:.2f})")
-    return os.fspath(explore(result.attention, digits, title=title).save(path))
+    # Queries are output positions (the digits they emit, the input reversed); keys are the
+    # input digits: every line should join a digit to itself.
+    page = explore(result.attention, digits[::-1], k_tokens=digits, title=title)
+    return os.fspath(page.save(path))
