@@ -73,7 +73,8 @@ def plan(
     """
     for name, value in (("block_q", block_q), ("block_k", block_k), ("num_threads", num_threads)):
         if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
-            raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+            kind = "thread counts" if name == "num_threads" else "block sizes"
+            raise ValueError(f"{kind} must be positive integers or None, got {name}={value!r}")
     bq = int(block_q) if block_q is not None else max(1, min(BLOCK_Q, Tq))
     bk = int(block_k) if block_k is not None else max(1, min(BLOCK_K, Tk))
     if num_threads is not None:
