@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 # torch would pull gigabytes of CUDA packages.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,14 +19,21 @@ $(VENV)/.stamp-demo: pyproject.toml | $(PY)
 	touch $@
 
 $(VENV)/.stamp-test: pyproject.toml | $(PY)
-	$(PIP) install -q "$(TORCH_PIN)" -e ".[torch,viz,triton,dev]"
+	$(PIP) install -q "$(TORCH_PIN)" -e ".[torch,viz,triton,transformers,dev]"
 	touch $@
+
+# The explorer's browser tests drive Debian's chromium (Playwright comes with the dev
+# extra; its own browser download cannot be used here). CI runs as root with no stdin.
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+browser:
+	command -v chromium >/dev/null || ($(SUDO) apt-get update && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium)
 
 demo: $(VENV)/.stamp-demo
 	$(PY) -m attnkit demo --out attnkit-out
 	$(PY) -m attnkit train --out attnkit-out
 
-test: $(VENV)/.stamp-test
+test: $(VENV)/.stamp-test browser
 	$(PY) -m pytest -q
 
 lint: $(VENV)/.stamp-test

@@ -2,16 +2,18 @@
 
 ::
 
-    attnkit demo  [--out DIR]                       the seed notes, as figures (NumPy only)
+    attnkit demo  [--out DIR]                       how attention works, as figures (NumPy only)
     attnkit train [--task reverse|copy|sort] [--model additive|mha] [--steps N] [--out DIR]
     attnkit trace [--embed-dim E --num-heads H --batch-size B --seq-len T ...]
     attnkit bench [--quick]                         the scripts under benchmarks/
+    attnkit view  FILE.npz | MODEL --text "..."     a standalone HTML attention explorer
 
 Each subcommand parses its arguments and calls library functions (:mod:`attnkit.viz.tour`,
-:mod:`attnkit.viz.trace`, :mod:`attnkit.seq2seq`, :mod:`attnkit.bench`); bad arguments end
-in one argparse error line that names the flag, and exit code 2. A concept has one spelling
-in every subcommand (``--num-heads``, ``--batch-size``, ``--seq-len``); the old spellings
-still work, hidden from ``--help``, with a warning.
+:mod:`attnkit.viz.trace`, :mod:`attnkit.viz.view`, :mod:`attnkit.seq2seq`,
+:mod:`attnkit.bench`); bad arguments end in one argparse error line that names the flag,
+and exit code 2. A concept has one spelling in every subcommand (``--num-heads``,
+``--batch-size``, ``--seq-len``); the old spellings still work, hidden from ``--help``,
+with a warning.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from attnkit.train_config import MODELS, TASKS, TrainConfig
+from attnkit.viz.view import add_view_arguments, run_view
 
 __all__ = ["build_parser", "main"]
 
@@ -130,7 +133,7 @@ def cmd_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return _missing("attnkit demo", "viz", err)
     t0 = time.perf_counter()
     written = run_demo(args.out, seed=args.seed)
-    print(f"demo: {len(written)} figures in {args.out} ({time.perf_counter() - t0:.1f} s)")
+    print(f"demo: {len(written)} files in {args.out} ({time.perf_counter() - t0:.1f} s)")
     return 0
 
 
@@ -181,8 +184,21 @@ def cmd_train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"wrote {path}")
     except ImportError as err:
         print(f"attnkit: no heatmap written: {err.name} is not installed", file=sys.stderr)
+    _write_explorer(result, args.out)
     print(f"exact-match accuracy: {result.accuracy:.3f}")
     return 0
+
+
+def _write_explorer(result: Any, out: str) -> None:
+    """One explorer page of the trained model's cross-attention on a held-out example."""
+    from attnkit.viz import explore
+
+    src = [str(d) for d in result.eval_src[0].tolist()]
+    pred = [str(d) for d in result.eval_pred[0].tolist()]
+    path = os.path.join(out, f"explore_{result.config.task}_{result.config.model}.html")
+    explore(result.eval_weights[0], pred, k_tokens=src,
+            title=f"{result.config.task}: decoder cross-attention (trained)").save(path)
+    print(f"wrote {path} (open it in a browser)")
 
 
 def cmd_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -231,8 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo", help="walk through softmax, masks, additive/dot/multi-head attention (PNGs)",
-        description="Walk through the seed notes with the NumPy reference and write one PNG "
-                    "per step: naive vs stable softmax, masked softmax, additive vs "
+        description="Walk through how attention works with the NumPy reference and write "
+                    "one PNG per step: naive vs stable softmax, masked softmax, additive vs "
                     "dot-product attention, multi-head attention with its shape trace, "
                     "causal/padding/window masks.",
     )
@@ -273,8 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     trace = sub.add_parser(
         "trace", help="print the shape of every step of a multi-head attention",
         description="Run one multi-head attention (NumPy reference) and print the shape of "
-                    "every step, like seed 001's verbose mode. Defaults are seed 001's: "
-                    "batch 3, length 11, 5 heads of 7.",
+                    "every step with its symbolic name. Defaults: batch 3, length 11, 5 heads "
+                    "of 7.",
     )
     # Each option sets the attnkit.viz.trace.trace_shapes parameter named by its dest.
     for flag, old, dest, symbol, default, what in (
@@ -307,6 +323,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--timeout", type=positive_float, default=600.0,
                        help="seconds per script before it is killed (default: 600)")
     bench.set_defaults(func=cmd_bench)
+
+    view = sub.add_parser(
+        "view", help="write a standalone HTML attention explorer (.npz, or a model with --text)",
+        description="Write one self-contained HTML page (no network, no server) that shows "
+                    "attention weights per layer and head: saved weights from a .npz file, or "
+                    "a transformers model (config folder or checkpoint) run on --text.",
+    )
+    add_view_arguments(view)
+    view.set_defaults(func=run_view)
     return parser
 
 

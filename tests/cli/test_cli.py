@@ -40,7 +40,7 @@ def test_python_m_attnkit_help_in_a_real_process():
     assert proc.stderr == ""
 
 
-@pytest.mark.parametrize("command", ["demo", "train", "trace", "bench"])
+@pytest.mark.parametrize("command", ["demo", "train", "trace", "bench", "view"])
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])
@@ -199,14 +199,18 @@ def test_demo_writes_figures_without_torch(tmp_path, check_png):
     assert proc.returncode == 0, proc.stderr
     written = [line.split("wrote ", 1)[1] for line in proc.stdout.splitlines()
                if "wrote " in line]
-    assert len(written) == 5
+    assert len(written) == 6
     assert sorted(Path(p).name for p in written) == sorted(p.name for p in out.iterdir())
-    for path in written:
+    *figures, page = written
+    for path in figures:
         check_png(path)
+    # The last step is the explorer page of a model trained there and then: it learned.
+    assert page.endswith("06_explore_reverse.html")
+    assert "held-out accuracy 1.00" in Path(page).read_text()
     text = proc.stdout
     assert "naive [nan nan nan]" in text  # the overflow counter-example
     assert "[[2.0, 3.0, 4.0, 5.0], [10.0, 11.0, 12.0, 13.0]]" in text  # d2l's outputs
-    assert "(3, 5, 11, 7)" in text and "(3, 5, 11, 11)" in text  # seed 001's trace
+    assert "(3, 5, 11, 7)" in text and "(3, 5, 11, 11)" in text  # the MHA shape trace
 
 
 def test_trace_needs_numpy_only():
@@ -236,3 +240,25 @@ def test_trace_cross_attention_gqa_free_head_dim(capsys):
     assert "(2, 6, 3, 5)" in rows["q"] and "(2, 2, 4, 5)" in rows["k"]
     assert "(2, 6, 3, 4)" in rows["weights"] and "(2, 3, 30)" in rows["concat"]
     assert "(2, 3, 36)" in rows["output"]
+
+
+def test_view_writes_a_page_from_saved_weights(tmp_path, capsys):
+    import numpy as np
+
+    from attnkit.viz import explore
+
+    weights = np.random.default_rng(0).random((2, 3, 4, 4))
+    src = tmp_path / "w.npz"
+    explore(weights, list("abcd")).save_npz(src)
+    assert main(["view", str(src), "--out", str(tmp_path / "out")]) == 0
+    page = tmp_path / "out" / "w.html"
+    assert page.is_file() and "<canvas" in page.read_text()
+    assert "w.html" in capsys.readouterr().out
+
+
+def test_view_of_a_missing_file_names_it(tmp_path, capsys):
+    missing = tmp_path / "nope.npz"
+    with pytest.raises(SystemExit) as exit_:
+        main(["view", str(missing), "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert "nope.npz" in capsys.readouterr().err

@@ -55,6 +55,8 @@ def test_reversal_learns_to_align(tmp_path, capsys, check_png, monkeypatch):
     png = tmp_path / "train_reverse_additive.png"
     assert f"wrote {png}" in lines
     check_png(png)
+    page = tmp_path / "explore_reverse_additive.html"
+    assert page.is_file() and "decoder cross-attention (trained)" in page.read_text()
 
     (result,) = runs
     assert f"{result.accuracy:.3f}" == match.group(1)
@@ -79,6 +81,7 @@ def test_mha_model_learns_reversal_and_plots_heads(tmp_path, capsys, check_png):
     # Measured 0.977 on this setting (untrained: 0.000).
     assert match and float(match.group(1)) >= 0.8, last
     check_png(tmp_path / "train_reverse_mha.png")
+    assert (tmp_path / "explore_reverse_mha.html").is_file()  # one page, every head
 
 
 def test_training_is_reproducible():

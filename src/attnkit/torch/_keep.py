@@ -10,7 +10,7 @@ structure (shapes tell it apart, never the values):
 - ``band``: ``causal`` and ``window``, one band ``(left, right)`` around the bottom-right
   diagonal, known without materialising it.
 - ``limits``: 2-D ``valid_lens`` ``(B, Tq)``: query ``i`` sees keys ``j < limit[i]``.
-- ``dense``: a mask with a query axis > 1 (any pattern).
+- ``dense``: a mask with a query axis > 1 (any pattern), and ``segment_ids``.
 
 All are bool or int tensors with one axis per score axis (0-D and 1-D masks are
 left-padded with ones, so every rank that broadcasts works on every path).
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..spec import check_broadcast, resolve_band
-from .masks import valid_lens_limits, window_mask
+from .masks import segment_mask, valid_lens_limits, window_mask
 
 __all__ = ["Keep", "build_keep", "with_rank"]
 
@@ -48,10 +48,15 @@ class Keep:
         self._rows: torch.Tensor | None = None
 
     @property
-    def only_causal(self) -> bool:
-        """The bottom-right causal band is the only constraint."""
-        return self.band == (None, 0) and self.keys is None and self.limits is None \
-            and self.dense is None
+    def only_band(self) -> bool:
+        """``causal`` / ``window`` are the only constraints."""
+        return self.keys is None and self.limits is None and self.dense is None
+
+    @property
+    def sdpa_causal(self) -> bool:
+        """The one constraint is SDPA's own top-left ``is_causal`` (``j <= i``): causal
+        top-left, or bottom-right with ``Tq == Tk``."""
+        return self.only_band and self.band == (None, self.shape[-2] - self.shape[-1])
 
     @property
     def partial(self) -> bool:
@@ -79,9 +84,11 @@ class Keep:
 
     def rows(self) -> torch.Tensor | None:
         """``(..., Tq|1, 1)``: queries with at least one allowed key; None when every query
-        has one by construction (a bottom-right causal band with ``Tq <= Tk``)."""
-        if self.only_causal and self.shape[-2] <= self.shape[-1]:
-            return None
+        has one by construction (a causal band whose first query sees key 0)."""
+        left, right = self.band if self.band is not None else (0, None)
+        if self.only_band and left is None and right is not None \
+                and self.shape[-1] - self.shape[-2] + right >= 0:
+            return None  # the first query reaches key 0, and every later one does
         if self._rows is None:
             self._rows = self.full().any(dim=-1, keepdim=True)
         return self._rows
@@ -108,10 +115,12 @@ def _check_mask(mask: object, shape: tuple[int, ...]) -> torch.Tensor:
     return with_rank(mask, len(shape))
 
 
-def _band(causal: bool, window: object, Tq: int, Tk: int) -> tuple[int | None, int | None] | None:
-    """``causal`` and ``window`` as one band, or None when it allows every key (e.g. causal
-    with a single query, which sits at the bottom-right corner)."""
-    left, right = resolve_band(causal, window)
+def _band(
+    causal: object, window: object, Tq: int, Tk: int
+) -> tuple[int | None, int | None] | None:
+    """``causal`` and ``window`` as one band, or None when it allows every key (e.g.
+    bottom-right causal with a single query, which sits at the corner)."""
+    left, right = resolve_band(causal, window, Tq, Tk)
     # Row i allows [d - left, d + right], d = i + Tk - Tq: the band is vacuous when the
     # last row reaches back to key 0 and the first row forward to key Tk - 1.
     if (left is None or left >= Tk - 1) and (right is None or right >= Tq - 1):
@@ -124,21 +133,25 @@ def build_keep(
     *,
     mask: torch.Tensor | None = None,
     valid_lens: torch.Tensor | None = None,
-    causal: bool = False,
+    causal: bool | str | None = False,
     window: object = None,
+    segment_ids: tuple[torch.Tensor, torch.Tensor] | None = None,
     device: torch.device,
 ) -> Keep | None:
     """Every given constraint for scores of ``shape``, by structure; None when nothing is
     masked. Checks each argument (bool mask broadcastable to ``shape``, ``valid_lens`` of a
-    fitting shape and range, a well-formed window)."""
+    fitting shape and range, a well-formed window); ``segment_ids`` come checked
+    (:func:`attnkit.torch._checks.check_segment_ids`)."""
     Tq, Tk = shape[-2], shape[-1]
     keys = dense = limits = None
-    if mask is not None:
-        m = _check_mask(mask, shape).to(device)
+    for part in (mask, segment_ids):
+        if part is None:
+            continue
+        m = (_check_mask(part, shape) if part is mask else segment_mask(part, shape)).to(device)
         if m.shape[-2] == 1:
-            keys = m
+            keys = m if keys is None else keys & m
         else:
-            dense = m
+            dense = m if dense is None else dense & m
     if valid_lens is not None:
         counts = valid_lens_limits(valid_lens, shape).to(device)
         if counts.shape[-2] == 1:  # (B,): one length for every query

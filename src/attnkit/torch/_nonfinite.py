@@ -106,8 +106,7 @@ def _fold(m: torch.Tensor, G: int, like: tuple[int, ...]) -> torch.Tensor:
 def _used_keys(keep: Keep, k: torch.Tensor, G: int) -> torch.Tensor | None:
     """``(..., Hkv, Tk, 1)``: keys some query may attend; None when every key is."""
     left, right = keep.band if keep.band is not None else (None, None)
-    if keep.keys is None and keep.limits is None and keep.dense is None and left is None \
-            and (right is None or right >= 0):
+    if keep.only_band and left is None and (right is None or right >= 0):
         return None  # a band open to the left: the last query reaches every key
     used = keep.full()
     used = used.any(dim=-2) if used.shape[-2] > 1 else used.squeeze(-2)  # (..., H|1, Tk)

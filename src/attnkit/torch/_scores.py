@@ -16,9 +16,12 @@ from ._bias import KernelMask
 from ._dtypes import stats_dtype
 from ._nonfinite import zero_rows
 from .masks import causal_mask
-from .softmax import softmax_from_lse
+from .softmax import sink_column, sink_softmax, softmax_from_lse
 
-__all__ = ["attention_weights", "group", "scaled_scores", "ungroup", "weights_from_lse"]
+__all__ = [
+    "attention_weights", "group", "scaled_scores", "softcap_scores", "ungroup",
+    "weights_from_lse",
+]
 
 # Without autograd, the weights are built in slabs of query rows holding about this many
 # scores, so that a slab's scores and softmax stay in cache and only the weights
@@ -56,24 +59,38 @@ def scaled_scores(q: torch.Tensor, k: torch.Tensor, G: int, scale: float) -> tor
     return s.mul_(scale)  # in place: the matmul's backward does not read its output
 
 
-def _masked_softmax(s: torch.Tensor, km: KernelMask, select: bool) -> torch.Tensor:
-    """Weights from scores ``s`` (a buffer the caller owns) under ``km``: masked entries
-    ``-inf``, by adding ``km.add``, then also by a select when ``select`` (a NaN in a
-    masked key may still sit in ``s``: ``nan + -inf`` is NaN); empty rows zeroed."""
+def softcap_scores(s: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """``softcap * tanh(s / softcap)`` (logit soft-capping, after the scale and before the
+    bias); ``s`` itself when ``softcap`` is None."""
+    return s if softcap is None else torch.tanh(s / softcap) * softcap
+
+
+def _masked_softmax(
+    s: torch.Tensor, km: KernelMask, select: bool, softcap: float | None,
+    sink: torch.Tensor | None,
+) -> torch.Tensor:
+    """Weights from scores ``s`` (a buffer the caller owns) under ``km``: ``softcap``,
+    then masked entries ``-inf`` by adding ``km.add``, and also by a select when
+    ``select`` (a NaN in a masked key may still sit in ``s``: ``nan + -inf`` is NaN); the
+    softmax (with ``sink`` in its denominators); empty rows zeroed."""
+    s = softcap_scores(s, softcap)
     if km.add is not None:
         s = s.add_(km.add)
     if select and km.allowed is not None:
         s = s.masked_fill_(~km.allowed, float("-inf"))
-    w = torch.softmax(s, dim=-1) if s.shape[-1] else s
+    if not s.shape[-1]:
+        return s  # no keys: nothing to normalise
+    w = torch.softmax(s, dim=-1) if sink is None else sink_softmax(s, sink)
     return w if km.rows is None else zero_rows(w, km.rows)
 
 
 def attention_weights(
     q: torch.Tensor, k: torch.Tensor, G: int, scale: float, km: KernelMask,
-    shape: tuple[int, ...], *, select: bool = False,
+    shape: tuple[int, ...], *, select: bool = False, softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Softmax weights of the scores ``shape = (..., H, Tq, Tk)``, in the statistics dtype,
-    under ``km``.
+    under ``km``, with the score variants ``softcap`` and ``sinks (H,)``.
 
     With autograd: one scores buffer and one weights buffer (the softmax's backward keeps
     the weights). Without: the weights are the only ``Tq x Tk`` allocation; the scores are
@@ -82,15 +99,16 @@ def attention_weights(
     Tq = shape[-2]
     per_row = max(1, math.prod(shape) // max(1, Tq))
     rows = max(1, _SLAB_ELEMS // per_row)
-    grad = torch.is_grad_enabled() and (
-        q.requires_grad or k.requires_grad or (km.add is not None and km.add.requires_grad))
+    grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad
+                                           for x in (q, k, km.add, sinks))
+    sink = None if sinks is None else sink_column(sinks, len(shape))
     if grad or rows >= Tq:
-        return _masked_softmax(scaled_scores(q, k, G, scale), km, select)
+        return _masked_softmax(scaled_scores(q, k, G, scale), km, select, softcap, sink)
     w = torch.empty(shape, dtype=stats_dtype(q.dtype), device=q.device)
     for r0 in range(0, Tq, rows):
         part = KernelMask(*(None if x is None else _rows_of(x, r0, rows) for x in km))
         s = scaled_scores(q[..., r0:r0 + rows, :], k, G, scale)
-        w[..., r0:r0 + rows, :] = _masked_softmax(s, part, select)
+        w[..., r0:r0 + rows, :] = _masked_softmax(s, part, select, softcap, sink)
     return w
 
 
@@ -107,18 +125,23 @@ def weights_from_lse(
     attn_mask: torch.Tensor | None,
     causal_top_left: bool,
     lse: torch.Tensor | None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Attention weights ``(..., H, Tq, Tk)`` (statistics dtype) next to a fused kernel's
     output, normalised by the kernel's log-sum-exp (computed here when None).
 
     Costs one extra ``q k^T`` and one pass over the scores; the scores are built in a single
     buffer (scale, bias and mask applied in place, which autograd allows because nothing
-    saved for backward reads them) that becomes the returned weights. ``causal_top_left``
-    is only set for ``Tq == Tk``, where the top-left diagonal is the bottom-right one.
+    saved for backward reads them) that becomes the returned weights. When the kernel gave
+    no ``lse``, it is computed here (one more pass). ``causal_top_left``: the kernel ran
+    with SDPA's own ``is_causal`` (``j <= i``). ``softcap`` is applied to the scores as
+    the kernel did.
     """
     s = scaled_scores(q, k, G, scale)  # a fresh buffer: the in-place fills touch no input
+    s = softcap_scores(s, softcap)
     if causal_top_left:
-        s = s.masked_fill_(~causal_mask(s.shape[-2], s.shape[-1], device=s.device), float("-inf"))
+        top_left = causal_mask(s.shape[-2], s.shape[-1], alignment="top_left", device=s.device)
+        s = s.masked_fill_(~top_left, float("-inf"))
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
             s = s.masked_fill_(~attn_mask, float("-inf"))

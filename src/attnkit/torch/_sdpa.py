@@ -1,15 +1,18 @@
 """The SDPA path: ``torch.nn.functional.scaled_dot_product_attention`` with attnkit's
 semantics.
 
-SDPA's ``is_causal`` is top-left aligned, so it is used only where that is ours
-(``Tq == Tk``, causal the only constraint); otherwise the bottom-right mask goes in as a
-bool mask (a float one when there is a bias). A row with no allowed key: PyTorch's CPU
-kernel returns 0 for it (with zero gradients); elsewhere it is un-masked for the kernel
-and zeroed afterwards. GQA goes through ``enable_gqa``; K and V are never repeated here.
-NaN/inf in masked positions are kept out by :mod:`attnkit.torch._nonfinite`.
+SDPA's ``is_causal`` is top-left aligned, so it is used only where that is the call's one
+constraint (``causal="top_left"``, or bottom-right with ``Tq == Tk``); otherwise the mask
+goes in as a bool mask (a float one when there is a bias). A row with no allowed key:
+PyTorch's CPU kernel returns 0 for it (with zero gradients); elsewhere it is un-masked for
+the kernel and zeroed afterwards. GQA goes through ``enable_gqa``; K and V are never
+repeated here. NaN/inf in masked positions are kept out by
+:mod:`attnkit.torch._nonfinite`.
 
-Only public ``torch.nn.functional`` is called; ``need_weights`` computes the weights beside
-the kernel (:func:`attnkit.torch._scores.attention_weights`).
+Attention sinks ride along as one more key (:func:`_with_sink_key`): exact, so SDPA's
+fused kernels and autograd serve them too. Only public ``torch.nn.functional`` is called;
+``need_weights`` computes the weights beside the kernel
+(:func:`attnkit.torch._scores.attention_weights`).
 """
 
 from __future__ import annotations
@@ -38,21 +41,29 @@ def sdpa_path(
     scale: float,
     dropout_p: float,
     need_weights: bool,
+    sinks: torch.Tensor | None = None,
     codes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """As :func:`attnkit.torch._math.math_path`, with the output from SDPA."""
-    is_causal = keep is not None and keep.only_causal and shape[-2] == shape[-1]
+    """As :func:`attnkit.torch._math.math_path` (no softcap: SDPA applies no score
+    function), with the output from SDPA."""
+    is_causal = keep is not None and keep.sdpa_causal
     # is_causal masks the scores by a select (a NaN in a future key stays out of the
     # forward); an attn_mask is added, so keys are cleaned for it.
     g = guard_inputs(q, k, v, keep, G, keys_by_select=is_causal, codes=codes)
-    on_cpu = q.device.type == "cpu"  # PyTorch's CPU kernels give an empty row 0
+    # PyTorch's CPU kernels give an empty row 0; with a sink no row is empty.
+    unmask = q.device.type != "cpu" and sinks is None
     km = kernel_mask(None if is_causal else keep, bias, q.dtype, additive=False,
-                     unmask_empty=not on_cpu)
+                     unmask_empty=unmask)
     mask = km.add if km.add is not None else km.allowed
+    qs, ks, vs = g.q, g.k, g.v
+    if sinks is not None:
+        qs, ks, vs, mask = _with_sink_key(qs, ks, vs, sinks, scale, mask, is_causal)
     out = F.scaled_dot_product_attention(
-        g.q, g.k, g.v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
+        qs, ks, vs, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
         scale=scale, **({"enable_gqa": True} if G > 1 else {}),
     )
+    if sinks is not None:  # drop the sink's key (and the causal path's extra query)
+        out = out[..., -shape[-2]:, :v.shape[-1]]
     if km.rows is not None:
         out = zero_rows(out, km.rows)
     out = restore(out, g.out_fix, G)
@@ -61,16 +72,15 @@ def sdpa_path(
     if not need_weights:
         return out, None
     wkm = kernel_mask(keep, bias, stats_dtype(q.dtype), additive=True)
-    w = attention_weights(g.q, g.k, G, scale, wkm, shape, select=is_causal)
-    w = restore(w, g.weight_fix, G)
-    return out, w.to(q.dtype)
+    w = attention_weights(g.q, g.k, G, scale, wkm, shape, select=is_causal, sinks=sinks)
+    return out, restore(w, g.weight_fix, G).to(q.dtype)
 
 
 def plain_sdpa(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, G: int, scale: float, dropout_p: float
 ) -> torch.Tensor:
-    """SDPA for a call with no mask, no bias and no weights (a decoding step, say): nothing
-    to guard, so nothing but the kernel."""
+    """SDPA for a call with no mask, no bias, no variant and no weights (a decoding step,
+    say): nothing to guard, so nothing but the kernel."""
     if G > 1:
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale,
                                              enable_gqa=True)
@@ -99,3 +109,51 @@ class _FirstOrderOnly(torch.autograd.Function):
                 "attention(..., backend='math')"
             )
         return g
+
+
+def _with_sink_key(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sinks: torch.Tensor,
+    scale: float,
+    attn_mask: torch.Tensor | None,
+    causal_top_left: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Attention sinks as one more key, so that SDPA's own kernels take them exactly.
+
+    Every query gets one more feature, its head's sink logit ``z_h``; every key gets a 0
+    there; a new first key is 0 everywhere except ``1/scale`` in that feature, with a
+    value row of zeros. Its score is ``scale * z_h / scale = z_h`` for every query of head
+    ``h`` and the real scores are unchanged, so the softmax over ``Tk + 1`` keys is the
+    sink softmax and the output is the same (the sink's value is 0); autograd carries
+    ``d z`` through the new feature. The per-head sink sits on the query side, so GQA's
+    shared keys serve every head of a group. No row is ever empty (the sink is always
+    allowed), and a row whose keys are all masked gets output 0.
+
+    The mask (bool or float) gains an always-allowed first column. With SDPA's top-left
+    ``is_causal`` a first query row is added too (it sees only the sink; the caller drops
+    its output), so that query ``i`` (now ``i + 1``) keeps seeing keys ``j <= i`` (now
+    ``j + 1``) and the sink. ``Dv`` is padded to ``Dk + 1`` when the two were equal, so
+    that fused kernels wanting one head dim still apply; the caller slices it off.
+
+    Returns:
+        ``(q (..., H, Tq[+1], Dk+1), k (..., Hkv, Tk+1, Dk+1), v (..., Hkv, Tk+1, Dv[+1]),
+        attn_mask (..., Tq, Tk+1) or None)``.
+    """
+    H = q.shape[-3] if q.ndim >= 3 else 1
+    z = sinks.to(q.dtype).reshape((H, 1, 1) if q.ndim >= 3 else (1, 1))
+    q = torch.cat([q, z.expand(q.shape[:-1] + (1,))], dim=-1)
+    if causal_top_left:
+        q = torch.cat([q.new_zeros(q.shape[:-2] + (1, q.shape[-1])), q], dim=-2)
+    sink_key = k.new_zeros(k.shape[:-2] + (1, k.shape[-1] + 1))
+    sink_key[..., -1] = 1.0 / scale
+    k = torch.cat([sink_key, torch.nn.functional.pad(k, (0, 1))], dim=-2)
+    v_pad = 1 if v.shape[-1] + 1 == k.shape[-1] else 0
+    v = torch.nn.functional.pad(v, (0, v_pad, 1, 0))  # a zero value row for the sink
+    if attn_mask is not None:
+        col = attn_mask.shape[:-1] + (1,)
+        first = attn_mask.new_ones(col) if attn_mask.dtype == torch.bool \
+            else attn_mask.new_zeros(col)  # allowed, or bias 0
+        attn_mask = torch.cat([first, attn_mask], dim=-1)
+    return q, k, v, attn_mask

@@ -7,6 +7,9 @@
 Both accept NumPy arrays and torch tensors and return a :class:`matplotlib.figure.Figure`;
 ``path=`` writes it to a file as well. ``import attnkit.viz`` needs NumPy only; without
 matplotlib the plotting names raise an ImportError that says ``pip install 'attnkit[viz]'``.
+
+- :func:`explore`: a standalone HTML attention explorer (an :class:`Explorer`: ``save``,
+  ``save_npz``, inline in Jupyter); :func:`load_npz` reads saved weights back. NumPy only.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .explorer import Explorer, explore, load_npz
     from .heatmap import (
         MASKED_COLOR,
         MASKED_GID,
@@ -23,9 +27,14 @@ if TYPE_CHECKING:
         to_numpy,
     )
 
+_EXPLORER = ("Explorer", "explore", "load_npz")
+
 __all__ = [
+    "Explorer",
     "MASKED_COLOR",
     "MASKED_GID",
+    "explore",
+    "load_npz",
     "plot_attention",
     "save_figure",
     "show_heatmaps",
@@ -35,7 +44,11 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # matplotlib is imported on first use of a plotting name, so that `attnkit trace`
-    # (attnkit.viz.trace) and `import attnkit.viz` work with NumPy alone.
+    # (attnkit.viz.trace), `import attnkit.viz` and the explorer work with NumPy alone.
+    if name in _EXPLORER:
+        from . import explorer
+
+        return getattr(explorer, name)
     if name in __all__:
         from .._optional import require
 
