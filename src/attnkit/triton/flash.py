@@ -1,4 +1,5 @@
-"""Fused flash attention on Triton: argument checks, kernel launches, autograd.
+"""Fused flash attention on Triton: argument checks and kernel launches (the public
+functions and autograd are the custom ops of :mod:`attnkit.triton.ops` on these).
 
 The kernels themselves are in :mod:`attnkit.triton._forward` and
 :mod:`attnkit.triton._backward`; the rules they share with every backend (shape fit, window,
@@ -29,14 +30,13 @@ from dataclasses import dataclass
 
 import torch
 import triton
-from torch.autograd.function import once_differentiable
 
 from ..spec import LOG2E, check_fused_head_dims, check_qkv, default_scale, resolve_band
 from ._backward import _bwd_dkdv_kernel, _bwd_dq_kernel, _bwd_preprocess
 from ._forward import _fwd_kernel
 from ._kernels import interpreting
 
-__all__ = ["flash_attention", "flash_attention_backward", "flash_attention_forward"]
+__all__ = ["flash_attention_backward", "flash_attention_forward"]
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # CUDA caps grid axes y and z at 65535 programs; the kernels put B * H on axis 1, so a
@@ -332,63 +332,3 @@ def flash_attention_backward(
         H=H, G=spec.group, **common,
     )
     return dq, dk, dv
-
-
-class FlashAttentionFunction(torch.autograd.Function):
-    """``(out, lse)`` with gradients for q, k, v (and through ``lse`` as well)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, causal, window, scale, softcap, alibi_slopes):  # type: ignore[override]
-        out, lse = flash_attention_forward(
-            q, k, v, causal=causal, window=window, scale=scale, softcap=softcap,
-            alibi_slopes=alibi_slopes,
-        )
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.options = dict(causal=causal, window=window, scale=scale, softcap=softcap,
-                           alibi_slopes=alibi_slopes)
-        return out, lse
-
-    @staticmethod
-    @once_differentiable  # the kernels have no double backward: say so, never return 0
-    def backward(ctx, dout, dlse):  # type: ignore[override]
-        q, k, v, out, lse = ctx.saved_tensors
-        if dout is None:
-            dout = torch.zeros_like(out)
-        dq, dk, dv = flash_attention_backward(dout, q, k, v, out, lse, dlse=dlse,
-                                              **ctx.options)
-        return dq, dk, dv, None, None, None, None, None
-
-
-def flash_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool = False,
-    window: tuple[int | None, int | None] | None = None,
-    scale: float | None = None,
-    softcap: float | None = None,
-    alibi_slopes: torch.Tensor | None = None,
-    return_lse: bool = False,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Fused attention with autograd: ``softmax(scale * q k^T [+ features]) v``.
-
-    Args:
-        q: ``(B, H, Tq, Dk)``, float16/bfloat16 (float32 for testing).
-        k: ``(B, Hkv, Tk, Dk)``; GQA/MQA when ``Hkv < H`` (K/V never expanded).
-        v: ``(B, Hkv, Tk, Dv)``.
-        causal: bottom-right aligned: query ``i`` sees key ``j`` iff ``j <= i + Tk - Tq``.
-        window: ``(left, right)``: key ``j`` allowed iff ``diag - left <= j <= diag +
-            right`` with ``diag = i + Tk - Tq``; None (whole or per side) = unbounded.
-        scale: defaults to ``1/sqrt(Dk)``.
-        softcap: Gemma-2 style ``softcap * tanh(s / softcap)`` on the scaled scores.
-        alibi_slopes: ``(H,)`` or ``(B, H)`` float; adds ``-slope * |i + Tk - Tq - j|``
-            to the (capped) scores (FlashAttention's convention; not differentiated).
-        return_lse: also return the natural-log LSE ``(B, H, Tq)``, float32.
-
-    Returns:
-        ``out (B, H, Tq, Dv)``, or ``(out, lse)``. Rows with no allowed key: 0 and -inf.
-    """
-    out, lse = FlashAttentionFunction.apply(q, k, v, causal, window, scale, softcap,
-                                            alibi_slopes)
-    return (out, lse) if return_lse else out
