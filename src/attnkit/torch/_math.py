@@ -52,7 +52,7 @@ def math_path(
     ``codes``: k and v come from a KV cache (no NaN/inf; see
     :func:`attnkit.torch._nonfinite.guard_inputs`).
     """
-    g = guard_inputs(q, k, v, keep, G, keys_by_select=select, codes=codes)
+    g = guard_inputs(q, k, v, keep, G, keys_by_select=select, rows_zeroed=True, codes=codes)
     km = kernel_mask(keep, bias, stats_dtype(q.dtype), additive=not select)
     w = attention_weights(g.q, g.k, G, scale, km, shape, select=select, softcap=softcap,
                           sinks=sinks)

@@ -232,32 +232,33 @@ class Guarded(NamedTuple):
 
 def guard_inputs(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: Keep | None, G: int,
-    *, keys_by_select: bool = False, grad: bool | None = None,
+    *, keys_by_select: bool = False, rows_zeroed: bool = False, grad: bool | None = None,
     codes: torch.Tensor | None = None,
 ) -> Guarded:
     """q, k, v for a dot-product attention under ``keep`` (group size ``G``), with every
     entry that a masked position could read zeroed, and the fix-ups that put back what
     attended non-finite entries contribute (see the module docstring).
 
-    ``keys_by_select``: the caller masks its scores with a select (``masked_fill``) and
-    zeroes the weights of a row with no key after its softmax, so neither a NaN in a
-    masked key nor one in such a row's query can reach the forward; keys and queries are
-    then cleaned only when a gradient could carry their NaN (``dQ = dS K``,
-    ``dK = dS^T Q``): ``grad``, by default whether autograd records q, k or v.
+    ``keys_by_select``: the caller masks its scores with a select (``masked_fill``), so a
+    NaN in a masked key cannot reach the forward; keys are then cleaned only when a
+    gradient could carry it (``dQ = dS K``). ``rows_zeroed``: the caller zeroes the
+    weights of a row with no key after its softmax, so a NaN query there cannot reach the
+    forward; it is then cleaned only for the gradient (``dK = dS^T Q``). ``grad``: by
+    default, whether autograd records q, k or v.
 
     ``codes``: k and v hold no NaN/inf (a KV cache's buffers) and ``codes (..., Hkv, Tk,
     2)`` say what each position held (:meth:`attnkit.torch.KVCache.codes`).
     """
+    if grad is None:
+        grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    rows = None if keep is None else keep.rows()
+    if rows is not None and (grad or not rows_zeroed):  # a NaN query with no key
+        q = zero_rows(q, rows)
     if codes is not None:
         return _guard_clean(q, k, v, keep, G, codes)
     if keep is None:
         return Guarded(q, k, v, None, None)
-    if grad is None:
-        grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     clean_k = not keys_by_select or grad
-    rows = keep.rows()
-    if rows is not None and clean_k:  # a NaN query with no key would reach dK = dS^T Q
-        q = zero_rows(q, rows)
     used = _used_keys(keep, k, G)
     if used is not None:
         v = zero_rows(v, used)
@@ -289,12 +290,9 @@ def _guard_clean(
     codes: torch.Tensor,
 ) -> Guarded:
     """:func:`guard_inputs` for k and v free of NaN/inf, whose positions held ``codes``:
-    nothing to zero but the queries with no key, and the codes of the positions each query
-    may attend to add back (a whole-row NaN or +-inf: the cache keeps one code per
+    nothing to zero (the queries with no key are done), and the codes of the positions
+    each query may attend to add back (a whole-row NaN or +-inf: the cache keeps one code per
     position)."""
-    rows = None if keep is None else keep.rows()
-    if rows is not None:
-        q = zero_rows(q, rows)
     key_codes, both = codes[..., 0], codes.sum(dim=-1)  # (..., Hkv, Tk)
     if keep is None:  # every query attends every position
         out_fix, k_fix = both.sum(-1)[..., None, None], key_codes.sum(-1)[..., None, None]

@@ -159,7 +159,7 @@ def additive_attention(
     # masked by a select, so keys are cleaned only when a gradient is recorded.
     grad = torch.is_grad_enabled() and any(
         x.requires_grad for x in (q, k, v, w_q, w_k, w_v))
-    g = guard_inputs(q, k, v, keep, 1, keys_by_select=True, grad=grad)
+    g = guard_inputs(q, k, v, keep, 1, keys_by_select=True, rows_zeroed=True, grad=grad)
     scores = additive_scores(
         g.q @ w_q, g.k @ w_k, w_v, chunk_size=chunk_size, max_chunk_elements=max_chunk_elements
     )
