@@ -212,5 +212,5 @@ def test_cache_keeps_masked_nan_out_and_attended_nan_in():
     torch.testing.assert_close(got, full, rtol=1e-12, atol=1e-13, equal_nan=True)
     assert torch.isfinite(cache.k).all() and torch.isfinite(cache.v).all()
     codes = cache.codes()
-    assert torch.isnan(codes[0, :, 2]).all() and torch.isnan(codes[1, :, 4]).all()
-    assert (codes[0, :, [0, 1, 3, 4, 5]] == 0).all()
+    assert torch.isnan(codes[0, :, :, 2]).all() and torch.isnan(codes[1, :, :, 4]).all()
+    assert (codes[0, :, :, [0, 1, 3, 4, 5]] == 0).all()

@@ -199,17 +199,17 @@ def _interval_sum(bad: torch.Tensor, keep: Keep) -> torch.Tensor:
 
 
 def _dense_sum(bad_rows: torch.Tensor, keep: Keep, G: int) -> torch.Tensor:
-    """IEEE sum of ``bad_rows (..., Hkv, Tk)`` over each query's allowed keys ->
-    ``(..., H, Tq, 1)``, or ``(..., Hkv, G, Tq, 1)`` with GQA."""
-    Tq, Tk = keep.shape[-2], keep.shape[-1]
-    allowed = keep.full().to(torch.float64)  # counts of 0/1 products: exact
+    """IEEE sum of ``bad_rows (..., Hkv, Tk)`` (0 or NaN/+-inf per key) over each query's
+    allowed keys -> ``(..., H, Tq, 1)``, or ``(..., Hkv, G, Tq, 1)`` with GQA. A select and a
+    sum over the mask's own shape: NaN and +-inf add up exactly as they should."""
+    allowed = keep.full()  # (..., H|1, Tq|1, Tk)
     if G > 1:
-        allowed = allowed.expand(keep.shape[:-3] + (keep.shape[-3], Tq, Tk))
-        allowed = allowed.reshape(keep.shape[:-3] + (keep.shape[-3] // G, G * Tq, Tk))
-    n = allowed @ _kind_codes(bad_rows, Tk)[..., None]  # (..., Hkv, G*Tq, 1)
-    if G > 1:
-        n = n.unflatten(-2, (G, Tq))
-    return _from_counts(n, Tk, bad_rows.dtype)
+        lead, (Hm, Tqm, Tk) = allowed.shape[:-3], allowed.shape[-3:]
+        allowed = allowed.reshape(lead + ((Hm // G, G) if Hm > 1 else (1, 1)) + (Tqm, Tk))
+        bad_rows = bad_rows[..., None, None, :]  # (..., Hkv, 1, 1, Tk)
+    else:
+        bad_rows = bad_rows[..., None, :]  # (..., H, 1, Tk)
+    return torch.where(allowed, bad_rows.detach(), 0.0).sum(dim=-1, keepdim=True)
 
 
 # -- the guard -----------------------------------------------------------------------------
@@ -246,8 +246,8 @@ def guard_inputs(
     forward; it is then cleaned only for the gradient (``dK = dS^T Q``). ``grad``: by
     default, whether autograd records q, k or v.
 
-    ``codes``: k and v hold no NaN/inf (a KV cache's buffers) and ``codes (..., Hkv, Tk,
-    2)`` say what each position held (:meth:`attnkit.torch.KVCache.codes`).
+    ``codes``: k and v hold no NaN/inf (a KV cache's buffers) and ``codes (..., Hkv, 2,
+    Tk)`` say what each position held (:meth:`attnkit.torch.KVCache.codes`).
     """
     if grad is None:
         grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
@@ -293,7 +293,8 @@ def _guard_clean(
     nothing to zero (the queries with no key are done), and the codes of the positions
     each query may attend to add back (a whole-row NaN or +-inf: the cache keeps one code per
     position)."""
-    key_codes, both = codes[..., 0], codes.sum(dim=-1)  # (..., Hkv, Tk)
+    key_codes = codes[..., 0, :]  # (..., Hkv, Tk)
+    both = key_codes + codes[..., 1, :]
     if keep is None:  # every query attends every position
         out_fix, k_fix = both.sum(-1)[..., None, None], key_codes.sum(-1)[..., None, None]
     elif keep.keys is None and keep.dense is None:
@@ -308,13 +309,16 @@ def _guard_clean(
 
 def restore(x: torch.Tensor, fix: torch.Tensor | None, G: int) -> torch.Tensor:
     """``x (..., H, Tq, X)`` plus ``fix`` (a :class:`Guarded` fix-up): 0 except where a
-    query attends a non-finite entry (then NaN or +-inf, as IEEE sums them)."""
+    query attends a non-finite entry (then NaN or +-inf, as IEEE sums them). ``x`` must be
+    a buffer of the caller's own (a kernel's output): without autograd it is added to in
+    place."""
     if fix is None:
         return x
-    if G == 1:
-        return x + fix
     *lead, H, Tq, X = x.shape
-    return (x.reshape(*lead, H // G, G, Tq, X) + fix).reshape(x.shape)
+    grouped = x if G == 1 else x.reshape(*lead, H // G, G, Tq, X)
+    if x.requires_grad:
+        return (grouped + fix).reshape(x.shape)
+    return grouped.add_(fix).reshape(x.shape)  # x is the kernel's fresh output
 
 
 # -- projections of padded inputs ----------------------------------------------------------

@@ -16,8 +16,9 @@ extra state, so ``state_dict()``/``load_state_dict()``, ``torch.save`` and ``.to
 work as for any module.
 
 A NaN or inf written into the cache is stored as 0, and remembered in ``nonfinite``
-``(B, Hkv, capacity, 2)``: per position, NaN where its key had a non-finite entry, and the
-IEEE sum of its value's non-finite entries (NaN or +-inf; 0 when all are finite). Reads of
+``(B, Hkv, 2, capacity)``: per position, NaN in row 0 where its key had a non-finite
+entry, and in row 1 the IEEE sum of its value's non-finite entries (NaN or +-inf; 0 when
+all are finite). Reads of
 the buffers (by SDPA, or the Triton decode kernel in place) then never meet a NaN that a
 mask should have excluded, with no pass over the cache per step; attention adds back what
 the positions a query may attend held (:func:`attnkit.torch._nonfinite.guard_inputs`).
@@ -77,7 +78,7 @@ class KVCache(nn.Module):
         kw = {"device": device, "dtype": dtype}
         self.register_buffer("k", torch.zeros(batch_size, num_kv_heads, capacity, head_dim, **kw))
         self.register_buffer("v", torch.zeros(batch_size, num_kv_heads, capacity, Dv, **kw))
-        self.register_buffer("nonfinite", torch.zeros(batch_size, num_kv_heads, capacity, 2, **kw))
+        self.register_buffer("nonfinite", torch.zeros(batch_size, num_kv_heads, 2, capacity, **kw))
         self.length: int = 0
         self.cross = bool(cross)
 
@@ -94,10 +95,10 @@ class KVCache(nn.Module):
         return self.v[:, :, : self.length]
 
     def codes(self) -> torch.Tensor:
-        """What the filled positions held that the buffers do not: ``(B, Hkv, length, 2)``,
-        NaN in ``[..., 0]`` for a key with a non-finite entry, the IEEE sum of a value's
-        non-finite entries in ``[..., 1]`` (0 where all were finite)."""
-        return self.nonfinite[:, :, : self.length]
+        """What the filled positions held that the buffers do not: ``(B, Hkv, 2,
+        length)``, NaN in ``[:, :, 0]`` for a key with a non-finite entry, the IEEE sum of
+        a value's non-finite entries in ``[:, :, 1]`` (0 where all were finite)."""
+        return self.nonfinite[..., : self.length]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write ``T`` new positions after the filled ones.
@@ -130,8 +131,9 @@ class KVCache(nn.Module):
             v_clean = torch.nan_to_num(v, 0.0, 0.0, 0.0)
             self.k[:, :, new] = k_clean
             self.v[:, :, new] = v_clean
-            self.nonfinite[:, :, new, 0] = (k - k_clean).sum(-1) * 0.0  # NaN: a bad key
-            self.nonfinite[:, :, new, 1] = (v - v_clean).sum(-1)
+            self.nonfinite[:, :, :, new] = torch.stack(
+                [(k - k_clean).sum(-1) * 0.0, (v - v_clean).sum(-1)], dim=2
+            )  # (B, Hkv, 2, T): NaN for a key with NaN/inf; a value's IEEE sum
         self.length += T
 
     def reset(self) -> None:
