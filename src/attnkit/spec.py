@@ -25,15 +25,20 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "CAUSAL_ALIGNMENTS",
     "LN2",
     "LOG2E",
     "MAX_FUSED_HEAD_DIM",
     "Window",
     "check_broadcast",
+    "check_causal",
     "check_dropout",
     "check_fused_head_dims",
     "check_length_range",
     "check_qkv",
+    "check_segment_ids",
+    "check_sinks",
+    "check_softcap",
     "check_window",
     "check_window_side",
     "default_scale",
@@ -170,15 +175,138 @@ def check_window(window: object) -> tuple[int | None, int | None] | None:
     return (None if left is None else int(left), None if right is None else int(right))
 
 
-def resolve_band(causal: bool, window: object) -> tuple[int | None, int | None]:
+# How a causal mask lines up when Tq != Tk. "bottom_right" (``causal=True``, attnkit's
+# default): query i sees key j iff j <= i + Tk - Tq, the last query sees every key (a KV
+# cache). "top_left" (PyTorch SDPA's and JAX's ``is_causal``): j <= i.
+CAUSAL_ALIGNMENTS = ("bottom_right", "top_left")
+
+
+def check_causal(causal: object) -> str | None:
+    """``causal`` as its alignment, ``"bottom_right"`` or ``"top_left"``, or None when off.
+
+    ``True`` means ``"bottom_right"``; ``False`` (or None) means no causal mask.
+    """
+    if causal is None or isinstance(causal, (bool, np.bool_)):
+        return "bottom_right" if causal else None
+    if isinstance(causal, str):
+        if causal not in CAUSAL_ALIGNMENTS:
+            raise ValueError(
+                f"causal must be a bool, 'bottom_right' or 'top_left', got {causal!r}"
+            )
+        return causal
+    raise TypeError(
+        f"causal must be a bool, 'bottom_right' or 'top_left', got {type(causal).__name__}"
+    )
+
+
+def resolve_band(
+    causal: object, window: object, Tq: int | None = None, Tk: int | None = None
+) -> tuple[int | None, int | None]:
     """``causal`` and ``window`` as one band ``(left, right)`` around the bottom-right
-    diagonal (None = unbounded side): causal is the band ``(None, 0)``, ANDed with the
-    window."""
+    diagonal ``d = i + Tk - Tq`` (None = unbounded side), ANDed: key ``j`` is allowed for
+    query ``i`` iff ``d - left <= j <= d + right``.
+
+    Bottom-right causal is the band ``(None, 0)``. Top-left causal (``j <= i``) is the
+    band ``(None, Tq - Tk)``, so it needs ``Tq`` and ``Tk``. The window is always aligned
+    to the bottom-right diagonal, whichever way ``causal`` is aligned.
+    """
+    alignment = check_causal(causal)
     win = check_window(window)
     left, right = (None, None) if win is None else win
-    if causal:
-        right = 0 if right is None else min(right, 0)
+    if alignment is not None:
+        if alignment == "top_left":
+            if Tq is None or Tk is None:
+                raise TypeError("resolve_band needs Tq and Tk for causal='top_left'")
+            edge = int(Tq) - int(Tk)
+        else:
+            edge = 0
+        right = edge if right is None else min(right, edge)
     return left, right
+
+
+# -- variants: softcap, sinks, segment ids ----------------------------------------------
+
+_INT_NAMES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+_FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _dtype_name(x: Any) -> str:
+    return str(getattr(x, "dtype", type(x).__name__)).removeprefix("torch.")
+
+
+def check_softcap(softcap: object) -> float | None:
+    """``softcap`` as a positive finite float, or None (off). Scores become
+    ``softcap * tanh(s / softcap)`` after the scale, before bias and masks."""
+    if softcap is None:
+        return None
+    if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"softcap must be a positive float or None, got {softcap!r}")
+    cap = float(softcap)
+    if not (math.isfinite(cap) and cap > 0.0):
+        raise ValueError(f"softcap must be a positive finite float or None, got {softcap}")
+    return cap
+
+
+def check_sinks(sinks: Any, H: int) -> None:
+    """``sinks`` (array or tensor, or None) holds one float logit per query head: shape
+    ``(H,)``. Each adds a value-less column to its head's softmax denominator."""
+    if sinks is None:
+        return
+    if not hasattr(sinks, "shape"):
+        raise TypeError(f"sinks must be an array or tensor of shape (H,), got {sinks!r:.60}")
+    name = _dtype_name(sinks)
+    if name not in _FLOAT_NAMES:
+        raise TypeError(f"sinks must hold floats (one logit per query head), got dtype {name}")
+    if shape_of(sinks) != (H,):
+        raise ValueError(
+            f"sinks must have shape (H,) = ({H},), one logit per query head, got "
+            f"{shape_of(sinks)}"
+        )
+
+
+def check_segment_ids(segment_ids: Any, scores_shape: Any) -> tuple[Any, Any] | None:
+    """Validate ``segment_ids`` against scores ``(B, ..., Tq, Tk)``; returns
+    ``(q_ids (B, Tq), kv_ids (B, Tk))`` (the caller's objects, unconverted), or None.
+
+    ``segment_ids`` is one integer ``(B, T)`` for self-attention (``Tq == Tk``; queries and
+    keys share it) or a pair ``(q_ids (B, Tq), kv_ids (B, Tk))``. Query ``i`` may attend
+    key ``j`` only if their ids are equal; an id < 0 is padding.
+    """
+    if segment_ids is None:
+        return None
+    shape = tuple(int(n) for n in scores_shape)
+    if len(shape) < 3:
+        raise ValueError(
+            f"segment_ids need scores with a batch axis (B, ..., Tq, Tk), got scores {shape}"
+        )
+    B, Tq, Tk = shape[0], shape[-2], shape[-1]
+    if isinstance(segment_ids, (tuple, list)):
+        if len(segment_ids) != 2:
+            raise ValueError(
+                f"segment_ids must be one (B, T) array or a pair (q_ids, kv_ids), got "
+                f"{len(segment_ids)} items"
+            )
+        q_ids, kv_ids = segment_ids
+    else:
+        if Tq != Tk:
+            raise ValueError(
+                f"one segment_ids array serves self-attention (Tq == Tk); scores {shape} have "
+                f"Tq={Tq}, Tk={Tk}: pass a pair (q_ids (B, Tq), kv_ids (B, Tk))"
+            )
+        q_ids = kv_ids = segment_ids
+    for name, ids, T, axis in (("q_ids", q_ids, Tq, "Tq"), ("kv_ids", kv_ids, Tk, "Tk")):
+        if not hasattr(ids, "shape"):
+            raise TypeError(f"segment_ids {name} must be an integer array or tensor, got "
+                            f"{type(ids).__name__}")
+        if _dtype_name(ids) not in _INT_NAMES:
+            raise TypeError(f"segment_ids {name} must hold integers, got dtype {_dtype_name(ids)}")
+        if shape_of(ids) != (B, T):
+            what = "(B, T)" if q_ids is kv_ids else f"(B, {axis})"
+            raise ValueError(
+                f"segment_ids {name} must have shape {what} = ({B}, {T}) for scores {shape}, "
+                f"got {shape_of(ids)}"
+            )
+    return q_ids, kv_ids
 
 
 # -- scalars -----------------------------------------------------------------------------
