@@ -110,7 +110,7 @@ def test_decode_rejects_bad_arguments(at):
 def test_batch_beyond_the_grid_y_cap_is_launched_in_slices(at, monkeypatch):
     """B * Hkv programs sit on CUDA grid axis 1 (cap 65535, none in the interpreter, so
     the cap is lowered): slices of the batch must give the single launch's result."""
-    import attnkit.triton.flash as flash
+    import attnkit.triton._launch as flash
 
     k_cache, v_cache = _cache(3, 2, 32, 32, seed=9)
     q = torch.randn(3, 4, 2, 32, generator=torch.Generator().manual_seed(10)).to(DEVICE, DTYPE)
