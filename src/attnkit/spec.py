@@ -22,8 +22,6 @@ import math
 import numbers
 from typing import Any
 
-import numpy as np
-
 __all__ = [
     "CAUSAL_ALIGNMENTS",
     "LN2",
@@ -64,6 +62,25 @@ def shape_of(x: Any) -> tuple[int, ...]:
     return tuple(int(n) for n in x.shape)
 
 
+def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy's broadcasting of two shapes, in plain Python (``np.broadcast_shapes`` costs
+    ~10 us a call, which a decode step that checks its inputs pays every token).
+
+    Raises:
+        ValueError: the shapes do not broadcast.
+    """
+    if a == b:
+        return a
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"shapes {a} and {b} do not broadcast")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
 # -- q, k, v -----------------------------------------------------------------------------
 
 
@@ -79,18 +96,20 @@ def check_qkv(q: Any, k: Any, v: Any, *, batched: bool = False) -> int:
         The group size ``G = H // Hkv`` (1 when heads match or there is no head axis).
     """
     qs, ks, vs = shape_of(q), shape_of(k), shape_of(v)
-    shapes = f"q {qs}, k {ks}, v {vs}"
     if batched:
         if len(qs) != 4 or len(ks) != 4 or len(vs) != 4:
             raise ValueError(
-                f"expected q (B, H, Tq, Dk), k (B, Hkv, Tk, Dk), v (B, Hkv, Tk, Dv); got {shapes}"
+                "expected q (B, H, Tq, Dk), k (B, Hkv, Tk, Dk), v (B, Hkv, Tk, Dv); "
+                f"got q {qs}, k {ks}, v {vs}"
             )
         if not qs[0] == ks[0] == vs[0]:
-            raise ValueError(f"q, k, v must share the batch size B (no broadcasting): {shapes}")
+            raise ValueError(
+                f"q, k, v must share the batch size B (no broadcasting): q {qs}, k {ks}, v {vs}"
+            )
     if len(qs) < 2 or len(ks) < 2 or len(vs) < 2:
-        raise ValueError(f"q, k, v need at least 2 dims (T, D), got {shapes}")
+        raise ValueError(f"q, k, v need at least 2 dims (T, D), got q {qs}, k {ks}, v {vs}")
     if not len(qs) == len(ks) == len(vs):
-        raise ValueError(f"q, k, v must have the same number of dims, got {shapes}")
+        raise ValueError(f"q, k, v must have the same number of dims, got q {qs}, k {ks}, v {vs}")
     if qs[-1] != ks[-1]:
         raise ValueError(f"q and k must share Dk: q {qs} has Dk={qs[-1]}, k {ks} has Dk={ks[-1]}")
     if ks[:-1] != vs[:-1]:
@@ -108,7 +127,7 @@ def check_qkv(q: Any, k: Any, v: Any, *, batched: bool = False) -> int:
         G = H // Hkv
     n = 3 if G > 1 else 2  # with GQA the head axes were checked above
     try:
-        np.broadcast_shapes(qs[:-n], ks[:-n])
+        broadcast_shapes(qs[:-n], ks[:-n])
     except ValueError:
         raise ValueError(f"batch dims of q {qs} and k {ks} do not broadcast") from None
     return G
@@ -118,7 +137,7 @@ def scores_shape(q: Any, k: Any, G: int) -> tuple[int, ...]:
     """The scores' shape ``(..., H, Tq, Tk)`` of q and k that passed :func:`check_qkv`."""
     qs, ks = shape_of(q), shape_of(k)
     n = 3 if G > 1 else 2
-    lead = tuple(np.broadcast_shapes(qs[:-n], ks[:-n]))
+    lead = broadcast_shapes(qs[:-n], ks[:-n])
     head = (qs[-3],) if G > 1 else ()
     return lead + head + (qs[-2], ks[-2])
 
@@ -138,7 +157,7 @@ def check_broadcast(name: str, arr_shape: Any, target: Any) -> None:
     without changing their shape."""
     arr_shape, target = tuple(arr_shape), tuple(target)  # "(2, 3)", never "torch.Size"
     try:
-        b = np.broadcast_shapes(arr_shape, target)
+        b = broadcast_shapes(arr_shape, target)
     except ValueError:
         b = None
     if b != target:
@@ -175,6 +194,12 @@ def check_window(window: object) -> tuple[int | None, int | None] | None:
     return (None if left is None else int(left), None if right is None else int(right))
 
 
+def _is_bool(x: object) -> bool:
+    """A Python or NumPy bool (``numpy.bool``, told by its type's name: this module imports
+    no array library)."""
+    return isinstance(x, bool) or type(x).__name__ in ("bool", "bool_")
+
+
 # How a causal mask lines up when Tq != Tk. "bottom_right" (``causal=True``, attnkit's
 # default): query i sees key j iff j <= i + Tk - Tq, the last query sees every key (a KV
 # cache). "top_left" (PyTorch SDPA's and JAX's ``is_causal``): j <= i.
@@ -186,7 +211,7 @@ def check_causal(causal: object) -> str | None:
 
     ``True`` means ``"bottom_right"``; ``False`` (or None) means no causal mask.
     """
-    if causal is None or isinstance(causal, (bool, np.bool_)):
+    if causal is None or _is_bool(causal):
         return "bottom_right" if causal else None
     if isinstance(causal, str):
         if causal not in CAUSAL_ALIGNMENTS:
@@ -239,7 +264,7 @@ def check_softcap(softcap: object) -> float | None:
     ``softcap * tanh(s / softcap)`` after the scale, before bias and masks."""
     if softcap is None:
         return None
-    if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, numbers.Real):
+    if _is_bool(softcap) or not isinstance(softcap, numbers.Real):
         raise TypeError(f"softcap must be a positive float or None, got {softcap!r}")
     cap = float(softcap)
     if not (math.isfinite(cap) and cap > 0.0):
