@@ -31,6 +31,10 @@ _DKDV_TABLE = [
     (128, 32, 8, 2, 16, 128),
     (128, 16, 8, 2, 16, 128),
     (64, 32, 8, 2, 16, 128),
+    # With segment ids at D = 128 every tile above spills (the ids and their mask take
+    # registers); these two do not (ptxas, sm_90, bf16), nor do they without segments.
+    (128, 16, 8, 1, 16, 128),
+    (64, 16, 8, 2, 16, 128),
     (64, 32, 4, 3, 16, 64),
     (64, 16, 8, 1, 256, 256),
     (32, 32, 4, 1, 256, 256),
