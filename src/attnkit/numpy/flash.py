@@ -38,6 +38,7 @@ from ..spec import (
     resolve_band,
     scores_shape,
 )
+from ._plan import blas_threads_limited, plan
 from .attention import _floats
 from .groups import fold_grouped, grouped, kv_grouped, sum_to_shape, ungrouped
 from .masks import segment_mask
@@ -81,12 +82,10 @@ class _Problem(NamedTuple):
 
 def _problem(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool | str, window: Window | None,
-    scale: float | None, block_q: int, block_k: int, softcap: float | None = None,
+    scale: float | None, softcap: float | None = None,
     sinks: np.ndarray | None = None, segment_ids: object = None,
 ) -> _Problem:
     G = check_qkv(q, k, v)
-    if block_q < 1 or block_k < 1:
-        raise ValueError(f"block sizes must be positive, got block_q={block_q}, block_k={block_k}")
     dt = compute_dtype(np.result_type(q.dtype, k.dtype, v.dtype))
     Tq, Tk = q.shape[-2], k.shape[-2]
     left, right = resolve_band(causal, window, Tq, Tk)
@@ -148,9 +147,9 @@ def flash_attention(
     softcap: float | None = None,
     sinks: np.ndarray | None = None,
     segment_ids: object = None,
-    block_q: int = 64,
-    block_k: int = 64,
-    num_threads: int = 1,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    num_threads: int | None = None,
     return_lse: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Attention computed block by block; equal to :func:`scaled_dot_product_attention`.
@@ -164,15 +163,17 @@ def flash_attention(
         window: ``(left, right)`` band around the bottom-right diagonal; None = unbounded.
         scale: defaults to ``1/sqrt(Dk)``.
         softcap, sinks, segment_ids: as :func:`scaled_dot_product_attention`.
-        block_q, block_k: tile sizes. A tile holds every head's ``block_q x block_k``
-            scores. The 64 x 64 default shows the algorithm at small sizes; for speed
-            at long T pass 128 x 256, which amortises the per-tile Python and ufunc
-            overhead (64 x 64 costs ~45% more CPU time at T=4096) while staying
-            cache-sized.
+        block_q, block_k: tile sizes; a tile holds every head's ``block_q x block_k``
+            scores. None (the default) picks 128 x 256, clipped to the lengths: larger
+            tiles amortise the per-tile Python and ufunc overhead (64 x 64 costs ~45%
+            more CPU time at T=4096) while staying cache-sized (see
+            :mod:`attnkit.numpy._plan`).
         num_threads: query blocks run on this many threads (NumPy releases the GIL in
-            BLAS and ufuncs). With more than one, limit BLAS to one thread per caller
-            (``OPENBLAS_NUM_THREADS=1`` or threadpoolctl): BLAS threads started inside
-            each worker oversubscribe the cores (measured 3-9x slower on a busy 2-core box).
+            BLAS and ufuncs). None (the default) uses one per usable core, at most one
+            per query block. With more than one, BLAS runs one thread per worker for the
+            call (through threadpoolctl; its own threads inside each worker would
+            oversubscribe the cores, measured 3-9x slower on a busy 2-core box); without
+            threadpoolctl the default is one thread.
         return_lse: also return the log-sum-exp (as :func:`attnkit.triton.flash_attention`
             does: ``out`` alone by default, ``(out, lse)`` on request).
 
@@ -183,7 +184,9 @@ def flash_attention(
         With ``sinks`` the LSE includes the sink (a row with no allowed key: the sink).
     """
     q, k, v = _floats("q", q), _floats("k", k), _floats("v", v)
-    prob = _problem(q, k, v, causal, window, scale, block_q, block_k, softcap, sinks, segment_ids)
+    prob = _problem(q, k, v, causal, window, scale, softcap, sinks, segment_ids)
+    work = plan(q.shape[-2], k.shape[-2], block_q, block_k, num_threads)
+    block_q, block_k = work.block_q, work.block_k
     G, dt, scale, left, right, qg, kg, vg, lead = prob[:9]
     Tq, Tk, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
     offset = Tk - Tq  # bottom-right alignment: query i's diagonal key is i + offset
@@ -247,8 +250,8 @@ def flash_attention(
             lse[..., i0:i1] = np.where(l_i != 0, m_i * dt.type(LN2) + np.log(l_i), -np.inf)
 
     starts = range(0, Tq, block_q)
-    if num_threads > 1 and len(starts) > 1:
-        with ThreadPoolExecutor(max_workers=num_threads) as pool:
+    if work.threads > 1 and len(starts) > 1:
+        with blas_threads_limited(work.limit_blas), ThreadPoolExecutor(work.threads) as pool:
             list(pool.map(one_query_block, starts))
     else:
         for i0 in starts:
@@ -313,8 +316,8 @@ def flash_attention_backward(
     softcap: float | None = None,
     sinks: np.ndarray | None = None,
     segment_ids: object = None,
-    block_q: int = 64,
-    block_k: int = 64,
+    block_q: int | None = None,
+    block_k: int | None = None,
 ) -> tuple[np.ndarray, ...]:
     """VJP of :func:`flash_attention`, block by block, from the saved ``out`` and ``lse``.
 
@@ -343,7 +346,9 @@ def flash_attention_backward(
         ``sinks``, ``(dq, dk, dv, d_sinks (H,))``.
     """
     q, k, v = _floats("q", q), _floats("k", k), _floats("v", v)
-    prob = _problem(q, k, v, causal, window, scale, block_q, block_k, softcap, sinks, segment_ids)
+    prob = _problem(q, k, v, causal, window, scale, softcap, sinks, segment_ids)
+    tiles = plan(q.shape[-2], k.shape[-2], block_q, block_k, 1)
+    block_q, block_k = tiles.block_q, tiles.block_k
     G, dt, scale, left, right, qg, kg, vg, lead = prob[:9]
     Tq, Tk = q.shape[-2], k.shape[-2]
     heads = lead if G == 1 else lead[:-2] + (lead[-2] * G,)
