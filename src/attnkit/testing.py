@@ -1,8 +1,8 @@
 """Judging a backend: the one float64 reference, and the error rule every backend is judged by.
 
 :func:`reference_attention` is the float64 reference every attention test compares with:
-written from the definitions (attnkit's masks, variants and their order), row by row, without calling any attnkit
-backend, so it can judge the NumPy oracle too. It returns the output, the weights, the
+written from the definitions (masks, variants and their order), row by row, without calling
+any attnkit backend, so it can judge the NumPy oracle too. It returns the output, the weights, the
 log-sum-exp and, given a cotangent, the gradients, and covers every option of every backend
 (mask, bias, valid_lens, causal (either alignment), window, scale, softcap, sinks,
 segment_ids, ALiBi, GQA).
