@@ -31,21 +31,31 @@ def _qkv(Tq: int = 9, Tk: int = 11, grad: bool = True):
 @pytest.mark.parametrize("causal, left, right", [(True, None, None), (False, 3, 1)])
 def test_opcheck_flash_forward(causal, left, right, at):
     q, k, v = _qkv()
-    torch.library.opcheck(torch.ops.attnkit.flash_fwd.default,
-                          (q, k, v, causal, left, right, 0.25, None, None))
+    sinks = torch.zeros(2, device=DEVICE, requires_grad=True)
+    torch.library.opcheck(
+        torch.ops.attnkit.flash_fwd.default,
+        (q, k, v, sinks, "bottom_right" if causal else "none", left, right, 0.25, None, None,
+         None, None))
 
 
 def test_opcheck_flash_backward(at):
     q, k, v = _qkv(grad=False)
     out, lse = at.flash_attention_forward(q, k, v, causal=True)
     dout = torch.randn_like(out)
-    torch.library.opcheck(torch.ops.attnkit.flash_bwd.default,
-                          (dout, q, k, v, out, lse, None, True, None, None, 0.25, 5.0, None))
+    ids = torch.tensor([[0] * 5 + [1] * 4]).to(DEVICE), torch.tensor([[0] * 6 + [1] * 5]).to(DEVICE)
+    torch.library.opcheck(
+        torch.ops.attnkit.flash_bwd.default,
+        (dout, q, k, v, out, lse, None, "bottom_right", None, None, 0.25, 5.0, None, *ids))
 
 
 def test_opcheck_decode(at):
     q, k, v = _qkv(Tq=2, Tk=20, grad=False)
-    torch.library.opcheck(torch.ops.attnkit.decode.default, (q, k, v, 13, 0.25, 2))
+    torch.library.opcheck(torch.ops.attnkit.decode.default,
+                          (q, k, v, 13, None, 0.25, None, None, None, None, 2))
+    lens = torch.tensor([13]).to(DEVICE)
+    torch.library.opcheck(torch.ops.attnkit.decode.default,
+                          (q, k, v, 0, lens, 0.25, 3.0, torch.zeros(2, device=DEVICE), 4, None,
+                           None))
 
 
 def test_flash_attention_compiles_whole_and_matches_eager(at):
@@ -53,9 +63,11 @@ def test_flash_attention_compiles_whole_and_matches_eager(at):
     forward and backward, with eager mode's values."""
     torch._dynamo.reset()
     q, k, v = _qkv()
+    sinks = torch.zeros(2, device=DEVICE)
 
     def fn(q, k, v):
-        out, lse = at.flash_attention(q, k, v, causal=True, window=(4, None), return_lse=True)
+        out, lse = at.flash_attention(q, k, v, causal=True, window=(4, None), sinks=sinks,
+                                      return_lse=True)
         return (out * out).sum() + lse.sum()
 
     counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")

@@ -1,19 +1,24 @@
 """attnkit's Triton kernels as ``torch.library`` custom ops, and the public functions on them.
 
-Registered ops (schemas plain: tensors, bools, ints, floats; every option resolved first)::
+Registered ops (schemas plain: tensors, bools, ints, floats, strings; every option
+resolved first)::
 
-    attnkit::flash_fwd(q, k, v, causal, left?, right?, scale, softcap?, alibi_slopes?)
-        -> (out, lse)                       autograd through attnkit::flash_bwd
+    attnkit::flash_fwd(q, k, v, sinks?, causal, left?, right?, scale, softcap?,
+                       alibi_slopes?, q_ids?, kv_ids?) -> (out, lse)
+        autograd: dq, dk, dv through attnkit::flash_bwd; dsinks in closed form
     attnkit::flash_bwd(dout, q, k, v, out, lse, dlse?, causal, left?, right?, scale,
-                       softcap?, alibi_slopes?) -> (dq, dk, dv)
-    attnkit::decode(q, k_cache, v_cache, cache_len, scale, num_splits?) -> (out, lse)
+                       softcap?, alibi_slopes?, q_ids?, kv_ids?) -> (dq, dk, dv)
+    attnkit::decode(q, k_cache, v_cache, cache_len, cache_lens?, scale, softcap?, sinks?,
+                    left?, right?, num_splits?) -> (out, lse)
 
-Each has a fake (meta) implementation giving its outputs' shapes and dtypes, so
+``causal`` is ``"none"``, ``"bottom_right"`` or ``"top_left"``. Each op has a fake
+(meta) implementation giving its outputs' shapes and dtypes, so
 ``torch.compile(fullgraph=True)`` traces through a kernel as one node instead of breaking
 the graph at a Triton launch, and ``torch.library.opcheck`` checks the registrations
 (tests/triton/test_ops.py). The implementations are the launchers of
 :mod:`attnkit.triton.flash` and :mod:`attnkit.triton.decode`; the functions below check
-and resolve the options (scale, window), call the op, and shape the result.
+and resolve the options (scale, window, causal alignment, segment ids), call the op, and
+shape the result.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ import operator
 import torch
 from torch import Tensor
 
-from ..spec import check_qkv, check_window, default_scale
+from ..spec import check_causal, check_segment_ids, check_window, default_scale
 from . import decode as _decode
 from . import flash as _flash
+from ._variants import sinks_grad
 
 __all__ = [
     "decode_attention",
@@ -39,60 +45,77 @@ def _window(left: int | None, right: int | None) -> tuple[int | None, int | None
     return None if left is None and right is None else (left, right)
 
 
+def _causal(causal: str) -> bool | str:
+    return False if causal == "none" else causal
+
+
+def _ids(q_ids: Tensor | None, kv_ids: Tensor | None) -> tuple[Tensor, Tensor] | None:
+    return None if q_ids is None or kv_ids is None else (q_ids, kv_ids)
+
+
+def _fake_out(q: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    B, H, Tq, _ = q.shape
+    return q.new_empty((B, H, Tq, v.shape[-1])), q.new_empty((B, H, Tq), dtype=torch.float32)
+
+
 # -- attnkit::flash_fwd / flash_bwd --------------------------------------------------------
 
 
 @torch.library.custom_op("attnkit::flash_fwd", mutates_args=())
 def _flash_fwd(
-    q: Tensor, k: Tensor, v: Tensor, causal: bool, left: int | None, right: int | None,
-    scale: float, softcap: float | None, alibi_slopes: Tensor | None,
+    q: Tensor, k: Tensor, v: Tensor, sinks: Tensor | None, causal: str, left: int | None,
+    right: int | None, scale: float, softcap: float | None, alibi_slopes: Tensor | None,
+    q_ids: Tensor | None, kv_ids: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     return _flash.flash_attention_forward(
-        q, k, v, causal=causal, window=_window(left, right), scale=scale, softcap=softcap,
-        alibi_slopes=alibi_slopes,
+        q, k, v, causal=_causal(causal), window=_window(left, right), scale=scale,
+        softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
+        segment_ids=_ids(q_ids, kv_ids),
     )
 
 
 @_flash_fwd.register_fake
-def _flash_fwd_fake(q, k, v, causal, left, right, scale, softcap, alibi_slopes):  # type: ignore[no-untyped-def]
-    check_qkv(q, k, v, batched=True)
-    B, H, Tq, _ = q.shape
-    return q.new_empty((B, H, Tq, v.shape[-1])), q.new_empty((B, H, Tq), dtype=torch.float32)
+def _flash_fwd_fake(q, k, v, *options):  # type: ignore[no-untyped-def]
+    return _fake_out(q, v)
 
 
 @torch.library.custom_op("attnkit::flash_bwd", mutates_args=())
 def _flash_bwd(
     dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-    dlse: Tensor | None, causal: bool, left: int | None, right: int | None, scale: float,
-    softcap: float | None, alibi_slopes: Tensor | None,
+    dlse: Tensor | None, causal: str, left: int | None, right: int | None, scale: float,
+    softcap: float | None, alibi_slopes: Tensor | None, q_ids: Tensor | None,
+    kv_ids: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     return _flash.flash_attention_backward(
-        dout, q, k, v, out, lse, causal=causal, window=_window(left, right), scale=scale,
-        softcap=softcap, alibi_slopes=alibi_slopes, dlse=dlse,
+        dout, q, k, v, out, lse, causal=_causal(causal), window=_window(left, right),
+        scale=scale, softcap=softcap, alibi_slopes=alibi_slopes,
+        segment_ids=_ids(q_ids, kv_ids), dlse=dlse,
     )
 
 
 @_flash_bwd.register_fake
-def _flash_bwd_fake(dout, q, k, v, out, lse, dlse, causal, left, right, scale, softcap,  # type: ignore[no-untyped-def]
-                    alibi_slopes):
+def _flash_bwd_fake(dout, q, k, v, *rest):  # type: ignore[no-untyped-def]
     return tuple(torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
 
 
 def _flash_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
-    q, k, v, causal, left, right, scale, softcap, alibi_slopes = inputs
+    q, k, v, sinks, *options = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, alibi_slopes)
-    ctx.options = (causal, left, right, scale, softcap)
+    ctx.save_for_backward(q, k, v, out, lse, sinks)
+    ctx.options = options  # causal, left, right, scale, softcap, alibi_slopes, q/kv ids
 
 
 def _flash_backward(ctx, dout, dlse):  # type: ignore[no-untyped-def]
-    q, k, v, out, lse, alibi_slopes = ctx.saved_tensors
-    causal, left, right, scale, softcap = ctx.options
+    q, k, v, out, lse, sinks = ctx.saved_tensors
+    causal, left, right, scale, softcap, alibi_slopes, q_ids, kv_ids = ctx.options
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv = _flash_bwd(dout, q, k, v, out, lse, dlse, causal, left, right, scale,
-                            softcap, alibi_slopes)
-    return dq, dk, dv, None, None, None, None, None, None
+                            softcap, alibi_slopes, q_ids, kv_ids)
+    dsinks = None
+    if sinks is not None and ctx.needs_input_grad[3]:
+        dsinks = sinks_grad(sinks.to(device=q.device), out, dout, lse, dlse).to(sinks)
+    return (dq, dk, dv, dsinks) + (None,) * 8
 
 
 def _no_double_backward(ctx, *grads):  # type: ignore[no-untyped-def]
@@ -111,19 +134,20 @@ _flash_bwd.register_autograd(_no_double_backward, setup_context=lambda ctx, inpu
 
 @torch.library.custom_op("attnkit::decode", mutates_args=())
 def _decode_op(
-    q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_len: int, scale: float,
-    num_splits: int | None,
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_len: int, cache_lens: Tensor | None,
+    scale: float, softcap: float | None, sinks: Tensor | None, left: int | None,
+    right: int | None, num_splits: int | None,
 ) -> tuple[Tensor, Tensor]:
-    return _decode.decode_attention(q, k_cache, v_cache, cache_len, scale=scale,
-                                    return_lse=True, num_splits=num_splits)
+    return _decode.decode_attention(
+        q, k_cache, v_cache, cache_len if cache_lens is None else cache_lens, scale=scale,
+        softcap=softcap, sinks=sinks, window=_window(left, right), return_lse=True,
+        num_splits=num_splits,
+    )
 
 
 @_decode_op.register_fake
-def _decode_fake(q, k_cache, v_cache, cache_len, scale, num_splits):  # type: ignore[no-untyped-def]
-    check_qkv(q, k_cache, v_cache, batched=True)
-    B, H, Tq, _ = q.shape
-    return (q.new_empty((B, H, Tq, v_cache.shape[-1])),
-            q.new_empty((B, H, Tq), dtype=torch.float32))
+def _decode_fake(q, k_cache, v_cache, *options):  # type: ignore[no-untyped-def]
+    return _fake_out(q, v_cache)
 
 
 # -- the public functions -------------------------------------------------------------------
@@ -140,16 +164,35 @@ def _options(
     return left, right, default_scale(scale, q.shape[-1])
 
 
+def _segments(
+    segment_ids: object, q: Tensor, k: Tensor
+) -> tuple[Tensor | None, Tensor | None]:
+    """``segment_ids`` (one ``(B, T)`` or a pair) as the ops' ``(q_ids, kv_ids)``."""
+    if segment_ids is None:
+        return None, None
+    shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2]) if q.ndim == 4 and k.ndim == 4 \
+        else tuple(q.shape)
+    pair = check_segment_ids(segment_ids, shape)
+    assert pair is not None
+    return tuple(torch.as_tensor(x) for x in pair)  # type: ignore[return-value]
+
+
+def _alignment(causal: object) -> str:
+    return check_causal(causal) or "none"
+
+
 def flash_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
     window: tuple[int | None, int | None] | None = None,
     scale: float | None = None,
     softcap: float | None = None,
     alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
+    segment_ids: object = None,
     return_lse: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Fused attention with autograd: ``softmax(scale * q k^T [+ features]) v``.
@@ -158,21 +201,32 @@ def flash_attention(
         q: ``(B, H, Tq, Dk)``, float16/bfloat16 (float32 for testing).
         k: ``(B, Hkv, Tk, Dk)``; GQA/MQA when ``Hkv < H`` (K/V never expanded).
         v: ``(B, Hkv, Tk, Dv)``.
-        causal: bottom-right aligned: query ``i`` sees key ``j`` iff ``j <= i + Tk - Tq``.
+        causal: True or ``"bottom_right"``: query ``i`` sees key ``j`` iff ``j <= i + Tk -
+            Tq``; ``"top_left"`` (SDPA's ``is_causal``): iff ``j <= i``.
         window: ``(left, right)``: key ``j`` allowed iff ``diag - left <= j <= diag +
-            right`` with ``diag = i + Tk - Tq``; None (whole or per side) = unbounded.
+            right`` with ``diag = i + Tk - Tq`` (whichever the causal alignment); None
+            (whole or per side) = unbounded.
         scale: defaults to ``1/sqrt(Dk)``.
         softcap: Gemma-2 style ``softcap * tanh(s / softcap)`` on the scaled scores.
         alibi_slopes: ``(H,)`` or ``(B, H)`` float; adds ``-slope * |i + Tk - Tq - j|``
             to the (capped) scores (FlashAttention's convention; not differentiated).
+        sinks: ``(H,)`` float logits (GPT-OSS), differentiable: each adds a column with no
+            value to its head's softmax denominator, and enters the LSE.
+        segment_ids: int ``(B, T)`` for self-attention, or a pair ``(q_ids (B, Tq),
+            kv_ids (B, Tk))``: query ``i`` attends key ``j`` only if their ids are equal;
+            an id < 0 (padding) attends and is attended by nothing. Blocks of queries and
+            keys whose segments do not meet are skipped (packed documents).
         return_lse: also return the natural-log LSE ``(B, H, Tq)``, float32.
 
     Returns:
-        ``out (B, H, Tq, Dv)``, or ``(out, lse)``. Rows with no allowed key: 0 and -inf.
-        The kernels have no double backward (differentiating twice raises).
+        ``out (B, H, Tq, Dv)``, or ``(out, lse)``. Rows with no allowed key: 0 and -inf
+        (with sinks: 0 and the sink). The kernels have no double backward
+        (differentiating twice raises).
     """
     left, right, s = _options(q, window, scale)
-    out, lse = _flash_fwd(q, k, v, bool(causal), left, right, s, softcap, alibi_slopes)
+    q_ids, kv_ids = _segments(segment_ids, q, k)
+    out, lse = _flash_fwd(q, k, v, sinks, _alignment(causal), left, right, s, softcap,
+                          alibi_slopes, q_ids, kv_ids)
     return (out, lse) if return_lse else out
 
 
@@ -181,18 +235,22 @@ def flash_attention_forward(
     k: Tensor,
     v: Tensor,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
     window: tuple[int | None, int | None] | None = None,
     scale: float | None = None,
     softcap: float | None = None,
     alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
+    segment_ids: object = None,
 ) -> tuple[Tensor, Tensor]:
     """Fused attention forward, no autograd: ``(out (B, H, Tq, Dv), lse (B, H, Tq))``.
-    Arguments as :func:`flash_attention` (see :func:`attnkit.triton.flash.
-    flash_attention_forward`, the launcher behind the op)."""
+    Arguments as :func:`flash_attention` (the launcher behind the op is
+    :func:`attnkit.triton.flash.flash_attention_forward`)."""
     left, right, s = _options(q, window, scale)
+    q_ids, kv_ids = _segments(segment_ids, q, k)
     with torch.no_grad():
-        return _flash_fwd(q, k, v, bool(causal), left, right, s, softcap, alibi_slopes)
+        return _flash_fwd(q, k, v, sinks, _alignment(causal), left, right, s, softcap,
+                          alibi_slopes, q_ids, kv_ids)
 
 
 def flash_attention_backward(
@@ -203,42 +261,53 @@ def flash_attention_backward(
     out: Tensor,
     lse: Tensor,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
     window: tuple[int | None, int | None] | None = None,
     scale: float | None = None,
     softcap: float | None = None,
     alibi_slopes: Tensor | None = None,
+    segment_ids: object = None,
     dlse: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Fused attention backward, no autograd: ``(dq, dk, dv)`` from the forward's ``out``
-    and ``lse`` (and an optional ``dlse``). See :func:`attnkit.triton.flash.
-    flash_attention_backward`, the launcher behind the op."""
+    and ``lse`` (which includes any sinks) and an optional ``dlse`` (the launcher behind
+    the op is :func:`attnkit.triton.flash.flash_attention_backward`)."""
     left, right, s = _options(q, window, scale)
-    return _flash_bwd(dout, q, k, v, out, lse, dlse, bool(causal), left, right, s, softcap,
-                      alibi_slopes)
+    q_ids, kv_ids = _segments(segment_ids, q, k)
+    return _flash_bwd(dout, q, k, v, out, lse, dlse, _alignment(causal), left, right, s,
+                      softcap, alibi_slopes, q_ids, kv_ids)
 
 
 def decode_attention(
     q: Tensor,
     k_cache: Tensor,
     v_cache: Tensor,
-    cache_len: int,
+    cache_len: int | Tensor,
     *,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
+    window: tuple[int | None, int | None] | None = None,
     return_lse: bool = False,
     num_splits: int | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Attention of ``Tq`` new queries over the first ``cache_len`` positions of a KV
-    cache, read in place (bottom-right causal among them). See
-    :func:`attnkit.triton.decode.decode_attention`, the launcher behind the op.
+    cache, read in place (bottom-right causal among them). ``cache_len``: an int, or a
+    ``(B,)`` integer tensor (ragged batches, not read back: clamped to the capacity).
+    Other arguments: see :func:`attnkit.triton.decode.decode_attention`, the launcher
+    behind the op.
 
     Returns:
         ``out (B, H, Tq, Dv)`` in q's dtype, or ``(out, lse)``.
     """
-    try:
-        cache_len = operator.index(cache_len)
-    except TypeError:
-        raise TypeError(f"cache_len must be an int, got {type(cache_len).__name__}") from None
-    _, _, s = _options(q, None, scale)
-    out, lse = _decode_op(q, k_cache, v_cache, cache_len, s, num_splits)
+    lens = cache_len if isinstance(cache_len, Tensor) else None
+    if lens is None:
+        try:
+            cache_len = operator.index(cache_len)
+        except TypeError:
+            raise TypeError(f"cache_len must be an int or a (B,) integer tensor, got "
+                            f"{type(cache_len).__name__}") from None
+    left, right, s = _options(q, window, scale)
+    out, lse = _decode_op(q, k_cache, v_cache, 0 if lens is not None else cache_len, lens, s,
+                          softcap, sinks, left, right, num_splits)
     return (out, lse) if return_lse else out
