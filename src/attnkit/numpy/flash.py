@@ -11,6 +11,13 @@ computed relative to ``m_old``; multiplying them by ``alpha = exp(m_old - m_new)
 them. At the end ``out = acc / l_i`` and ``lse = m_i + log(l_i)``. Only a
 ``block_q x block_k`` tile of scores exists at any time, so memory is linear in T.
 
+Precision at large logits: the scores stay in natural units and ``score - m_i`` is formed
+before anything is rounded at their magnitude (a score of 1e4 has a float32 spacing of
+1e-3, which would become a 1e-3 relative error in every probability). The backward needs
+the row's LSE to that precision too: ask for it in float64 (``lse_dtype``; :func:`attnkit.
+numpy.vjp` does) and :func:`flash_attention_backward` recomputes ``P`` as exactly as the
+forward had it, whatever the magnitude of the logits.
+
 Key blocks that lie entirely outside the causal/window band are skipped, not masked.
 
 Two partial results over disjoint key sets combine exactly through their log-sum-exps
@@ -24,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..spec import LN2, LOG2E, Window, check_qkv, default_scale, resolve_band
+from ..spec import Window, check_qkv, default_scale, merge_by_lse, resolve_band
 from .attention import _floats
 from .groups import fold_grouped, grouped, kv_grouped, sum_to_shape, ungrouped
 from .nonfinite import finite_or_zero, weighted_values
@@ -45,6 +52,13 @@ def _band(
     if right is not None:
         keep &= j <= i + right
     return None if keep.all() else keep
+
+
+def _scaled_queries(qg: np.ndarray, i0: int, i1: int, scale: float) -> np.ndarray:
+    """Query rows ``[i0, i1)`` times the scale: the one way the forward and the backward
+    form the scores (``_scaled_queries(...) @ k^T``), so that the backward's recomputed
+    scores are the forward's bit for bit, and so its probabilities match the saved LSE."""
+    return qg[..., i0:i1, :] * qg.dtype.type(scale)
 
 
 class _Problem(NamedTuple):
@@ -89,6 +103,7 @@ def flash_attention(
     block_k: int = 64,
     num_threads: int = 1,
     return_lse: bool = False,
+    lse_dtype: np.dtype | type | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Attention computed block by block; equal to :func:`scaled_dot_product_attention`.
 
@@ -110,6 +125,11 @@ def flash_attention(
             each worker oversubscribe the cores (measured 3-9x slower on a busy 2-core box).
         return_lse: also return the log-sum-exp (as :func:`attnkit.triton.flash_attention`
             does: ``out`` alone by default, ``(out, lse)`` on request).
+        lse_dtype: the returned LSE's dtype, never narrower than the statistics dtype
+            (float32, float64 for float64 input, the default). ``np.float64`` carries the
+            float32 row max and sum without rounding them together at the LSE's
+            magnitude: what :func:`flash_attention_backward` and :func:`merge_partials`
+            need for float32 gradients and merges that are exact at logits ~1e4.
 
     Returns:
         ``out (..., H, Tq, Dv)`` in the input dtype, or ``(out, lse (..., H, Tq))`` with
@@ -123,7 +143,8 @@ def flash_attention(
     Tq, Tk, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
     offset = Tk - Tq  # bottom-right alignment: query i's diagonal key is i + offset
     out = np.zeros(lead + (Tq, Dv), dtype=dt)
-    lse = np.full(lead + (Tq,), -np.inf, dtype=dt)
+    lse_dt = np.result_type(dt, dt if lse_dtype is None else lse_dtype)
+    lse = np.full(lead + (Tq,), -np.inf, dtype=lse_dt)
 
     # K^T laid out once (one K-sized copy, linear in T): each tile's q @ k^T then reads
     # contiguous rows, BLAS's fast path.
@@ -133,10 +154,10 @@ def flash_attention(
 
     def one_query_block(i0: int) -> None:
         i1 = min(i0 + block_q, Tq)
-        # Scores in base 2 (log2(e) folded into the scale): NumPy's exp2 loop is ~1.5x
-        # faster than its exp, and exp2(s*log2(e) - m) is the same softmax. m_i is in
-        # base-2 units too; lse goes back to natural log at the end.
-        qi = qg[..., i0:i1, :] * dt.type(scale * LOG2E)
+        # Natural units throughout: scores folded into base 2 (log2(e) in the scale) are
+        # rounded at their magnitude before the max is taken off, 1e-3 at 1e4 in float32.
+        # (NumPy's float32 exp is as fast as exp2 here: no reason for base 2.)
+        qi = _scaled_queries(qg, i0, i1, scale)
         m_i = np.full(lead + (i1 - i0,), -np.inf, dtype=dt)
         l_i = np.zeros(lead + (i1 - i0,), dtype=dt)
         acc = np.zeros(lead + (i1 - i0, Dv), dtype=dt)
@@ -156,8 +177,8 @@ def flash_attention(
             # A row with nothing allowed yet keeps m = -inf; rebase against 0 instead.
             m_safe = np.where(np.isneginf(m_new), 0.0, m_new).astype(dt, copy=False)
             s -= m_safe[..., None]
-            p = np.exp2(s, out=s)  # exp(score - m), in the score buffer
-            alpha = np.exp2(m_i - m_safe)  # exp(-inf) = 0 on the first allowed block
+            p = np.exp(s, out=s)  # exp(score - m), in the score buffer
+            alpha = np.exp(m_i - m_safe)  # exp(-inf) = 0 on the first allowed block
             l_i *= alpha
             l_i += p @ ones[: j1 - j0]  # row sums; a BLAS matvec reads p ~3x faster than sum()
             acc *= alpha[..., None]
@@ -167,8 +188,10 @@ def flash_attention(
         out[..., i0:i1, :] = np.divide(
             acc, l_i[..., None], out=np.zeros_like(acc), where=l_i[..., None] != 0
         )
+        # m_i and l_i are summed in the LSE's dtype: in float64 nothing is lost.
+        m_w, l_w = m_i.astype(lse.dtype), l_i.astype(lse.dtype)
         with np.errstate(divide="ignore"):
-            lse[..., i0:i1] = np.where(l_i != 0, m_i * dt.type(LN2) + np.log(l_i), -np.inf)
+            lse[..., i0:i1] = np.where(l_i != 0, m_w + np.log(l_w), -np.inf)
 
     starts = range(0, Tq, block_q)
     if num_threads > 1 and len(starts) > 1:
@@ -188,10 +211,10 @@ def merge_partials(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Combine attention over two disjoint key sets into attention over their union.
 
-    With ``lse = log(exp(lse_a) + exp(lse_b))`` each side carries the share
-    ``exp(lse_side - lse)`` of the total softmax mass, so
-    ``out = exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b``.
-    ``np.logaddexp`` is stable for large LSE; a side with ``lse = -inf`` (no allowed key)
+    Each side's weight is ``exp(lse_side - m)`` with ``m`` the larger LSE, and the output
+    is normalised by the sum of the weights (:func:`attnkit.spec.merge_by_lse`, the rule
+    ring attention shares): stable at any finite LSE in any dtype, and merging two
+    identical partials returns them unchanged. A side with ``lse = -inf`` (no allowed key)
     contributes nothing, and both sides ``-inf`` give output 0 and ``lse = -inf``.
 
     Args:
@@ -208,19 +231,25 @@ def merge_partials(
             f"partials do not match: out_a {out_a.shape}, lse_a {lse_a.shape}, out_b "
             f"{out_b.shape}, lse_b {lse_b.shape}; expected out (..., Tq, Dv), lse (..., Tq)"
         )
-    lse = np.logaddexp(lse_a, lse_b)
-    finite = ~np.isneginf(lse)
-    safe = np.where(finite, lse, 0.0)
-    w_a = np.where(finite & ~np.isneginf(lse_a), np.exp(lse_a - safe), 0.0)[..., None]
-    w_b = np.where(finite & ~np.isneginf(lse_b), np.exp(lse_b - safe), 0.0)[..., None]
-    # where(), not a bare product: an empty side's output never leaks into the result
-    # (its 0 * nan / 0 * inf products are discarded, so they need not warn either).
+    # An empty side's 0 * inf products are discarded by the rule's where(); no warning.
     with np.errstate(invalid="ignore"):
-        out = np.where(w_a != 0, w_a * out_a, 0.0) + np.where(w_b != 0, w_b * out_b, 0.0)
+        out, lse = merge_by_lse(out_a, lse_a, out_b, lse_b, np)
     return out.astype(np.result_type(out_a.dtype, out_b.dtype), copy=False), lse
 
 
 # -- backward -----------------------------------------------------------------------------
+
+
+def _split_lse(lse: np.ndarray, dt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """``lse`` as ``hi + lo`` in ``dt``: ``hi`` its rounding, ``lo`` the rest (0 when
+    ``lse`` is no wider than ``dt``). An empty row (``-inf``) gets ``hi = +inf``, ``lo = 0``,
+    so that ``exp((s - hi) - lo)`` is 0 there with no ``inf - inf``."""
+    hi = lse.astype(dt)
+    lo = np.zeros_like(hi)
+    if np.dtype(lse.dtype).itemsize > dt.itemsize:
+        fin = np.isfinite(lse)
+        lo = np.where(fin, lse - np.where(fin, hi, 0), 0).astype(dt)
+    return np.where(np.isneginf(hi), np.inf, hi), lo
 
 
 def flash_attention_backward(
@@ -240,7 +269,12 @@ def flash_attention_backward(
     """VJP of :func:`flash_attention`, block by block, from the saved ``out`` and ``lse``.
 
     The probabilities are recomputed tile by tile as ``P = exp(S - lse)`` (exactly the
-    normalised softmax, since ``lse`` is each row's log normaliser). For ``O = P V``:
+    normalised softmax, since ``lse`` is each row's log normaliser), from the forward's
+    scores bit for bit. ``S - lse`` is formed as ``(S - hi) - lo`` with ``hi + lo`` the LSE
+    split into the compute dtype, so a float64 ``lse`` (``flash_attention(...,
+    lse_dtype=np.float64)``) keeps float32 probabilities exact at any magnitude; a float32
+    one bounds their relative error by its own rounding, ``eps * |lse|`` (5e-4 at 1e4).
+    For ``O = P V``:
     ``dV = P^T dO`` and ``dP = dO V^T``; the softmax backward
     ``dS = P * (dP - rowsum(dP * P))`` needs one number per row,
     ``D_i = rowsum(dP * P) = rowsum(dO * (P V)) = rowsum(dO * O)``, computed once up front.
@@ -252,7 +286,7 @@ def flash_attention_backward(
     Args:
         d_out: cotangent of ``out``, ``(..., H, Tq, Dv)``.
         q, k, v: the forward's inputs.
-        out, lse: the forward's outputs.
+        out, lse: the forward's outputs (``lse`` best in float64, see above).
         causal, window, scale, block_q, block_k: as given to the forward.
 
     Returns:
@@ -274,37 +308,38 @@ def flash_attention_backward(
     dog = grouped(d_out.astype(dt, copy=False), G)  # (..., Hkv, G, Tq, Dv)
     # D_i = rowsum(dO * O), one number per query row.
     delta = np.sum(dog * grouped(out.astype(dt, copy=False), G), axis=-1)  # (..., Hkv, G, Tq)
-    # An empty row has lse = -inf; using +inf there makes exp(S - lse) = 0 with no inf - inf.
-    lse_g = grouped(lse.astype(dt, copy=False)[..., None], G)[..., 0]
-    lse_g = np.where(np.isneginf(lse_g), np.inf, lse_g)
+    hi, lo = (grouped(x[..., None], G)[..., 0] for x in _split_lse(lse, dt))
     offset = Tk - Tq
     dq = np.zeros(lead + (Tq, q.shape[-1]), dtype=dt)
     dk = np.zeros(k.shape, dtype=dt)
     dv = np.zeros(v.shape, dtype=dt)
     s_scale = dt.type(scale)
+    kT = np.ascontiguousarray(np.swapaxes(kg, -1, -2))  # as in the forward
     # The dS matmuls use copies with NaN/inf zeroed (see finite_or_zero); the scores use
     # the originals, so an attended NaN still reaches dS.
     q_mm, k_mm, v_mm = finite_or_zero(qg), finite_or_zero(kg), finite_or_zero(vg)
+    nan_rows = not np.all(np.isfinite(delta))
 
     for i0 in range(0, Tq, block_q):
         i1 = min(i0 + block_q, Tq)
-        qi = qg[..., i0:i1, :]
+        qi = _scaled_queries(qg, i0, i1, scale)
         do_i = dog[..., i0:i1, :]
-        lse_i = lse_g[..., i0:i1, None]
+        hi_i, lo_i = hi[..., i0:i1, None], lo[..., i0:i1, None]
         delta_i = delta[..., i0:i1, None]
         dq_i = np.zeros(lead + (i1 - i0, q.shape[-1]), dtype=dt)
         j_lo = 0 if left is None else max(0, i0 + offset - left)
         j_hi = Tk if right is None else min(Tk, i1 - 1 + offset + right + 1)
         for j0 in range((j_lo // block_k) * block_k, j_hi, block_k):
             j1 = min(j0 + block_k, Tk)
-            kj = kg[..., j0:j1, :]
-            s = (qi * s_scale) @ np.swapaxes(kj, -1, -2)  # (..., bq, bk), as in the forward
+            s = np.matmul(qi, kT[..., j0:j1])  # (..., bq, bk), the forward's scores
             keep = _band(i0, i1, j0, j1, offset, left, right)
             if keep is not None:
                 s = np.where(keep, s, -np.inf)
-            p = np.exp(s - lse_i)  # the forward's probabilities, recomputed
+            p = np.exp((s - hi_i) - lo_i)  # the forward's probabilities, recomputed
             dp = do_i @ np.swapaxes(v_mm[..., j0:j1, :], -1, -2)
             ds = p * (dp - delta_i)
+            if nan_rows:  # a row attending a NaN value: its NaN delta stays on its own keys
+                ds = np.where(p != 0, ds, 0.0)
             dq_i += ds @ k_mm[..., j0:j1, :]
             # sum over the G heads of each group and over broadcast batch dims
             # (..., Hkv, bk, Dv) and (..., Hkv, bk, Dk)
