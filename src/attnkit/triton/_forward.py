@@ -9,10 +9,9 @@ import triton.language as tl
 
 from ._kernels import (
     _KEY,
-    LN2,
-    LOG2E,
     _band,
     _configs,
+    _exp_from,
     _key_ranges,
     _load_tile,
     _prune,
@@ -24,7 +23,7 @@ from ._kernels import (
 @triton.jit
 def _fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_kd, stride_vn, stride_vd,
                offs_m, offs_dk, offs_dv, start, stop, Tk, diag_off, left, right,
-               qk_scale2, sc_in, sc_out2, slope2,
+               qk_scale, sc_in, sc_out, slope,
                Dk: tl.constexpr, Dv: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr,
                HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
@@ -35,21 +34,21 @@ def _fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_kd, stride_vn
         kt = _load_tile(kt_ptrs, offs_dk[:, None], offs_n[None, :], Dk, Tk,
                         Dk != BLOCK_DK, MASKED)
         qk = tl.dot(q, kt, input_precision=PRECISION)
-        s2, _ = _scores(qk, offs_m[:, None], offs_n[None, :], diag_off, qk_scale2, sc_in,
-                        sc_out2, slope2, HAS_SOFTCAP, HAS_ALIBI)
+        s, _ = _scores(qk, offs_m[:, None], offs_n[None, :], diag_off, qk_scale, sc_in,
+                       sc_out, slope, HAS_SOFTCAP, HAS_ALIBI)
         if MASKED:
             keep = _band(offs_m[:, None], offs_n[None, :], Tk, diag_off, left, right, HAS_LEFT,
                          HAS_RIGHT)
-            s2 = tl.where(keep, s2, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s2, 1))
+            s = tl.where(keep, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
             # A row with nothing allowed so far keeps m = -inf; subtract 0 instead so
             # exp2(-inf - -inf) never makes a NaN (its p and alpha come out 0 and 1).
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         else:
-            m_new = tl.maximum(m_i, tl.max(s2, 1))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
             m_use = m_new
-        p = tl.exp2(s2 - m_use[:, None])
-        alpha = tl.exp2(m_i - m_use)
+        p = _exp_from(s, m_use[:, None])
+        alpha = _exp_from(m_i, m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
         vt_ptrs = v_ptrs + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd
         v = _load_tile(vt_ptrs, offs_n[:, None], offs_dv[None, :], Tk, Dv, MASKED,
@@ -58,6 +57,17 @@ def _fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_kd, stride_vn
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
         m_i = m_new
     return acc, l_i, m_i
+
+
+@triton.jit
+def _two_sum(a, b):
+    """``(hi, lo)`` with ``hi = fl(a + b)`` and ``hi + lo == a + b`` exactly (Knuth's
+    two-sum: no assumption on the operands' sizes, no branch)."""
+    hi = a + b
+    b_part = hi - a
+    a_part = hi - b_part
+    lo = (a - a_part) + (b - b_part)
+    return hi, lo
 
 
 # Hopper tile table: (BLOCK_M, BLOCK_N, num_warps, num_stages, smallest and largest padded
@@ -80,12 +90,12 @@ _FWD_TABLE = [
                  prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _fwd_kernel(
-    Q, K, V, O, LSE, SLOPES,
+    Q, K, V, O, LSE, LSE_LO, SLOPES,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
-    H, G, Tq, Tk, diag_off, left, right, qk_scale2, sc_in, sc_out2,
+    H, G, Tq, Tk, diag_off, left, right, qk_scale, sc_in, sc_out,
     Q_BUCKET, K_BUCKET,
     Dk: tl.constexpr, Dv: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
@@ -113,9 +123,9 @@ def _fwd_kernel(
     k_ptrs = K + off_b * stride_kb + off_hkv * stride_kh
     v_ptrs = V + off_b * stride_vb + off_hkv * stride_vh
 
-    slope2 = 0.0
+    slope = 0.0
     if HAS_ALIBI:
-        slope2 = tl.load(SLOPES + off_b * H + off_h) * LOG2E
+        slope = tl.load(SLOPES + off_b * H + off_h)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -129,15 +139,17 @@ def _fwd_kernel(
         acc, l_i, m_i = _fwd_inner(
             acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_kd, stride_vn, stride_vd,
             offs_m, offs_dk, offs_dv, start, stop, Tk, diag_off, left, right,
-            qk_scale2, sc_in, sc_out2, slope2, Dk, Dv, BLOCK_DK, BLOCK_DV, BLOCK_N, region != 1,
+            qk_scale, sc_in, sc_out, slope, Dk, Dv, BLOCK_DK, BLOCK_DV, BLOCK_N, region != 1,
             HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
 
     # A row with no allowed key has l = 0: output 0 and LSE -inf, never 0/0.
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc / l_safe[:, None]
-    lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_safe)) * LN2)
-    tl.store(LSE + off_bh.to(tl.int64) * Tq + offs_m, lse, mask=offs_m < Tq)
+    hi, lo = _two_sum(tl.where(empty, 0.0, m_i), tl.log(l_safe))
+    row = off_bh.to(tl.int64) * Tq + offs_m
+    tl.store(LSE + row, tl.where(empty, float("-inf"), hi), mask=offs_m < Tq)
+    tl.store(LSE_LO + row, lo, mask=offs_m < Tq)
     o_ptrs = (O + off_b * stride_ob + off_h * stride_oh
               + offs_m[:, None] * stride_om + offs_dv[None, :] * stride_od)
     tl.store(o_ptrs, out.to(O.dtype.element_ty),

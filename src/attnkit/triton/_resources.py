@@ -24,8 +24,8 @@ from triton.runtime.jit import JITFunction
 
 from . import _backward, _forward
 
-_FLOATS = ("qk_scale2", "sc_in", "sc_out2", "scale")
-_STATS = ("LSE", "SLOPES", "DELTA", "DLSE", "O_PART", "LSE_PART")  # float32 tensors
+_FLOATS = ("qk_scale", "qk_scale2", "sc_in", "sc_out", "sc_out2", "scale")
+_STATS = ("LSE", "LSE_LO", "SLOPES", "DELTA", "DLSE", "O_PART", "LSE_PART")  # float32 tensors
 _TENSORS = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV") + _STATS
 _VARIANTS = {  # (HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI)
     "plain": (False, False, False, False),

@@ -21,6 +21,14 @@ Score pipeline (the order matters when features are combined; it is FlashAttenti
     s = s - slope[b, h] * |i + Tk - Tq - j|         if alibi_slopes
     s = -inf where causal/window exclude (i, j)
     out = softmax(s) @ v,  lse = logsumexp(s)   (natural log, float32)
+
+Precision (float32 inputs, logits up to 1e4 and beyond): the kernels take the row maximum
+off in natural units and keep the LSE as a float32 pair ``hi + lo`` (the rounded LSE and its
+rounding error), which the autograd path hands to the backward, so that the recomputed
+probabilities are the forward's to float32 rounding at any magnitude. The public LSE is
+``hi``; ``flash_attention_forward(..., lse_dtype=torch.float64)`` returns ``hi + lo`` in
+float64, and :func:`flash_attention_backward` takes either (a float32 LSE limits the
+recomputed probabilities to its own rounding, ``eps * |lse|``).
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import torch
 import triton
 from torch.autograd.function import once_differentiable
 
-from ..spec import LOG2E, check_fused_head_dims, check_qkv, default_scale, resolve_band
+from ..spec import check_fused_head_dims, check_qkv, default_scale, resolve_band
 from ._backward import _bwd_dkdv_kernel, _bwd_dq_kernel, _bwd_preprocess
 from ._forward import _fwd_kernel
 from ._kernels import interpreting
@@ -105,9 +113,9 @@ class _Spec:
         right = 0 if self.right is None else max(-reach, min(reach, self.right))
         return dict(
             Tq=self.Tq, Tk=self.Tk, diag_off=self.Tk - self.Tq, left=left, right=right,
-            qk_scale2=self.scale * LOG2E,
+            qk_scale=self.scale,
             sc_in=0.0 if sc is None else self.scale / sc,
-            sc_out2=0.0 if sc is None else sc * LOG2E,
+            sc_out=0.0 if sc is None else sc,
             Q_BUCKET=triton.next_power_of_2(max(self.Tq, 1)),
             K_BUCKET=triton.next_power_of_2(max(self.Tk, 1)),
             Dk=self.Dk, Dv=self.Dv, BLOCK_DK=_padded(self.Dk), BLOCK_DV=_padded(self.Dv),
@@ -198,6 +206,7 @@ def flash_attention_forward(
     scale: float | None = None,
     softcap: float | None = None,
     alibi_slopes: torch.Tensor | None = None,
+    lse_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused attention forward, no autograd.
 
@@ -211,36 +220,51 @@ def flash_attention_forward(
         scale: defaults to ``1/sqrt(Dk)``.
         softcap: scores -> ``softcap * tanh(scores / softcap)`` on the scaled scores.
         alibi_slopes: ``(H,)`` or ``(B, H)``; adds ``-slope * |i + Tk - Tq - j|``.
+        lse_dtype: ``torch.float32`` (default) or ``torch.float64``: the LSE as the kernel
+            keeps it, ``hi + lo``, exact enough for :func:`flash_attention_backward` and
+            for merging partials at any magnitude of the logits.
 
     Returns:
-        ``(out (B, H, Tq, Dv) in q's dtype, lse (B, H, Tq) float32, natural log)``.
+        ``(out (B, H, Tq, Dv) in q's dtype, lse (B, H, Tq) in lse_dtype, natural log)``.
     """
+    if lse_dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"lse_dtype must be torch.float32 or torch.float64, got {lse_dtype}")
+    out, hi, lo = _forward(q, k, v, causal=causal, window=window, scale=scale,
+                           softcap=softcap, alibi_slopes=alibi_slopes)
+    if lse_dtype == torch.float32:
+        return out, hi
+    return out, hi.double() + lo.double()  # -inf + 0 = -inf for rows with no key
+
+
+def _forward(q, k, v, *, causal, window, scale, softcap, alibi_slopes):
+    """The forward launch: ``(out, lse_hi, lse_lo)``, the LSE as a float32 pair."""
     spec = _check(q, k, v, causal, window, scale, softcap)
     q, k, v = (_int32_offsets(x) for x in (q, k, v))
     slopes = _slopes(alibi_slopes, spec, q.device)
     parts = _batch_slices(spec.B, spec.H)
     if parts is not None:
-        outs = [flash_attention_forward(q[b], k[b], v[b], causal=causal, window=window,
-                                        scale=scale, softcap=softcap,
-                                        alibi_slopes=None if alibi_slopes is None else slopes[b])
+        outs = [_forward(q[b], k[b], v[b], causal=causal, window=window, scale=scale,
+                         softcap=softcap,
+                         alibi_slopes=None if alibi_slopes is None else slopes[b])
                 for b in parts]
-        return torch.cat([o for o, _ in outs]), torch.cat([lse for _, lse in outs])
+        return tuple(torch.cat(x) for x in zip(*outs))
     B, H, Tq = spec.B, spec.H, spec.Tq
     out = torch.empty((B, H, Tq, spec.Dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
+    lse_lo = torch.empty_like(lse)
     if lse.numel() == 0:
-        return out, lse
+        return out, lse, lse_lo
 
     def grid(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(Tq, meta["BLOCK_M"]), B * H)
 
     _fwd_kernel[grid](
-        q, k, v, out, lse, slopes,
+        q, k, v, out, lse, lse_lo, slopes,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         H=H, G=spec.group, **spec.scalars(), HAS_ALIBI=alibi_slopes is not None,
         PRECISION=_precision(q.dtype),
     )
-    return out, lse
+    return out, lse, lse_lo
 
 
 def flash_attention_backward(
@@ -266,7 +290,8 @@ def flash_attention_backward(
 
     Args:
         dout: ``(B, H, Tq, Dv)``, gradient of ``out``.
-        q, k, v, out, lse: as given to / returned by :func:`flash_attention_forward`.
+        q, k, v, out, lse: as given to / returned by :func:`flash_attention_forward`;
+            ``lse`` float32 or float64 (``lse_dtype=torch.float64``: exact at any magnitude).
         causal, window, scale, softcap, alibi_slopes: the forward's options.
         dlse: optional ``(B, H, Tq)`` gradient of ``lse`` (ring attention merges by LSE).
 
@@ -274,7 +299,7 @@ def flash_attention_backward(
         ``(dq, dk, dv)`` shaped and typed like ``q``, ``k``, ``v``.
     """
     spec = _check(q, k, v, causal, window, scale, softcap)
-    B, H, Hkv, Tq, Tk = spec.B, spec.H, spec.Hkv, spec.Tq, spec.Tk
+    B, H, Tq = spec.B, spec.H, spec.Tq
     if tuple(dout.shape) != (B, H, Tq, spec.Dv) or tuple(out.shape) != tuple(dout.shape):
         raise ValueError(
             f"dout {tuple(dout.shape)} and out {tuple(out.shape)} must be (B, H, Tq, Dv) = "
@@ -284,12 +309,26 @@ def flash_attention_backward(
         raise ValueError(f"lse {tuple(lse.shape)} must be (B, H, Tq) = {(B, H, Tq)}")
     if dlse is not None and tuple(dlse.shape) != (B, H, Tq):
         raise ValueError(f"dlse {tuple(dlse.shape)} must be (B, H, Tq) = {(B, H, Tq)}")
+    hi = lse.to(torch.float32)
+    lo = torch.zeros_like(hi)
+    if lse.dtype == torch.float64:  # the float32 pair the kernel keeps: lse = hi + lo
+        fin = torch.isfinite(lse)
+        lo = torch.where(fin, lse - torch.where(fin, hi, 0.0).double(), 0.0).float()
+    return _backward(dout, q, k, v, out, hi, lo, spec=spec, causal=causal, window=window,
+                     scale=scale, softcap=softcap, alibi_slopes=alibi_slopes, dlse=dlse)
+
+
+def _backward(dout, q, k, v, out, lse, lse_lo, *, spec, causal, window, scale, softcap,
+              alibi_slopes, dlse):
+    """The backward launches, from the LSE as the float32 pair ``lse + lse_lo``."""
+    B, H, Hkv, Tq, Tk = spec.B, spec.H, spec.Hkv, spec.Tq, spec.Tk
     slopes = _slopes(alibi_slopes, spec, q.device)
     parts = _batch_slices(B, H)
     if parts is not None:
-        grads = [flash_attention_backward(
-            dout[b], q[b], k[b], v[b], out[b], lse[b], causal=causal, window=window,
-            scale=scale, softcap=softcap,
+        grads = [_backward(
+            dout[b], q[b], k[b], v[b], out[b], lse[b], lse_lo[b],
+            spec=_check(q[b], k[b], v[b], causal, window, scale, softcap), causal=causal,
+            window=window, scale=scale, softcap=softcap,
             alibi_slopes=None if alibi_slopes is None else slopes[b],
             dlse=None if dlse is None else dlse[b]) for b in parts]
         return tuple(torch.cat(g) for g in zip(*grads))  # type: ignore[return-value]
@@ -297,6 +336,7 @@ def flash_attention_backward(
     # copy lets the backward kernels use wide, aligned loads.
     dout = dout.to(q.dtype).contiguous()
     lse = lse.to(torch.float32).contiguous()
+    lse_lo = lse_lo.to(device=q.device, dtype=torch.float32).contiguous()
     q, k, v, out = (_int32_offsets(x) for x in (q, k, v, out))
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
@@ -318,7 +358,7 @@ def flash_attention_backward(
         return (triton.cdiv(Tk, meta["BLOCK_N"]), B * Hkv)
 
     _bwd_dkdv_kernel[grid_kv](
-        q, k, v, dout, lse, delta, dk, dv, slopes,
+        q, k, v, dout, lse, lse_lo, delta, dk, dv, slopes,
         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
         H=H, Hkv=Hkv, G=spec.group, **common,
     )
@@ -327,7 +367,7 @@ def flash_attention_backward(
         return (triton.cdiv(Tq, meta["BLOCK_M"]), B * H)
 
     _bwd_dq_kernel[grid_q](
-        q, k, v, dout, lse, delta, dq, slopes,
+        q, k, v, dout, lse, lse_lo, delta, dq, slopes,
         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
         H=H, G=spec.group, **common,
     )
@@ -339,11 +379,13 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, window, scale, softcap, alibi_slopes):  # type: ignore[override]
-        out, lse = flash_attention_forward(
+        out, lse, lse_lo = _forward(
             q, k, v, causal=causal, window=window, scale=scale, softcap=softcap,
             alibi_slopes=alibi_slopes,
         )
-        ctx.save_for_backward(q, k, v, out, lse)
+        # The backward gets the LSE's rounding error too (lse + lse_lo): exact gradients
+        # at any magnitude of the logits.
+        ctx.save_for_backward(q, k, v, out, lse, lse_lo)
         ctx.options = dict(causal=causal, window=window, scale=scale, softcap=softcap,
                            alibi_slopes=alibi_slopes)
         return out, lse
@@ -351,11 +393,13 @@ class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable  # the kernels have no double backward: say so, never return 0
     def backward(ctx, dout, dlse):  # type: ignore[override]
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, lse_lo = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(out)
-        dq, dk, dv = flash_attention_backward(dout, q, k, v, out, lse, dlse=dlse,
-                                              **ctx.options)
+        o = ctx.options
+        spec = _check(q, k, v, o["causal"], o["window"], o["scale"], o["softcap"])
+        dq, dk, dv = _backward(dout, q, k, v, out, lse, lse_lo, spec=spec, dlse=dlse,
+                               **ctx.options)
         return dq, dk, dv, None, None, None, None, None
 
 
