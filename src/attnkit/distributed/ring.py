@@ -15,6 +15,18 @@ the sum over every rank's queries.
 
 Under a causal mask, blocks that lie wholly above the diagonal are skipped; with the
 default zigzag layout every rank then does the same work at every step.
+
+Before the first transfer the ranks exchange one small int64 vector each (shapes, dtypes,
+layout, causal, the valid_lens range): shards that disagree raise the same ``ValueError``,
+naming every rank's shapes, on every rank. Otherwise a rank would send a buffer of another
+size or layout than its peer expects: gloo aborts the process, or, when only the byte
+counts agree, the ring runs to completion on misread data.
+
+Precision: the running LSE is float64 (the blocks' float32 row max and sum added without
+rounding at the LSE's magnitude) and merges normalise by the sum of their weights, so
+float32 results match plain float32 math at logits ~1e4, where a float32 LSE is only good to
+5e-4. NaN/inf in a causally masked (future) position reaches no output or gradient
+(:mod:`attnkit.torch.lse`).
 """
 
 from __future__ import annotations
@@ -25,7 +37,7 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
-from ..spec import check_length_range, default_scale
+from ..spec import check_length_range, default_scale, shape_of
 from ..torch._checks import check_qkv
 from ..torch._dtypes import stats_dtype
 from ..torch.lse import attention_with_lse, attention_with_lse_backward
@@ -84,6 +96,65 @@ def _unpack(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     n = shape_a.numel()
     return buf[:n].view(shape_a), buf[n:].view(shape_b)
+
+
+# -- every rank agrees on what it holds ---------------------------------------------------
+
+_LAYOUTS = ("zigzag", "contiguous")
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_MAX_DIMS = 6  # shapes of more dims are cut (they fail the (B, H, T, D) check anyway)
+
+
+def _code(x: object, known: tuple) -> int:
+    return known.index(x) if x in known else len(known)
+
+
+def _describe(row: list[int]) -> str:
+    names = []
+    for i, name in enumerate("qkv"):
+        n = row[i]
+        dims = row[3 + i * _MAX_DIMS : 3 + i * _MAX_DIMS + min(n, _MAX_DIMS)]
+        dtype = row[3 + 3 * _MAX_DIMS + i]
+        dt = str(_DTYPES[dtype]).removeprefix("torch.") if dtype < len(_DTYPES) else "other"
+        names.append(f"{name} {tuple(dims)} {dt}")
+    layout, causal, has_vl, lo, hi = row[-5:]
+    lay = _LAYOUTS[layout] if layout < len(_LAYOUTS) else "?"
+    vl = f", valid_lens in [{lo}, {hi}]" if has_vl else ""
+    return ", ".join(names) + f", layout {lay}, causal {bool(causal)}{vl}"
+
+
+def _agree(
+    ring: _Ring, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, causal: bool,
+    valid_lens: torch.Tensor | None,
+) -> None:
+    """One all-gather of a small int64 vector per rank before any K/V transfer: raise the
+    same ``ValueError`` on every rank, naming every rank's shards, unless all agree.
+
+    Shapes, dtypes, layout, causal and the valid_lens range must agree. Run before any
+    local check can fail, so that no rank is left waiting for a peer that raised.
+    """
+    if ring.size == 1:
+        return
+    row = [min(x.ndim, 99) for x in (q, k, v)]
+    for x in (q, k, v):
+        dims = list(shape_of(x))[:_MAX_DIMS]
+        row += dims + [-1] * (_MAX_DIMS - len(dims))
+    row += [_code(x.dtype, _DTYPES) for x in (q, k, v)]
+    lo = hi = 0
+    if valid_lens is not None and valid_lens.numel() and not valid_lens.is_floating_point():
+        lo, hi = torch.stack(torch.aminmax(valid_lens)).tolist()
+    row += [_code(layout, _LAYOUTS), int(bool(causal)), int(valid_lens is not None), lo, hi]
+    on_gpu = dist.get_backend(ring.group) == "nccl"
+    mine = torch.tensor(row, dtype=torch.int64, device=q.device if on_gpu else "cpu")
+    rows = [torch.empty_like(mine) for _ in range(ring.size)]
+    dist.all_gather(rows, mine, group=ring.group)
+    table = [r.tolist() for r in rows]
+    if any(r != table[0] for r in table):
+        ranks = "; ".join(f"rank {i}: {_describe(r)}" for i, r in enumerate(table))
+        raise ValueError(
+            "ring_attention: every rank must pass shards of the same shapes and dtypes, "
+            f"with the same layout, causal and valid_lens; got {ranks}"
+        )
 
 
 def _check_inputs(
@@ -155,16 +226,20 @@ def ring_attention_forward(
 
     Returns:
         ``(out (B, H, T/P, Dv) in q's dtype, lse (B, H, T/P))``: ``lse`` is natural-log,
-        float32 (float64 for float64 input), ``-inf`` where a row has no allowed key.
+        float64 (the float32 row statistics carried without rounding them at the LSE's
+        magnitude: what :func:`ring_attention_backward` needs at large logits), ``-inf``
+        where a row has no allowed key.
     """
     ring = _Ring(group)
     P, rank = ring.size, ring.rank
+    _agree(ring, q, k, v, layout, causal, valid_lens)
     c = _check_inputs(q, k, v, layout, P, valid_lens)
     scale = default_scale(scale, q.shape[-1])
     B, H, T, _ = q.shape
     dt = stats_dtype(q.dtype)
     out = torch.zeros(B, H, T, v.shape[-1], dtype=dt, device=q.device)
-    lse = torch.full((B, H, T), -math.inf, dtype=dt, device=q.device)
+    # float64 LSE: see the module notes (a float32 one is only good to 5e-4 at 1e4).
+    lse = torch.full((B, H, T), -math.inf, dtype=torch.float64, device=q.device)
 
     kv = _pack(k, v)
     for s in range(P):
@@ -180,10 +255,11 @@ def ring_attention_forward(
                 causal=blk.causal,
                 scale=scale,
                 key_mask=None if km is None else km[:, blk.k0 : blk.k1],
+                lse_dtype=torch.float64,
             )
             rows = slice(blk.q0, blk.q1)
             out[:, :, rows], lse[:, :, rows] = merge_partials(
-                out[:, :, rows], lse[:, :, rows], o.to(dt), l.to(dt)
+                out[:, :, rows], lse[:, :, rows], o.to(dt), l
             )
         if pending is not None:
             kv = pending.wait()
@@ -210,7 +286,8 @@ def ring_attention_backward(
     Args:
         dout: ``(B, H, T/P, Dv)`` gradient of this rank's output shard.
         q, k, v: this rank's shards, as given to :func:`ring_attention_forward`.
-        out, lse: what :func:`ring_attention_forward` returned for them.
+        out, lse: what :func:`ring_attention_forward` returned for them (``lse`` in
+            float64 keeps the gradients exact at large logits; float32 is accepted).
         causal, scale, group, layout, valid_lens: as in the forward.
 
     Returns:
@@ -219,6 +296,7 @@ def ring_attention_backward(
     """
     ring = _Ring(group)
     P, rank = ring.size, ring.rank
+    _agree(ring, q, k, v, layout, causal, valid_lens)
     c = _check_inputs(q, k, v, layout, P, valid_lens)
     scale = default_scale(scale, q.shape[-1])
     dt = stats_dtype(q.dtype)
@@ -318,7 +396,8 @@ def ring_attention(
         ``(B, H, T/P, Dv)``: this rank's output shard, in q's dtype.
 
     Raises:
-        ValueError: shapes disagree, ``H % Hkv != 0``, or ``T`` is not a multiple of the
-            layout's chunk count (``2P`` zigzag, ``P`` contiguous).
+        ValueError: shapes disagree (on one rank, or between ranks: every rank raises,
+            naming every rank's shapes), ``H % Hkv != 0``, or ``T`` is not a multiple of
+            the layout's chunk count (``2P`` zigzag, ``P`` contiguous).
     """
     return _RingAttention.apply(q, k, v, causal, scale, group, layout, valid_lens)
