@@ -32,7 +32,7 @@ from types import ModuleType
 
 import torch
 
-from ..spec import check_fused_head_dims, check_qkv
+from ..spec import check_fused_head_dims, check_qkv, default_scale
 from ._dtypes import stats_dtype
 from ._nonfinite import all_finite, zero_masked_keys
 from ._triton_path import triton_kernels
@@ -174,6 +174,7 @@ def attention_with_lse(
         ``-inf`` where a row has no allowed key (its output is 0).
     """
     G = check_qkv(q, k, v, batched=True)
+    scale = default_scale(scale, q.shape[-1])  # a finite float (spec's one rule)
     dt = stats_dtype(q.dtype, k.dtype, v.dtype)
     lse_dt = _lse_dtype(lse_dtype, dt)
     ops = _use_triton(q, k, v, key_mask, causal)
@@ -267,6 +268,7 @@ def attention_with_lse_backward(
         dtype (float64 for float64 input, else float32).
     """
     G = check_qkv(q, k, v, batched=True)
+    scale = default_scale(scale, q.shape[-1])
     ops = _use_triton(q, k, v, key_mask, causal)
     if ops is not None:
         dt = stats_dtype(q.dtype)
