@@ -26,15 +26,28 @@ from conftest import reference  # the script's folder is on sys.path
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def ref_grads(q, k, v, dout, **kw):
-    """``(out, dq, dk, dv)``: the float64 reference's for float64 inputs, else those of
-    plain math in the inputs' dtype (the baseline)."""
+def ref_grads(q, k, v, dout, sinks=None, **kw):
+    """``(out, dq, dk, dv[, dsinks])``: the float64 reference's for float64 inputs, else
+    those of plain math in the inputs' dtype (the baseline)."""
     if q.dtype == torch.float64:
-        r = reference_attention(q, k, v, d_out=dout, **kw)
-        return tuple(torch.from_numpy(x) for x in (r.out, r.dq, r.dk, r.dv))
-    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    out = reference(q, k, v, **kw)
-    return (out.detach(), *torch.autograd.grad(out, (q, k, v), dout))
+        r = reference_attention(q, k, v, d_out=dout, sinks=sinks, **kw)
+        grads = (r.out, r.dq, r.dk, r.dv) + (() if sinks is None else (r.dsinks,))
+        return tuple(torch.from_numpy(x) for x in grads)
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    if sinks is not None:
+        leaves.append(sinks.detach().clone().requires_grad_(True))
+    out = reference(*leaves[:3], sinks=None if sinks is None else leaves[3], **kw)
+    return (out.detach(), *torch.autograd.grad(out, leaves, dout))
+
+
+def packed_ids(B: int, T: int, gen: torch.Generator) -> torch.Tensor:
+    """Packed documents of random lengths, with right padding (id -1) in row 0."""
+    ids = torch.zeros(B, T, dtype=torch.int64)
+    for b in range(B):
+        for cut in torch.randint(1, T, (4,), generator=gen).tolist():
+            ids[b, cut:] += 1
+    ids[0, T - T // 5 :] = -1
+    return ids
 
 
 def run_case(case: dict, group: dist.ProcessGroup | None = None) -> dict | None:
@@ -59,11 +72,17 @@ def run_case(case: dict, group: dist.ProcessGroup | None = None) -> dict | None:
     valid = case.get("valid_lens")
     valid_lens = None if valid is None else torch.tensor([min(x, T) for x in valid])
     dtype, layout, causal = DTYPES[case["dtype"]], case["layout"], case["causal"]
+    ids = packed_ids(B, T, gen) if case.get("segments") else None
+    sinks = torch.randn(H, generator=gen, dtype=torch.float64) if case.get("sinks") else None
+    variants = dict(softcap=case.get("softcap"), segment_ids=ids)
 
     shards = {n: shard_sequence(t.to(dtype), layout=layout, group=group) for n, t in full.items()}
     q, k, v = (shards[n].clone().requires_grad_(True) for n in ("q", "k", "v"))
+    z = None if sinks is None else sinks.to(dtype).requires_grad_(True)
+    ids_shard = None if ids is None else shard_sequence(ids, dim=1, layout=layout, group=group)
     out = ring_attention(
-        q, k, v, causal=causal, layout=layout, valid_lens=valid_lens, group=group
+        q, k, v, causal=causal, layout=layout, valid_lens=valid_lens, group=group,
+        softcap=case.get("softcap"), sinks=z, segment_ids=ids_shard,
     )
     # Through gather_sequence, so its backward is exercised too: every rank's loss covers
     # the full output, so each shard's gradient is P times the true one.
@@ -75,12 +94,19 @@ def run_case(case: dict, group: dist.ProcessGroup | None = None) -> dict | None:
         "dk": gather_sequence(k.grad / P, layout=layout, group=group),
         "dv": gather_sequence(v.grad / P, layout=layout, group=group),
     }
+    names = ("out", "dq", "dk", "dv")
+    if z is not None:  # each rank holds its rows' share, of P times the true gradient
+        dsinks = z.grad.clone()
+        dist.all_reduce(dsinks, group=group)
+        got["dsinks"] = dsinks / P
+        names += ("dsinks",)
     if rank != 0:
         return None
-    kw = dict(causal=causal, valid_lens=valid_lens)
-    ref = dict(zip(("out", "dq", "dk", "dv"), ref_grads(*full.values(), **kw)))
+    kw = dict(causal=causal, valid_lens=valid_lens, **variants)
+    ref = dict(zip(names, ref_grads(*full.values(), sinks=sinks, **kw)))
     low = {n: t.to(dtype) for n, t in full.items()}
-    base = dict(zip(("out", "dq", "dk", "dv"), ref_grads(*low.values(), **kw)))
+    base = dict(zip(names, ref_grads(*low.values(), sinks=None if sinks is None
+                                     else sinks.to(dtype), **kw)))
     res = {}
     for name in got:
         fin = ~torch.isnan(ref[name])  # NaN cases: compare values where the reference has some
@@ -95,6 +121,11 @@ def run_case(case: dict, group: dist.ProcessGroup | None = None) -> dict | None:
         dead = valid_lens == 0  # batch rows with no allowed key at all
         res["dead_rows_zero"] = all(
             bool((got[n][dead] == 0).all()) for n in ("out", "dq", "dk", "dv")
+        )
+    if ids is not None:  # padding attends and is attended by nothing
+        pad = ids < 0
+        res["padding_zero"] = all(
+            bool((got[n].transpose(1, 2)[pad] == 0).all()) for n in ("out", "dq", "dk", "dv")
         )
     return res
 

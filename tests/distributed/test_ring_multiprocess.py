@@ -1,4 +1,5 @@
-"""Ring attention on 2, 3 and 4 gloo processes equals single-process attention.
+"""Ring attention on 2, 3 and 4 gloo processes equals single-process attention (variants
+included: packed documents with padding, softcap, sinks).
 
 One launch per world size (fixture ``ring_results`` in conftest.py, cached per session)
 runs every case: spawning costs seconds, a case milliseconds. Each case is then judged by
@@ -13,12 +14,12 @@ import time
 
 import pytest
 
-FACTOR = {"out": 2.0, "dq": 5.0, "dk": 3.0, "dv": 3.0}
+FACTOR = {"out": 2.0, "dq": 5.0, "dk": 3.0, "dv": 3.0, "dsinks": 5.0}
 WORLD_SIZES = (2, 3, 4)
 
 
 def _judge(res: dict, ring_case: dict) -> None:
-    for name in ("out", "dq", "dk", "dv"):
+    for name in ("out", "dq", "dk", "dv") + (("dsinks",) if ring_case.get("sinks") else ()):
         r = res[name]
         (err, err_mean), (base, base_mean) = r["err"], r["base"]
         assert r["shape_ok"], f"{name}: gathered shape differs from the reference"
@@ -34,6 +35,8 @@ def _judge(res: dict, ring_case: dict) -> None:
             )
     if "valid_lens" in ring_case:
         assert res["dead_rows_zero"], "fully masked rows must give output 0 and zero grads"
+    if ring_case.get("segments"):
+        assert res["padding_zero"], "padding (segment id < 0) must give output 0, zero grads"
 
 
 @pytest.mark.timeout(120)

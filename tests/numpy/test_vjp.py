@@ -232,8 +232,8 @@ def test_check_vjp_catches_a_wrong_gradient(monkeypatch) -> None:
     real = vjp_module.sdpa_backward
 
     def off_by_a_little(*args, **kwargs):
-        dq, dk, dv, ds = real(*args, **kwargs)
-        return dq * (1 + 1e-5), dk, dv, ds
+        dq, dk, dv, ds, d_sinks = real(*args, **kwargs)
+        return dq * (1 + 1e-5), dk, dv, ds, d_sinks
 
     monkeypatch.setattr(vjp_module, "sdpa_backward", off_by_a_little)
     errors = check_vjp(scaled_dot_product_attention, q, k, v)

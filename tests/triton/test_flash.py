@@ -323,7 +323,7 @@ def test_batch_beyond_the_grid_y_cap_is_launched_in_slices(case_type, inputs, at
     interpreter has no cap, so the cap is lowered here (to 2: B * H = 6 takes 3 launches
     of one batch row each, forward and backward), and results must equal one launch bit
     for bit."""
-    import attnkit.triton.flash as flash
+    import attnkit.triton._launch as flash
 
     case = case_type(B=3, H=2, Hkv=1, Tq=T_SHORT, Tk=T_MID, causal=True, alibi="bh")
     q, k, v, slopes, dout, dlse = inputs(case, DTYPES[0])
@@ -346,7 +346,7 @@ def test_views_whose_offsets_overflow_int32_are_made_dense():
     """In-slice offsets are int32 in the kernels: a transposed (B, T, H, D) view with
     T * H * D >= 2^31 must reach them as a dense copy, anything smaller as it is (meta
     tensors: the check needs strides, not 4 GiB of data)."""
-    from attnkit.triton.flash import _int32_offsets
+    from attnkit.triton._launch import _int32_offsets
 
     def view(T, H, D):  # (B, T, H, D) storage seen as (B, H, T, D)
         return torch.empty(1, T, H, D, device="meta").transpose(1, 2)

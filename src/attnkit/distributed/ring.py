@@ -27,6 +27,12 @@ rounding at the LSE's magnitude) and merges normalise by the sum of their weight
 float32 results match plain float32 math at logits ~1e4, where a float32 LSE is only good to
 5e-4. NaN/inf in a causally masked (future) position reaches no output or gradient
 (:mod:`attnkit.torch.lse`).
+
+Variants: ``softcap`` and ``segment_ids`` apply inside every block (the segment ids of
+all ranks are gathered once per pass, a few bytes per token, so each rank knows the ids
+of the K/V block visiting it); ``sinks`` join once per row, as one more partial (output 0,
+LSE ``sink``) merged after the last step, and their gradient is each rank's share
+(:func:`attnkit.torch.lse.sinks_backward`).
 """
 
 from __future__ import annotations
@@ -37,10 +43,18 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
-from ..spec import check_length_range, default_scale, shape_of
+from ..spec import (
+    check_causal,
+    check_length_range,
+    check_segment_ids,
+    check_sinks,
+    check_softcap,
+    default_scale,
+)
 from ..torch._checks import check_qkv
 from ..torch._dtypes import stats_dtype
-from ..torch.lse import attention_with_lse, attention_with_lse_backward
+from ..torch.lse import attention_with_lse, attention_with_lse_backward, sinks_backward
+from .agreement import agree
 from .merge import merge_partials
 from .schedule import Layout, check_layout, chunk_ids, num_chunks, step_blocks
 from .sharding import group_info
@@ -98,65 +112,6 @@ def _unpack(
     return buf[:n].view(shape_a), buf[n:].view(shape_b)
 
 
-# -- every rank agrees on what it holds ---------------------------------------------------
-
-_LAYOUTS = ("zigzag", "contiguous")
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_MAX_DIMS = 6  # shapes of more dims are cut (they fail the (B, H, T, D) check anyway)
-
-
-def _code(x: object, known: tuple) -> int:
-    return known.index(x) if x in known else len(known)
-
-
-def _describe(row: list[int]) -> str:
-    names = []
-    for i, name in enumerate("qkv"):
-        n = row[i]
-        dims = row[3 + i * _MAX_DIMS : 3 + i * _MAX_DIMS + min(n, _MAX_DIMS)]
-        dtype = row[3 + 3 * _MAX_DIMS + i]
-        dt = str(_DTYPES[dtype]).removeprefix("torch.") if dtype < len(_DTYPES) else "other"
-        names.append(f"{name} {tuple(dims)} {dt}")
-    layout, causal, has_vl, lo, hi = row[-5:]
-    lay = _LAYOUTS[layout] if layout < len(_LAYOUTS) else "?"
-    vl = f", valid_lens in [{lo}, {hi}]" if has_vl else ""
-    return ", ".join(names) + f", layout {lay}, causal {bool(causal)}{vl}"
-
-
-def _agree(
-    ring: _Ring, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, causal: bool,
-    valid_lens: torch.Tensor | None,
-) -> None:
-    """One all-gather of a small int64 vector per rank before any K/V transfer: raise the
-    same ``ValueError`` on every rank, naming every rank's shards, unless all agree.
-
-    Shapes, dtypes, layout, causal and the valid_lens range must agree. Run before any
-    local check can fail, so that no rank is left waiting for a peer that raised.
-    """
-    if ring.size == 1:
-        return
-    row = [min(x.ndim, 99) for x in (q, k, v)]
-    for x in (q, k, v):
-        dims = list(shape_of(x))[:_MAX_DIMS]
-        row += dims + [-1] * (_MAX_DIMS - len(dims))
-    row += [_code(x.dtype, _DTYPES) for x in (q, k, v)]
-    lo = hi = 0
-    if valid_lens is not None and valid_lens.numel() and not valid_lens.is_floating_point():
-        lo, hi = torch.stack(torch.aminmax(valid_lens)).tolist()
-    row += [_code(layout, _LAYOUTS), int(bool(causal)), int(valid_lens is not None), lo, hi]
-    on_gpu = dist.get_backend(ring.group) == "nccl"
-    mine = torch.tensor(row, dtype=torch.int64, device=q.device if on_gpu else "cpu")
-    rows = [torch.empty_like(mine) for _ in range(ring.size)]
-    dist.all_gather(rows, mine, group=ring.group)
-    table = [r.tolist() for r in rows]
-    if any(r != table[0] for r in table):
-        ranks = "; ".join(f"rank {i}: {_describe(r)}" for i, r in enumerate(table))
-        raise ValueError(
-            "ring_attention: every rank must pass shards of the same shapes and dtypes, "
-            f"with the same layout, causal and valid_lens; got {ranks}"
-        )
-
-
 def _check_inputs(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -164,8 +119,11 @@ def _check_inputs(
     layout: str,
     world_size: int,
     valid_lens: torch.Tensor | None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
+    segment_ids: object = None,
 ) -> int:
-    """Validate shards; return the chunk length ``c``."""
+    """Validate shards (and the variants' arguments); return the chunk length ``c``."""
     check_layout(layout)
     shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
     try:
@@ -175,6 +133,14 @@ def _check_inputs(
     B, T = q.shape[0], q.shape[2]
     if k.shape[2] != T:
         raise ValueError(f"q and k/v shards must have the same length T/P: {shapes}")
+    check_softcap(softcap)
+    check_sinks(sinks, q.shape[1])
+    if segment_ids is not None:
+        try:
+            check_segment_ids(segment_ids, (B, q.shape[1], T, T))
+        except (ValueError, TypeError) as e:  # say that these are shards of the ids
+            raise type(e)(f"ring_attention segment_ids shard (this rank's T/P = {T} "
+                          f"positions, from shard_sequence(ids, dim=1)): {e}") from None
     n_local = len(chunk_ids(layout, world_size, 0))  # type: ignore[arg-type]
     if T % n_local:
         n = num_chunks(layout, world_size)  # type: ignore[arg-type]
@@ -208,17 +174,45 @@ def _key_mask(
     return pos[None, :] < valid_lens.to(device)[:, None]
 
 
+def _segment_ids_by_rank(
+    segment_ids: object, ring: _Ring, device: torch.device
+) -> tuple[torch.Tensor, list[torch.Tensor]] | None:
+    """``(q_ids (B, T/P), [kv_ids of rank r for r in the group])`` from this rank's shard
+    of the ids (one ``(B, T/P)`` tensor, or a pair for queries and keys): the key ids of
+    every rank come from one all-gather, since the K/V blocks visit every rank."""
+    if segment_ids is None:
+        return None
+    pair = segment_ids if isinstance(segment_ids, (tuple, list)) else (segment_ids,) * 2
+    q_ids, kv_ids = (torch.as_tensor(x, device=device) for x in pair)
+    if ring.size == 1:
+        return q_ids, [kv_ids]
+    kv_ids = kv_ids.contiguous()
+    every = [torch.empty_like(kv_ids) for _ in range(ring.size)]
+    dist.all_gather(every, kv_ids, group=ring.group)
+    return q_ids, every
+
+
+def _block_ids(ids: tuple[torch.Tensor, list[torch.Tensor]] | None, src: int, blk) -> object:
+    """The segment ids of one block: its query rows' and the visiting keys'."""
+    if ids is None:
+        return None
+    return ids[0][:, blk.q0 : blk.q1], ids[1][src][:, blk.k0 : blk.k1]
+
+
 @torch.no_grad()
 def ring_attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
     scale: float | None = None,
     group: dist.ProcessGroup | None = None,
     layout: Layout = "zigzag",
     valid_lens: torch.Tensor | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
+    segment_ids: object = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward ring pass returning this rank's output shard and its LSE (not differentiable).
 
@@ -232,9 +226,12 @@ def ring_attention_forward(
     """
     ring = _Ring(group)
     P, rank = ring.size, ring.rank
-    _agree(ring, q, k, v, layout, causal, valid_lens)
-    c = _check_inputs(q, k, v, layout, P, valid_lens)
+    agree(ring.group, ring.size, q, k, v, layout, causal, valid_lens, softcap, sinks,
+          segment_ids)
+    c = _check_inputs(q, k, v, layout, P, valid_lens, softcap, sinks, segment_ids)
+    causal = check_causal(causal) is not None  # Tq == Tk: both alignments agree
     scale = default_scale(scale, q.shape[-1])
+    ids = _segment_ids_by_rank(segment_ids, ring, q.device)
     B, H, T, _ = q.shape
     dt = stats_dtype(q.dtype)
     out = torch.zeros(B, H, T, v.shape[-1], dtype=dt, device=q.device)
@@ -255,6 +252,8 @@ def ring_attention_forward(
                 causal=blk.causal,
                 scale=scale,
                 key_mask=None if km is None else km[:, blk.k0 : blk.k1],
+                softcap=softcap,
+                segment_ids=_block_ids(ids, src, blk),
                 lse_dtype=torch.float64,
             )
             rows = slice(blk.q0, blk.q1)
@@ -263,6 +262,9 @@ def ring_attention_forward(
             )
         if pending is not None:
             kv = pending.wait()
+    if sinks is not None:  # once per row: a partial with output 0 and LSE sink[h]
+        z = sinks.to(device=q.device, dtype=dt)[None, :, None].expand(B, H, T)
+        out, lse = merge_partials(out, lse, torch.zeros_like(out), z)
     return out.to(q.dtype), lse
 
 
@@ -275,11 +277,13 @@ def ring_attention_backward(
     out: torch.Tensor,
     lse: torch.Tensor,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
     scale: float | None = None,
     group: dist.ProcessGroup | None = None,
     layout: Layout = "zigzag",
     valid_lens: torch.Tensor | None = None,
+    softcap: float | None = None,
+    segment_ids: object = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward ring pass: gradients of this rank's q, k, v shards.
 
@@ -288,7 +292,9 @@ def ring_attention_backward(
         q, k, v: this rank's shards, as given to :func:`ring_attention_forward`.
         out, lse: what :func:`ring_attention_forward` returned for them (``lse`` in
             float64 keeps the gradients exact at large logits; float32 is accepted).
-        causal, scale, group, layout, valid_lens: as in the forward.
+        causal, scale, group, layout, valid_lens, softcap, segment_ids: as in the forward.
+            Sinks need no argument: ``lse`` holds them (their own gradient:
+            :func:`attnkit.torch.lse.sinks_backward`).
 
     Returns:
         ``(dq, dk, dv)`` shaped and typed like ``q, k, v``. dK/dV are accumulated in
@@ -296,9 +302,12 @@ def ring_attention_backward(
     """
     ring = _Ring(group)
     P, rank = ring.size, ring.rank
-    _agree(ring, q, k, v, layout, causal, valid_lens)
-    c = _check_inputs(q, k, v, layout, P, valid_lens)
+    agree(ring.group, ring.size, q, k, v, layout, causal, valid_lens, softcap, None,
+          segment_ids)
+    c = _check_inputs(q, k, v, layout, P, valid_lens, softcap, None, segment_ids)
+    causal = check_causal(causal) is not None
     scale = default_scale(scale, q.shape[-1])
+    ids = _segment_ids_by_rank(segment_ids, ring, q.device)
     dt = stats_dtype(q.dtype)
     dq = torch.zeros(q.shape, dtype=dt, device=q.device)
 
@@ -323,6 +332,8 @@ def ring_attention_backward(
                 causal=blk.causal,
                 scale=scale,
                 key_mask=None if km is None else km[:, keys],
+                softcap=softcap,
+                segment_ids=_block_ids(ids, src, blk),
             )
             dq[:, :, rows] += dq_p
             dk_blk[:, :, keys] += dk_p
@@ -344,23 +355,27 @@ def ring_attention_backward(
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, group, layout, valid_lens):  # type: ignore[override]
+    def forward(ctx, q, k, v, sinks, causal, scale, group, layout, valid_lens, softcap,  # type: ignore[override]
+                segment_ids):
         out, lse = ring_attention_forward(
             q, k, v, causal=causal, scale=scale, group=group, layout=layout,
-            valid_lens=valid_lens,
+            valid_lens=valid_lens, softcap=softcap, sinks=sinks, segment_ids=segment_ids,
         )
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.opts = dict(
-            causal=causal, scale=scale, group=group, layout=layout, valid_lens=valid_lens
-        )
+        ctx.save_for_backward(q, k, v, out, lse, sinks)
+        ctx.opts = dict(causal=causal, scale=scale, group=group, layout=layout,
+                        valid_lens=valid_lens, softcap=softcap, segment_ids=segment_ids)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout):  # type: ignore[override]
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = ring_attention_backward(dout.contiguous(), q, k, v, out, lse, **ctx.opts)
-        return dq, dk, dv, None, None, None, None, None
+        q, k, v, out, lse, sinks = ctx.saved_tensors
+        dout = dout.contiguous()
+        dq, dk, dv = ring_attention_backward(dout, q, k, v, out, lse, **ctx.opts)
+        dsinks = None
+        if sinks is not None and ctx.needs_input_grad[3]:
+            dsinks = sinks_backward(dout, out, lse, sinks)  # this rank's rows' share
+        return dq, dk, dv, dsinks, None, None, None, None, None, None, None
 
 
 def ring_attention(
@@ -368,11 +383,14 @@ def ring_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
     scale: float | None = None,
     group: dist.ProcessGroup | None = None,
     layout: Layout = "zigzag",
     valid_lens: torch.Tensor | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
+    segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Exact attention over a sequence sharded across ``group``; differentiable.
 
@@ -384,13 +402,22 @@ def ring_attention(
         q: ``(B, H, T/P, Dk)`` this rank's queries.
         k: ``(B, Hkv, T/P, Dk)`` this rank's keys (GQA/MQA when ``Hkv < H``).
         v: ``(B, Hkv, T/P, Dv)`` this rank's values.
-        causal: causal mask over *global* positions (query ``i`` sees key ``j <= i``).
+        causal: causal mask over *global* positions (query ``i`` sees key ``j <= i``;
+            ``"top_left"`` and ``"bottom_right"`` agree, since ``Tq == Tk``).
         scale: defaults to ``1/sqrt(Dk)``.
         group: process group (default: the world).
         layout: ``"zigzag"`` (balanced under causal) or ``"contiguous"``.
         valid_lens: optional integer ``(B,)``: only global key positions ``j < valid_lens[b]``
             may be attended (for padded sequences). A row left with no allowed key gets
             output 0 and zero gradients.
+        softcap: ``softcap * tanh(s / softcap)`` on the scaled scores (None = off).
+        sinks: ``(H,)`` float logits, the same on every rank (a replicated parameter): a
+            value-less column in each softmax denominator. Each rank's ``sinks.grad`` is
+            its own rows' share; sum it over the group (as for any replicated weight under
+            sequence parallelism, e.g. by the data-parallel all-reduce).
+        segment_ids: this rank's shard of the ids, int ``(B, T/P)`` (or a pair for
+            queries and keys), cut like q/k/v: ``shard_sequence(ids, dim=1, layout=...)``.
+            Equal ids attend each other (packed documents); an id < 0 attends nothing.
 
     Returns:
         ``(B, H, T/P, Dv)``: this rank's output shard, in q's dtype.
@@ -400,4 +427,5 @@ def ring_attention(
             naming every rank's shapes), ``H % Hkv != 0``, or ``T`` is not a multiple of
             the layout's chunk count (``2P`` zigzag, ``P`` contiguous).
     """
-    return _RingAttention.apply(q, k, v, causal, scale, group, layout, valid_lens)
+    return _RingAttention.apply(q, k, v, sinks, causal, scale, group, layout, valid_lens,
+                                softcap, segment_ids)

@@ -18,7 +18,10 @@ the row's LSE to that precision too: ask for it in float64 (``lse_dtype``; :func
 numpy.vjp` does) and :func:`flash_attention_backward` recomputes ``P`` as exactly as the
 forward had it, whatever the magnitude of the logits.
 
-Key blocks that lie entirely outside the causal/window band are skipped, not masked.
+Key blocks that lie entirely outside the causal/window band, or whose keys share no
+segment id with the block's queries, are skipped, not masked. With ``softcap`` each tile's
+scores pass through ``softcap * tanh(s / softcap)``; with ``sinks`` the sink logit joins
+each row's running sums once, at the end (:mod:`attnkit.numpy.variants`).
 
 Two partial results over disjoint key sets combine exactly through their log-sum-exps
 (:func:`merge_partials`); ring attention and split-K decoding are built on that.
@@ -31,11 +34,22 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..spec import Window, check_qkv, default_scale, merge_by_lse, resolve_band
+from ..spec import (
+    Window,
+    check_qkv,
+    check_sinks,
+    check_softcap,
+    default_scale,
+    merge_by_lse,
+    resolve_band,
+    scores_shape,
+)
 from .attention import _floats
 from .groups import fold_grouped, grouped, kv_grouped, sum_to_shape, ungrouped
+from .masks import segment_mask
 from .nonfinite import finite_or_zero, weighted_values
 from .softmax import compute_dtype, result_dtype
+from .variants import sinks_backward
 
 __all__ = ["flash_attention", "merge_partials"]
 
@@ -73,22 +87,67 @@ class _Problem(NamedTuple):
     kg: np.ndarray  # (..., Hkv, 1, Tk, Dk)
     vg: np.ndarray  # (..., Hkv, 1, Tk, Dv)
     lead: tuple[int, ...]  # broadcast leading dims of qg and kg, (..., Hkv, G)
+    softcap: float | None
+    sink: np.ndarray | None  # sinks (natural units), (..., Hkv, G, 1) against lead, or None
+    same_segment: np.ndarray | None  # bool (B, 1, ..., Tq, Tk) against lead + (Tq, Tk)
 
 
 def _problem(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, window: Window | None,
-    scale: float | None, block_q: int, block_k: int,
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool | str, window: Window | None,
+    scale: float | None, block_q: int, block_k: int, softcap: float | None = None,
+    sinks: np.ndarray | None = None, segment_ids: object = None,
 ) -> _Problem:
     G = check_qkv(q, k, v)
     if block_q < 1 or block_k < 1:
         raise ValueError(f"block sizes must be positive, got block_q={block_q}, block_k={block_k}")
     dt = compute_dtype(np.result_type(q.dtype, k.dtype, v.dtype))
-    left, right = resolve_band(causal, window)
+    Tq, Tk = q.shape[-2], k.shape[-2]
+    left, right = resolve_band(causal, window, Tq, Tk)
     qg = grouped(q.astype(dt, copy=False), G)
     kg = kv_grouped(k.astype(dt, copy=False), G)
     vg = kv_grouped(v.astype(dt, copy=False), G)
     lead = np.broadcast_shapes(qg.shape[:-2], kg.shape[:-2])
-    return _Problem(G, dt, default_scale(scale, q.shape[-1]), left, right, qg, kg, vg, lead)
+    shape = scores_shape(q, k, G)
+    sink = None
+    if sinks is not None:
+        H = shape[-3] if len(shape) >= 3 else 1
+        check_sinks(sinks, H)
+        # (H,) -> (Hkv, G, 1) with GQA, (H, 1) without: the head axes of lead, one column.
+        z = np.asarray(sinks).astype(dt, copy=False)  # natural units, as the scores
+        sink = z.reshape((H // G, G, 1) if G > 1 else (H, 1) if len(shape) >= 3 else (1,))
+    same_segment = None
+    if segment_ids is not None:
+        m = segment_mask(segment_ids, shape)  # (B, 1, ..., Tq, Tk) against the scores
+        # the scores' head axis H is (Hkv, G) in lead: one more broadcast axis
+        same_segment = m.reshape(m.shape[:1] + (1,) * (len(lead) - 1) + m.shape[-2:])
+    return _Problem(
+        G, dt, default_scale(scale, q.shape[-1]), left, right, qg, kg, vg, lead,
+        check_softcap(softcap), sink, same_segment,
+    )
+
+
+def _tile_keep(
+    p: _Problem, i0: int, i1: int, j0: int, j1: int, offset: int
+) -> tuple[bool, np.ndarray | None]:
+    """``(skip, keep)`` of one tile: skip when no query of the tile may attend any key
+    of it (segments that do not meet); else the band ANDed with the segment mask, None
+    when everything is kept."""
+    keep = _band(i0, i1, j0, j1, offset, p.left, p.right)
+    if p.same_segment is None:
+        return False, keep
+    seg = p.same_segment[..., i0:i1, j0:j1]
+    if not seg.any():
+        return True, None
+    keep = seg if keep is None else seg & keep
+    return False, (None if keep.all() else keep)
+
+
+def _capped(s: np.ndarray, softcap: float | None) -> np.ndarray:
+    """A tile of natural-log scores ``s`` soft-capped in place."""
+    if softcap is None:
+        return s
+    np.tanh(np.divide(s, softcap, out=s), out=s)
+    return np.multiply(s, softcap, out=s)
 
 
 def flash_attention(
@@ -96,9 +155,12 @@ def flash_attention(
     k: np.ndarray,
     v: np.ndarray,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
     window: Window | None = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: np.ndarray | None = None,
+    segment_ids: object = None,
     block_q: int = 64,
     block_k: int = 64,
     num_threads: int = 1,
@@ -111,9 +173,11 @@ def flash_attention(
         q: ``(..., H, Tq, Dk)``.
         k: ``(..., Hkv, Tk, Dk)`` (GQA when ``Hkv < H``).
         v: ``(..., Hkv, Tk, Dv)``.
-        causal: bottom-right aligned causal mask.
-        window: ``(left, right)`` band around the diagonal; None = unbounded.
+        causal: True or ``"bottom_right"``, or ``"top_left"`` (as
+            :func:`scaled_dot_product_attention`).
+        window: ``(left, right)`` band around the bottom-right diagonal; None = unbounded.
         scale: defaults to ``1/sqrt(Dk)``.
+        softcap, sinks, segment_ids: as :func:`scaled_dot_product_attention`.
         block_q, block_k: tile sizes. A tile holds every head's ``block_q x block_k``
             scores. The 64 x 64 default shows the algorithm at small sizes; for speed
             at long T pass 128 x 256, which amortises the per-tile Python and ufunc
@@ -135,11 +199,11 @@ def flash_attention(
         ``out (..., H, Tq, Dv)`` in the input dtype, or ``(out, lse (..., H, Tq))`` with
         ``return_lse=True``: ``lse`` is the natural-log log-sum-exp of each row's scaled
         scores (float32 or wider), ``-inf`` (and output 0) for a row with no allowed key.
+        With ``sinks`` the LSE includes the sink (a row with no allowed key: the sink).
     """
     q, k, v = _floats("q", q), _floats("k", k), _floats("v", v)
-    G, dt, scale, left, right, qg, kg, vg, lead = _problem(
-        q, k, v, causal, window, scale, block_q, block_k
-    )
+    prob = _problem(q, k, v, causal, window, scale, block_q, block_k, softcap, sinks, segment_ids)
+    G, dt, scale, left, right, qg, kg, vg, lead = prob[:9]
     Tq, Tk, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
     offset = Tk - Tq  # bottom-right alignment: query i's diagonal key is i + offset
     out = np.zeros(lead + (Tq, Dv), dtype=dt)
@@ -169,8 +233,11 @@ def flash_attention(
             j1 = min(j0 + block_k, Tk)
             # s lives in this block's private buffer, so the steps below work on it in
             # place: every extra pass over a tile costs ~20% of its matmul.
+            skip, keep = _tile_keep(prob, i0, i1, j0, j1, offset)
+            if skip:
+                continue
             s = np.matmul(qi, kT[..., j0:j1], out=tile[..., : j1 - j0])  # (..., bq, bk)
-            keep = _band(i0, i1, j0, j1, offset, left, right)
+            s = _capped(s, prob.softcap)
             if keep is not None:
                 np.copyto(s, -np.inf, where=~keep)
             m_new = np.maximum(m_i, s.max(axis=-1))
@@ -184,7 +251,14 @@ def flash_attention(
             acc *= alpha[..., None]
             acc += weighted_values(p, vg[..., j0:j1, :], keep)
             m_i = m_new
-        # l_i == 0 exactly when a row saw no allowed key: output 0, lse -inf.
+        if prob.sink is not None:  # the sink's column joins the sums once, rebased
+            m_new = np.maximum(m_i, prob.sink)
+            m_safe = np.where(np.isneginf(m_new), 0.0, m_new).astype(dt, copy=False)
+            alpha = np.exp(m_i - m_safe)
+            l_i = l_i * alpha + np.exp(prob.sink - m_safe)
+            acc *= alpha[..., None]
+            m_i = m_new
+        # l_i == 0 exactly when a row saw no allowed key (and no sink): output 0, lse -inf.
         out[..., i0:i1, :] = np.divide(
             acc, l_i[..., None], out=np.zeros_like(acc), where=l_i[..., None] != 0
         )
@@ -260,12 +334,15 @@ def flash_attention_backward(
     out: np.ndarray,
     lse: np.ndarray,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
     window: Window | None = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: np.ndarray | None = None,
+    segment_ids: object = None,
     block_q: int = 64,
     block_k: int = 64,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, ...]:
     """VJP of :func:`flash_attention`, block by block, from the saved ``out`` and ``lse``.
 
     The probabilities are recomputed tile by tile as ``P = exp(S - lse)`` (exactly the
@@ -281,21 +358,25 @@ def flash_attention_backward(
     Then ``dQ = scale dS K`` and ``dK = scale dS^T Q``. Only ``block_q x block_k`` tiles
     exist, so memory is linear in T; key blocks outside the causal/window band are skipped
     as in the forward. A row with ``lse = -inf`` (no allowed key) has ``P = 0`` and gets
-    zero gradients.
+    zero gradients. Softcap multiplies ``dS`` by ``1 - tanh^2`` (recomputed per tile);
+    with sinks ``lse`` includes the sink, so ``P`` is already the sink-normalised weight,
+    ``dS`` keeps its form and the sink of head ``h`` gets ``-sum exp(z_h - lse) D_i``
+    (:func:`attnkit.numpy.variants.sinks_backward`).
 
     Args:
         d_out: cotangent of ``out``, ``(..., H, Tq, Dv)``.
         q, k, v: the forward's inputs.
         out, lse: the forward's outputs (``lse`` best in float64, see above).
-        causal, window, scale, block_q, block_k: as given to the forward.
+        causal, window, scale, softcap, sinks, segment_ids, block_q, block_k: as given to
+            the forward.
 
     Returns:
-        ``(dq, dk, dv)`` shaped like ``q``, ``k``, ``v``, in the compute dtype.
+        ``(dq, dk, dv)`` shaped like ``q``, ``k``, ``v``, in the compute dtype; with
+        ``sinks``, ``(dq, dk, dv, d_sinks (H,))``.
     """
     q, k, v = _floats("q", q), _floats("k", k), _floats("v", v)
-    G, dt, scale, left, right, qg, kg, vg, lead = _problem(
-        q, k, v, causal, window, scale, block_q, block_k
-    )
+    prob = _problem(q, k, v, causal, window, scale, block_q, block_k, softcap, sinks, segment_ids)
+    G, dt, scale, left, right, qg, kg, vg, lead = prob[:9]
     Tq, Tk = q.shape[-2], k.shape[-2]
     heads = lead if G == 1 else lead[:-2] + (lead[-2] * G,)
     out_shape = heads + (Tq, v.shape[-1])
@@ -331,8 +412,14 @@ def flash_attention_backward(
         j_hi = Tk if right is None else min(Tk, i1 - 1 + offset + right + 1)
         for j0 in range((j_lo // block_k) * block_k, j_hi, block_k):
             j1 = min(j0 + block_k, Tk)
+            skip, keep = _tile_keep(prob, i0, i1, j0, j1, offset)
+            if skip:
+                continue
             s = np.matmul(qi, kT[..., j0:j1])  # (..., bq, bk), the forward's scores
-            keep = _band(i0, i1, j0, j1, offset, left, right)
+            tanh = None
+            if prob.softcap is not None:  # as _capped does it in the forward
+                tanh = np.tanh(s / dt.type(prob.softcap))
+                s = tanh * dt.type(prob.softcap)
             if keep is not None:
                 s = np.where(keep, s, -np.inf)
             p = np.exp((s - hi_i) - lo_i)  # the forward's probabilities, recomputed
@@ -340,6 +427,8 @@ def flash_attention_backward(
             ds = p * (dp - delta_i)
             if nan_rows:  # a row attending a NaN value: its NaN delta stays on its own keys
                 ds = np.where(p != 0, ds, 0.0)
+            if tanh is not None:
+                ds = ds * (1.0 - tanh * tanh)  # through the cap; masked entries have p = 0
             dq_i += ds @ k_mm[..., j0:j1, :]
             # sum over the G heads of each group and over broadcast batch dims
             # (..., Hkv, bk, Dv) and (..., Hkv, bk, Dk)
@@ -349,4 +438,12 @@ def flash_attention_backward(
             dk[..., j0:j1, :] += sum_to_shape(dk_j, dk[..., j0:j1, :].shape)
         dq[..., i0:i1, :] = dq_i
     dq = sum_to_shape(ungrouped(dq * s_scale, G), q.shape)
-    return dq, dk * s_scale, dv
+    if prob.sink is None:
+        return dq, dk * s_scale, dv
+    # exp(z - lse) per row; hi is +inf only where a row had neither key nor sink.
+    sink_weight = np.exp((prob.sink - hi) - lo)
+    H = len(sinks)  # type: ignore[arg-type]
+    d_sinks = sinks_backward(
+        ungrouped(sink_weight[..., None], G), ungrouped(delta[..., None], G), H
+    )
+    return dq, dk * s_scale, dv, d_sinks

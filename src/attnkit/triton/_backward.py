@@ -10,15 +10,18 @@ import triton.language as tl
 
 from ._kernels import (
     _KEY,
-    _band,
+    _clip,
     _configs,
     _exp_from,
     _key_ranges,
+    _load_ids,
     _load_tile,
+    _mask_scores,
     _prune,
     _query_ranges,
     _region,
     _scores,
+    _segment_span,
     interpreting,
 )
 
@@ -37,6 +40,10 @@ _DKDV_TABLE = [
     (128, 32, 8, 2, 16, 128),
     (128, 16, 8, 2, 16, 128),
     (64, 32, 8, 2, 16, 128),
+    # With segment ids at D = 128 every tile above spills (the ids and their mask take
+    # registers); these two do not (ptxas, sm_90, bf16), nor do they without segments.
+    (128, 16, 8, 1, 16, 128),
+    (64, 16, 8, 2, 16, 128),
     (64, 32, 4, 3, 16, 64),
     (64, 16, 8, 1, 256, 256),
     (32, 32, 4, 1, 256, 256),
@@ -92,11 +99,11 @@ def _load_lse(LSE, LSE_LO, row, offs, T):
 @triton.jit
 def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, LSE_LO, DELTA, stride_qm, stride_qd, stride_dom,
                 stride_dod, row0, offs_n, offs_dk, offs_dv, start, stop, Tq, Tk, diag_off, left,
-                right, qk_scale, sc_in, sc_out, slope,
+                right, qk_scale, sc_in, sc_out, slope, q_ids, ids_k,
                 Dk: tl.constexpr, Dv: tl.constexpr, BLOCK_DK: tl.constexpr,
                 BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
                 HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-                HAS_ALIBI: tl.constexpr, PRECISION: tl.constexpr):
+                HAS_ALIBI: tl.constexpr, HAS_SEG: tl.constexpr, PRECISION: tl.constexpr):
     """Accumulate one query head's contribution to a key block's dK, dV.
 
     Works on transposed tiles (BLOCK_N, BLOCK_M) so that dK, dV come out row-major.
@@ -117,10 +124,11 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, LSE_LO, DELTA, stride_qm, stride_qd, s
             kq = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M)
         st, dtanh_t = _scores(kq, offs_m[None, :], offs_n[:, None], diag_off, qk_scale, sc_in,
                               sc_out, slope, HAS_SOFTCAP, HAS_ALIBI)
-        if MASKED:
-            keep = _band(offs_m[None, :], offs_n[:, None], Tk, diag_off, left, right, HAS_LEFT,
-                         HAS_RIGHT)
-            st = tl.where(keep, st, float("-inf"))
+        if MASKED or HAS_SEG:
+            ids_q = _load_ids(q_ids, offs_m, Tq, HAS_SEG)
+            st = _mask_scores(st, offs_m[None, :], offs_n[:, None], Tk, diag_off, left,
+                              right, ids_q[None, :], ids_k[:, None], MASKED, HAS_LEFT,
+                              HAS_RIGHT, HAS_SEG)
         pt = _exp_from(st - hi[None, :], lo[None, :])
         dv = tl.dot(pt.to(do.dtype), do, dv, input_precision=PRECISION)
         dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M)
@@ -135,7 +143,7 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, LSE_LO, DELTA, stride_qm, stride_qd, s
                  prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _bwd_dkdv_kernel(
-    Q, K, V, DO, LSE, LSE_LO, DELTA, DK, DV, SLOPES,
+    Q, K, V, DO, LSE, LSE_LO, DELTA, DK, DV, SLOPES, Q_IDS, KV_IDS, Q_LO, Q_HI,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -146,12 +154,13 @@ def _bwd_dkdv_kernel(
     Q_BUCKET, K_BUCKET,
     Dk: tl.constexpr, Dv: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_ALIBI: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_SEG: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     DMIN: tl.constexpr, DMAX: tl.constexpr,  # the tile table's head-dim range (pruning only)
 ):
     """One program per (key block, batch, KV head); loops over the G query heads that
     share the KV head, so GQA's dK/dV sum happens in registers (no atomics, deterministic).
+    ``Q_LO``/``Q_HI`` (B, Tk): each key's query span under segments (``HAS_SEG``).
     """
     n0 = tl.program_id(0) * BLOCK_N
     off_bh = tl.program_id(1)
@@ -173,6 +182,10 @@ def _bwd_dkdv_kernel(
 
     lo, full_lo, full_hi, hi = _query_ranges(n0, Tq, diag_off, left, right, BLOCK_M, BLOCK_N,
                                              HAS_LEFT, HAS_RIGHT)
+    ids_k = _load_ids(KV_IDS + off_b * Tk, offs_n, Tk, HAS_SEG)
+    q_ids = Q_IDS + off_b * Tq
+    span_lo, span_hi = _segment_span(Q_LO + off_b * Tk, Q_HI + off_b * Tk, offs_n, Tk, Tq,
+                                     HAS_SEG)
     for g in range(0, G):
         off_h = off_hkv * G + g
         q_base = Q + off_b * stride_qb + off_h * stride_qh
@@ -183,11 +196,14 @@ def _bwd_dkdv_kernel(
             slope = tl.load(SLOPES + off_b * H + off_h)
         for region in tl.static_range(3):
             start, stop = _region(region, lo, full_lo, full_hi, hi)
+            if HAS_SEG:
+                start, stop = _clip(start, stop, span_lo, span_hi, BLOCK_M)
             dk, dv = _dkdv_inner(
                 dk, dv, k, v, q_base, do_base, LSE, LSE_LO, DELTA, stride_qm, stride_qd,
                 stride_dom, stride_dod, row0, offs_n, offs_dk, offs_dv, start, stop, Tq, Tk,
-                diag_off, left, right, qk_scale, sc_in, sc_out, slope, Dk, Dv, BLOCK_DK, BLOCK_DV,
-                BLOCK_M, region != 1, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+                diag_off, left, right, qk_scale, sc_in, sc_out, slope, q_ids, ids_k, Dk, Dv,
+                BLOCK_DK, BLOCK_DV, BLOCK_M, region != 1, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                HAS_ALIBI, HAS_SEG, PRECISION)
 
     dk = dk * scale  # d(scale * q.k)/dk: the scale was left out of the loop
     tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + offs_n[:, None] * stride_dkn
@@ -201,11 +217,11 @@ def _bwd_dkdv_kernel(
 @triton.jit
 def _dq_inner(dq, q, do, lse_hi, lse_lo, delta, k_ptrs, v_ptrs, stride_kn, stride_kd,
               stride_vn, stride_vd, offs_m, offs_dk, offs_dv, start, stop, Tk, diag_off, left,
-              right, qk_scale, sc_in, sc_out, slope,
+              right, qk_scale, sc_in, sc_out, slope, ids_q, kv_ids,
               Dk: tl.constexpr, Dv: tl.constexpr, BLOCK_DK: tl.constexpr,
               BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
               HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-              HAS_ALIBI: tl.constexpr, PRECISION: tl.constexpr):
+              HAS_ALIBI: tl.constexpr, HAS_SEG: tl.constexpr, PRECISION: tl.constexpr):
     for start_n in range(start, stop, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = _load_tile(k_ptrs + offs_n[:, None] * stride_kn + offs_dk[None, :] * stride_kd,
@@ -215,10 +231,11 @@ def _dq_inner(dq, q, do, lse_hi, lse_lo, delta, k_ptrs, v_ptrs, stride_kn, strid
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         s, dtanh = _scores(qk, offs_m[:, None], offs_n[None, :], diag_off, qk_scale, sc_in,
                            sc_out, slope, HAS_SOFTCAP, HAS_ALIBI)
-        if MASKED:
-            keep = _band(offs_m[:, None], offs_n[None, :], Tk, diag_off, left, right, HAS_LEFT,
-                         HAS_RIGHT)
-            s = tl.where(keep, s, float("-inf"))
+        if MASKED or HAS_SEG:
+            ids_k = _load_ids(kv_ids, offs_n, Tk, HAS_SEG)
+            s = _mask_scores(s, offs_m[:, None], offs_n[None, :], Tk, diag_off, left, right,
+                             ids_q[:, None], ids_k[None, :], MASKED, HAS_LEFT, HAS_RIGHT,
+                             HAS_SEG)
         p = _exp_from(s - lse_hi[:, None], lse_lo[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
@@ -232,7 +249,7 @@ def _dq_inner(dq, q, do, lse_hi, lse_lo, delta, k_ptrs, v_ptrs, stride_kn, strid
                  prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _bwd_dq_kernel(
-    Q, K, V, DO, LSE, LSE_LO, DELTA, DQ, SLOPES,
+    Q, K, V, DO, LSE, LSE_LO, DELTA, DQ, SLOPES, Q_IDS, KV_IDS, KV_LO, KV_HI,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -242,7 +259,7 @@ def _bwd_dq_kernel(
     Q_BUCKET, K_BUCKET,
     Dk: tl.constexpr, Dv: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_ALIBI: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_SEG: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     DMIN: tl.constexpr, DMAX: tl.constexpr,  # the tile table's head-dim range (pruning only)
 ):
@@ -274,15 +291,21 @@ def _bwd_dq_kernel(
     k_ptrs = K + off_b * stride_kb + off_hkv * stride_kh
     v_ptrs = V + off_b * stride_vb + off_hkv * stride_vh
     dq = tl.zeros([BLOCK_M, BLOCK_DK], dtype=tl.float32)
+    ids_q = _load_ids(Q_IDS + off_b * Tq, offs_m, Tq, HAS_SEG)
+    kv_ids = KV_IDS + off_b * Tk
+    span_lo, span_hi = _segment_span(KV_LO + off_b * Tq, KV_HI + off_b * Tq, offs_m, Tq, Tk,
+                                     HAS_SEG)
     lo, full_lo, full_hi, hi = _key_ranges(m0, Tk, diag_off, left, right, BLOCK_M, BLOCK_N,
                                            HAS_LEFT, HAS_RIGHT)
     for region in tl.static_range(3):
         start, stop = _region(region, lo, full_lo, full_hi, hi)
+        if HAS_SEG:
+            start, stop = _clip(start, stop, span_lo, span_hi, BLOCK_N)
         dq = _dq_inner(
             dq, q, do, lse_hi, lse_lo, delta, k_ptrs, v_ptrs, stride_kn, stride_kd, stride_vn,
             stride_vd, offs_m, offs_dk, offs_dv, start, stop, Tk, diag_off, left, right,
-            qk_scale, sc_in, sc_out, slope, Dk, Dv, BLOCK_DK, BLOCK_DV, BLOCK_N, region != 1,
-            HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+            qk_scale, sc_in, sc_out, slope, ids_q, kv_ids, Dk, Dv, BLOCK_DK, BLOCK_DV, BLOCK_N,
+            region != 1, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_SEG, PRECISION)
     dq = dq * scale
     tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqm
              + offs_dk[None, :] * stride_dqd, dq.to(DQ.dtype.element_ty),

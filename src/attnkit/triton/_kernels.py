@@ -27,6 +27,11 @@ Conventions inside the kernels:
 - Each loop over key (or query) blocks is split into up to three ranges: blocks the band
   cuts on the left, blocks fully inside the band (no mask arithmetic at all), and blocks
   the band or the sequence end cuts on the right.
+- Segment ids (packed documents, padding) mask ``(i, j)`` unless both ids are equal and
+  ``>= 0``. The host gives each position the span of the other axis holding its segment;
+  a block's loop is cut to the union of its rows' spans, so for packed documents the
+  blocks of other documents are never visited.
+- Sinks (one logit per head) start each row's online softmax: ``m = sink``, ``l = 1``.
 - Head dims are compile-time constants padded to a power of two (``BLOCK_DK``) with masked
   loads, so 80 or 96 work and the mask folds away when the dim is a power of two.
 """
@@ -121,6 +126,57 @@ def _band(qi, kj, Tk, diag_off, left, right,
     if HAS_RIGHT:
         keep = keep & (kj <= diag + right)
     return keep
+
+
+@triton.jit
+def _mask_scores(s, qi, kj, Tk, diag_off, left, right, qid, kid, MASKED: tl.constexpr,
+                 HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SEG: tl.constexpr):
+    """``s`` with ``-inf`` where the band, the sequence end or the segments exclude
+    ``(i, j)``. ``qid``/``kid`` are the segment ids of the rows/columns (broadcast like
+    ``qi``/``kj``; unused without ``HAS_SEG``): equal ids attend, an id < 0 attends
+    nothing. Blocks inside the band (``MASKED`` false) still need the segment test."""
+    if MASKED:
+        keep = _band(qi, kj, Tk, diag_off, left, right, HAS_LEFT, HAS_RIGHT)
+        if HAS_SEG:
+            keep = keep & (qid == kid) & (qid >= 0)
+        s = tl.where(keep, s, float("-inf"))
+    elif HAS_SEG:
+        s = tl.where((qid == kid) & (qid >= 0), s, float("-inf"))
+    return s
+
+
+@triton.jit
+def _load_ids(IDS, offs, n, HAS_SEG: tl.constexpr):
+    """Segment ids at ``offs`` (-1, i.e. padding, past ``n``); ``offs`` itself without
+    segments (a placeholder that the masks never read)."""
+    if HAS_SEG:
+        ids = tl.load(IDS + offs, mask=offs < n, other=-1)
+    else:
+        ids = offs
+    return ids
+
+
+@triton.jit
+def _segment_span(LO, HI, offs, n, n_other, HAS_SEG: tl.constexpr):
+    """The span ``[lo, hi)`` of the other axis that the rows (or columns) ``offs`` may
+    attend at all, from the per-position spans the host computed
+    (:func:`attnkit.triton._variants.segment_spans`); ``[0, n_other)`` without segments."""
+    if HAS_SEG:
+        lo = tl.min(tl.load(LO + offs, mask=offs < n, other=n_other), 0)
+        hi = tl.max(tl.load(HI + offs, mask=offs < n, other=0), 0)
+    else:
+        lo = n_other * 0
+        hi = n_other
+    return lo, hi
+
+
+@triton.jit
+def _clip(start, stop, span_lo, span_hi, BLOCK: tl.constexpr):
+    """A pass's block range ``[start, stop)`` cut to the segment span: blocks wholly
+    outside it are never visited. ``start`` stays on the block grid."""
+    start = tl.maximum(start, (span_lo // BLOCK) * BLOCK)
+    stop = tl.minimum(stop, span_hi)
+    return start, stop
 
 
 @triton.jit
@@ -238,4 +294,4 @@ def first_only(configs):
 
 
 _KEY = ["Q_BUCKET", "K_BUCKET", "BLOCK_DK", "BLOCK_DV", "HAS_LEFT", "HAS_RIGHT",
-        "HAS_SOFTCAP", "HAS_ALIBI"]
+        "HAS_SOFTCAP", "HAS_ALIBI", "HAS_SEG"]
