@@ -40,13 +40,14 @@ from ..spec import (
     check_sinks,
     check_softcap,
     default_scale,
-    merge_by_lse,
     resolve_band,
     scores_shape,
 )
+from ._plan import blas_threads_limited, plan
 from .attention import _floats
 from .groups import fold_grouped, grouped, kv_grouped, sum_to_shape, ungrouped
 from .masks import segment_mask
+from .merge import merge_partials
 from .nonfinite import finite_or_zero, weighted_values
 from .softmax import compute_dtype, result_dtype
 from .variants import sinks_backward
@@ -94,12 +95,10 @@ class _Problem(NamedTuple):
 
 def _problem(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool | str, window: Window | None,
-    scale: float | None, block_q: int, block_k: int, softcap: float | None = None,
+    scale: float | None, softcap: float | None = None,
     sinks: np.ndarray | None = None, segment_ids: object = None,
 ) -> _Problem:
     G = check_qkv(q, k, v)
-    if block_q < 1 or block_k < 1:
-        raise ValueError(f"block sizes must be positive, got block_q={block_q}, block_k={block_k}")
     dt = compute_dtype(np.result_type(q.dtype, k.dtype, v.dtype))
     Tq, Tk = q.shape[-2], k.shape[-2]
     left, right = resolve_band(causal, window, Tq, Tk)
@@ -161,9 +160,9 @@ def flash_attention(
     softcap: float | None = None,
     sinks: np.ndarray | None = None,
     segment_ids: object = None,
-    block_q: int = 64,
-    block_k: int = 64,
-    num_threads: int = 1,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    num_threads: int | None = None,
     return_lse: bool = False,
     lse_dtype: np.dtype | type | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
@@ -178,15 +177,17 @@ def flash_attention(
         window: ``(left, right)`` band around the bottom-right diagonal; None = unbounded.
         scale: defaults to ``1/sqrt(Dk)``.
         softcap, sinks, segment_ids: as :func:`scaled_dot_product_attention`.
-        block_q, block_k: tile sizes. A tile holds every head's ``block_q x block_k``
-            scores. The 64 x 64 default shows the algorithm at small sizes; for speed
-            at long T pass 128 x 256, which amortises the per-tile Python and ufunc
-            overhead (64 x 64 costs ~45% more CPU time at T=4096) while staying
-            cache-sized.
+        block_q, block_k: tile sizes; a tile holds every head's ``block_q x block_k``
+            scores. None (the default) picks 128 x 256, clipped to the lengths: larger
+            tiles amortise the per-tile Python and ufunc overhead (64 x 64 costs ~45%
+            more CPU time at T=4096) while staying cache-sized (see
+            :mod:`attnkit.numpy._plan`).
         num_threads: query blocks run on this many threads (NumPy releases the GIL in
-            BLAS and ufuncs). With more than one, limit BLAS to one thread per caller
-            (``OPENBLAS_NUM_THREADS=1`` or threadpoolctl): BLAS threads started inside
-            each worker oversubscribe the cores (measured 3-9x slower on a busy 2-core box).
+            BLAS and ufuncs). None (the default) uses one per usable core, at most one
+            per query block. With more than one, BLAS runs one thread per worker for the
+            call (through threadpoolctl; its own threads inside each worker would
+            oversubscribe the cores, measured 3-9x slower on a busy 2-core box); without
+            threadpoolctl the default is one thread.
         return_lse: also return the log-sum-exp (as :func:`attnkit.triton.flash_attention`
             does: ``out`` alone by default, ``(out, lse)`` on request).
         lse_dtype: the returned LSE's dtype, never narrower than the statistics dtype
@@ -202,7 +203,9 @@ def flash_attention(
         With ``sinks`` the LSE includes the sink (a row with no allowed key: the sink).
     """
     q, k, v = _floats("q", q), _floats("k", k), _floats("v", v)
-    prob = _problem(q, k, v, causal, window, scale, block_q, block_k, softcap, sinks, segment_ids)
+    prob = _problem(q, k, v, causal, window, scale, softcap, sinks, segment_ids)
+    work = plan(q.shape[-2], k.shape[-2], block_q, block_k, num_threads)
+    block_q, block_k = work.block_q, work.block_k
     G, dt, scale, left, right, qg, kg, vg, lead = prob[:9]
     Tq, Tk, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
     offset = Tk - Tq  # bottom-right alignment: query i's diagonal key is i + offset
@@ -268,8 +271,8 @@ def flash_attention(
             lse[..., i0:i1] = np.where(l_i != 0, m_w + np.log(l_w), -np.inf)
 
     starts = range(0, Tq, block_q)
-    if num_threads > 1 and len(starts) > 1:
-        with ThreadPoolExecutor(max_workers=num_threads) as pool:
+    if work.threads > 1 and len(starts) > 1:
+        with blas_threads_limited(work.limit_blas), ThreadPoolExecutor(work.threads) as pool:
             list(pool.map(one_query_block, starts))
     else:
         for i0 in starts:
@@ -278,37 +281,6 @@ def flash_attention(
     out = ungrouped(out, G)
     out = out.astype(result_dtype(np.result_type(q.dtype, k.dtype, v.dtype)), copy=False)
     return (out, lse.reshape(out.shape[:-1])) if return_lse else out
-
-
-def merge_partials(
-    out_a: np.ndarray, lse_a: np.ndarray, out_b: np.ndarray, lse_b: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Combine attention over two disjoint key sets into attention over their union.
-
-    Each side's weight is ``exp(lse_side - m)`` with ``m`` the larger LSE, and the output
-    is normalised by the sum of the weights (:func:`attnkit.spec.merge_by_lse`, the rule
-    ring attention shares): stable at any finite LSE in any dtype, and merging two
-    identical partials returns them unchanged. A side with ``lse = -inf`` (no allowed key)
-    contributes nothing, and both sides ``-inf`` give output 0 and ``lse = -inf``.
-
-    Args:
-        out_a, out_b: ``(..., Tq, Dv)``.
-        lse_a, lse_b: ``(..., Tq)``.
-
-    Returns:
-        ``(out (..., Tq, Dv), lse (..., Tq))``.
-    """
-    out_a, out_b = np.asarray(out_a), np.asarray(out_b)
-    lse_a, lse_b = np.asarray(lse_a), np.asarray(lse_b)
-    if out_a.shape != out_b.shape or lse_a.shape != lse_b.shape or out_a.shape[:-1] != lse_a.shape:
-        raise ValueError(
-            f"partials do not match: out_a {out_a.shape}, lse_a {lse_a.shape}, out_b "
-            f"{out_b.shape}, lse_b {lse_b.shape}; expected out (..., Tq, Dv), lse (..., Tq)"
-        )
-    # An empty side's 0 * inf products are discarded by the rule's where(); no warning.
-    with np.errstate(invalid="ignore"):
-        out, lse = merge_by_lse(out_a, lse_a, out_b, lse_b, np)
-    return out.astype(np.result_type(out_a.dtype, out_b.dtype), copy=False), lse
 
 
 # -- backward -----------------------------------------------------------------------------
@@ -340,8 +312,8 @@ def flash_attention_backward(
     softcap: float | None = None,
     sinks: np.ndarray | None = None,
     segment_ids: object = None,
-    block_q: int = 64,
-    block_k: int = 64,
+    block_q: int | None = None,
+    block_k: int | None = None,
 ) -> tuple[np.ndarray, ...]:
     """VJP of :func:`flash_attention`, block by block, from the saved ``out`` and ``lse``.
 
@@ -375,7 +347,9 @@ def flash_attention_backward(
         ``sinks``, ``(dq, dk, dv, d_sinks (H,))``.
     """
     q, k, v = _floats("q", q), _floats("k", k), _floats("v", v)
-    prob = _problem(q, k, v, causal, window, scale, block_q, block_k, softcap, sinks, segment_ids)
+    prob = _problem(q, k, v, causal, window, scale, softcap, sinks, segment_ids)
+    tiles = plan(q.shape[-2], k.shape[-2], block_q, block_k, 1)
+    block_q, block_k = tiles.block_q, tiles.block_k
     G, dt, scale, left, right, qg, kg, vg, lead = prob[:9]
     Tq, Tk = q.shape[-2], k.shape[-2]
     heads = lead if G == 1 else lead[:-2] + (lead[-2] * G,)
