@@ -10,9 +10,9 @@ import triton.language as tl
 
 from ._kernels import (
     _KEY,
+    LOG2E,
     _clip,
     _configs,
-    _exp_from,
     _key_ranges,
     _load_ids,
     _load_tile,
@@ -93,7 +93,14 @@ def _load_lse(LSE, LSE_LO, row, offs, T):
     hi = tl.load(LSE + row, mask=offs < T, other=float("inf"))
     hi = tl.where(hi == float("-inf"), float("inf"), hi)
     lo = tl.load(LSE_LO + row, mask=offs < T, other=0.0)
-    return hi, lo
+    return hi, lo * LOG2E  # lo in base 2: P = exp2((s - hi) * log2e - lo2), one FMA
+
+
+@triton.jit
+def _probs(s, hi, lo2):
+    """``P = exp(s - (hi + lo))``: ``s - hi`` in natural units (no rounding at the LSE's
+    magnitude), then one FMA into base 2."""
+    return tl.exp2((s - hi) * LOG2E - lo2)
 
 
 @triton.jit
@@ -129,7 +136,7 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, LSE_LO, DELTA, stride_qm, stride_qd, s
             st = _mask_scores(st, offs_m[None, :], offs_n[:, None], Tk, diag_off, left,
                               right, ids_q[None, :], ids_k[:, None], MASKED, HAS_LEFT,
                               HAS_RIGHT, HAS_SEG)
-        pt = _exp_from(st - hi[None, :], lo[None, :])
+        pt = _probs(st, hi[None, :], lo[None, :])
         dv = tl.dot(pt.to(do.dtype), do, dv, input_precision=PRECISION)
         dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M)
         dst = pt * (dpt - delta[None, :])
@@ -236,7 +243,7 @@ def _dq_inner(dq, q, do, lse_hi, lse_lo, delta, k_ptrs, v_ptrs, stride_kn, strid
             s = _mask_scores(s, offs_m[:, None], offs_n[None, :], Tk, diag_off, left, right,
                              ids_q[:, None], ids_k[None, :], MASKED, HAS_LEFT, HAS_RIGHT,
                              HAS_SEG)
-        p = _exp_from(s - lse_hi[:, None], lse_lo[:, None])
+        p = _probs(s, lse_hi[:, None], lse_lo[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         if HAS_SOFTCAP:

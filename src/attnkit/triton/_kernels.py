@@ -16,7 +16,7 @@ Conventions inside the kernels:
 - The forward writes the LSE as two float32 rows, ``hi = fl(m + log l)`` (the LSE every
   caller sees) and ``lo``, the rounding error of that sum (an exact two-sum), so that
   ``hi + lo`` carries the float32 row max and sum without rounding them together. The
-  backward recomputes ``P = exp2(((s - hi) - lo) * log2(e))``: exact to float32 at any
+  backward recomputes ``P = exp2((s - hi) * log2(e) - lo * log2(e))``: exact to float32 at any
   magnitude (from ``hi`` alone, ``P`` would inherit ``hi``'s rounding, ``eps * |lse|``).
 - ``s`` is the score that enters the softmax:
   ``s = softcap * tanh(scale * q.k / softcap)`` (or ``scale * q.k`` without softcap),
