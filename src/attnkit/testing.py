@@ -1,8 +1,8 @@
-"""Judging a backend: the one float64 reference, and the error rule (DESIGN.md, "Tests").
+"""Judging a backend: the one float64 reference, and the error rule every backend is judged by.
 
 :func:`reference_attention` is the float64 reference every attention test compares with:
-written from the definitions in DESIGN.md, row by row, without calling any attnkit
-backend, so it can judge the NumPy oracle too. It returns the output, the weights, the
+written from the definitions (masks, variants and their order), row by row, without calling
+any attnkit backend, so it can judge the NumPy oracle too. It returns the output, the weights, the
 log-sum-exp and, given a cotangent, the gradients, and covers every option of every backend
 (mask, bias, valid_lens, causal (either alignment), window, scale, softcap, sinks,
 segment_ids, ALiBi, GQA).
@@ -115,7 +115,7 @@ def assert_close_by_rule(
 
 
 def allowed(i: int, j: int, Tq: int, Tk: int, causal: bool | str, window: Any) -> bool:
-    """DESIGN.md: causal (True or ``"bottom_right"``) keeps ``j <= i + Tk - Tq``,
+    """Causal (True or ``"bottom_right"``) keeps ``j <= i + Tk - Tq``,
     ``"top_left"`` keeps ``j <= i``; window ``(left, right)`` keeps
     ``diag - left <= j <= diag + right`` around the bottom-right diagonal ``diag`` (with
     either causal alignment); None = unbounded."""
@@ -252,7 +252,7 @@ def reference_attention(
         bias: float, broadcastable, added to the (capped) scores.
         valid_lens: ``(B,)`` or ``(B, Tq)``, ``B`` the first leading dim.
         causal: True/``"bottom_right"`` or ``"top_left"``; window: the band around the
-            bottom-right diagonal (DESIGN.md).
+            bottom-right diagonal.
         scale: None = ``1/sqrt(Dk)``.
         softcap: None = off.
         sinks: ``(H,)``, one logit per query head (q's axis -3; ``(1,)`` without one).
