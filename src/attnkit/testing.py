@@ -348,7 +348,8 @@ def large_logit_inputs(
     with one large common component: every score carries the offset ``logit``, as in a
     sequence whose logits drift far from 0, while the softmax itself is O(1). Plain float32
     math is then exact up to its O(1) rounding, so a backend that rounds anything at the
-    LSE's magnitude (5e-4 at 1e4 in float32) fails the DESIGN.md rule against it.
+    LSE's magnitude (5e-4 at 1e4 in float32) fails the error rule against it
+    (:func:`assert_close_by_rule`).
 
     Shapes: q ``(B, H, Tq, 64)``, k ``(B, Hkv, Tk, 64)``, v ``(B, Hkv, Tk, Dv)``, d_out
     ``(B, H, Tq, Dv)`` (``Hkv`` defaults to ``H``).

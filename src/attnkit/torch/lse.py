@@ -24,12 +24,13 @@ with it, so float32 results stay exact at logits ~1e4 (a float32 LSE there is on
 5e-4, and so would be every probability recomputed from it). The backward recomputes
 ``P = exp((s - hi) - lo)`` from the LSE split into float32 ``hi + lo``.
 
-Variants (DESIGN.md order: scale, softcap, masks): ``softcap`` caps the scaled scores,
-``segment_ids`` mask pairs whose ids differ (id < 0: padding), ``causal`` may be aligned
-``"top_left"``. ``sinks`` (a value-less logit per query head) join the forward's softmax
-denominators and LSE; the backward needs no sinks argument, since the final LSE it is
-given already holds them, and :func:`sinks_backward` gives the sinks' own gradient. Ring
-attention adds the sinks once, when it merges its partials, not in every block.
+Variants (in the order every backend applies them: scale, softcap, masks): ``softcap``
+caps the scaled scores, ``segment_ids`` mask pairs whose ids differ (id < 0: padding),
+``causal`` may be aligned ``"top_left"``. ``sinks`` (a value-less logit per query head)
+join the forward's softmax denominators and LSE; the backward needs no sinks argument,
+since the final LSE it is given already holds them, and :func:`sinks_backward` gives the
+sinks' own gradient. Ring attention adds the sinks once, when it merges its partials, not
+in every block.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 The kernels themselves are in :mod:`attnkit.triton._forward` and
 :mod:`attnkit.triton._backward`; the rules they share with every backend (shape fit, window,
 scale, head-dim cap) are :mod:`attnkit.spec`'s. Layout is ``(B, H, T, D)``.
-Masks follow DESIGN.md: causal (``True`` or ``"bottom_right"``) and window are aligned to
-the bottom-right diagonal, so query ``i`` sees key ``j`` iff ``j <= i + Tk - Tq`` under
-``causal``; ``causal="top_left"`` (SDPA's ``is_causal``) keeps ``j <= i``::
+Masks mean what they mean on every backend: causal (``True`` or ``"bottom_right"``) and
+window are aligned to the bottom-right diagonal, so query ``i`` sees key ``j`` iff
+``j <= i + Tk - Tq`` under ``causal``; ``causal="top_left"`` (SDPA's ``is_causal``) keeps
+``j <= i``::
 
     causal, Tq=2, Tk=4 (1 = keep)     causal, Tq=4, Tk=2 (rows 0, 1 see nothing)
         1 1 1 0                           0 0
