@@ -31,6 +31,7 @@ __all__ = [
     "as_float64",
     "assert_close_by_rule",
     "band_keep",
+    "large_logit_inputs",
     "lengths_keep",
     "max_mean_error",
     "reference_attention",
@@ -331,3 +332,34 @@ def reference_attention(
     if not grads:
         return ReferenceResult(out, weights, lse)
     return ReferenceResult(out, weights, lse, dq, dk, dv, dz)
+
+
+# -- inputs that break LSE precision -----------------------------------------------------
+
+
+def large_logit_inputs(
+    B: int = 1, H: int = 2, Hkv: int | None = None, Tq: int = 16, Tk: int = 45,
+    Dv: int = 16, *, logit: float = 1e4, seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(q, k, v, d_out)``, float64, whose scaled scores are ``logit + O(1)`` and exact in
+    float32, at ``Dk = 64`` and scale ``1/8`` (the default ``1/sqrt(Dk)``, a power of two).
+
+    q and k are multiples of 1/8 (so every product and partial sum is exact in float32),
+    with one large common component: every score carries the offset ``logit``, as in a
+    sequence whose logits drift far from 0, while the softmax itself is O(1). Plain float32
+    math is then exact up to its O(1) rounding, so a backend that rounds anything at the
+    LSE's magnitude (5e-4 at 1e4 in float32) fails the error rule against it
+    (:func:`assert_close_by_rule`).
+
+    Shapes: q ``(B, H, Tq, 64)``, k ``(B, Hkv, Tk, 64)``, v ``(B, Hkv, Tk, Dv)``, d_out
+    ``(B, H, Tq, Dv)`` (``Hkv`` defaults to ``H``).
+    """
+    Hkv = H if Hkv is None else Hkv
+    g = np.random.default_rng(seed)
+    q = np.round(g.uniform(-2, 2, (B, H, Tq, 64)) * 8) / 8
+    k = np.round(g.uniform(-2, 2, (B, Hkv, Tk, 64)) * 8) / 8
+    q[..., 0] = 256.0
+    k[..., 0] = np.round(logit * 8 / 256.0 * 8) / 8  # scale 1/8: 256 * k0 / 8 ~ logit
+    v = g.standard_normal((B, Hkv, Tk, Dv))
+    d_out = g.standard_normal((B, H, Tq, Dv))
+    return q, k, v, d_out

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from attnkit.distributed import gather_sequence, ring_attention, shard_sequence
-from attnkit.testing import max_mean_error, reference_attention
+from attnkit.testing import large_logit_inputs, max_mean_error, reference_attention
 from conftest import reference  # the script's folder is on sys.path
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -63,6 +63,12 @@ def run_case(case: dict, group: dist.ProcessGroup | None = None) -> dict | None:
         "v": torch.randn(B, Hkv, T, Dv, generator=gen, dtype=torch.float64),
         "dout": torch.randn(B, H, T, Dv, generator=gen, dtype=torch.float64),
     }
+    if "logit" in case:  # logits logit + O(1), exact in float32 (Dk = 64)
+        arrays = large_logit_inputs(B, H, Hkv, T, T, Dv, logit=case["logit"], seed=case["seed"])
+        full = dict(zip(("q", "k", "v", "dout"), (torch.from_numpy(x) for x in arrays)))
+    if case.get("nan"):  # NaN at future positions: attended only by later queries
+        full["v"][:, :, T // 2, Dv // 2] = float("nan")
+        full["k"][:, -1, (3 * T) // 4, :] = float("nan")
     valid = case.get("valid_lens")
     valid_lens = None if valid is None else torch.tensor([min(x, T) for x in valid])
     dtype, layout, causal = DTYPES[case["dtype"]], case["layout"], case["causal"]
@@ -103,10 +109,12 @@ def run_case(case: dict, group: dist.ProcessGroup | None = None) -> dict | None:
                                      else sinks.to(dtype), **kw)))
     res = {}
     for name in got:
+        fin = ~torch.isnan(ref[name])  # NaN cases: compare values where the reference has some
         res[name] = {
-            "err": max_mean_error(got[name], ref[name]),
-            "base": max_mean_error(base[name], ref[name]),
-            "nan": bool(torch.isnan(got[name]).any()),
+            "err": max_mean_error(got[name][fin], ref[name][fin]),
+            "base": max_mean_error(base[name][fin], ref[name][fin]),
+            "nan": bool(torch.isnan(got[name][fin]).any()),
+            "nan_match": bool(torch.equal(torch.isnan(got[name]), ~fin)),
             "shape_ok": tuple(got[name].shape) == tuple(ref[name].shape),
         }
     if valid_lens is not None:
@@ -152,6 +160,38 @@ def check_sharding(rank: int) -> dict:
     return ok
 
 
+def check_agreement(rank: int) -> dict:
+    """Shards that disagree between ranks raise one ValueError on every rank, naming every
+    rank's shapes, before any transfer; the group stays usable. Returns this rank's
+    messages (or what happened instead)."""
+
+    def attempt(q, k, v, **kw):
+        try:
+            ring_attention(q, k, v, **kw)
+        except ValueError as e:
+            return str(e)
+        return "no error"
+
+    z = torch.zeros
+    msgs = {
+        # The same byte count: before, the ring ran to completion on misread data.
+        "same_bytes": attempt(*(z(1, 2, 8, 8) if rank == 0 else z(1, 2, 4, 16),) * 3),
+        # Different sizes: before, gloo aborted rank 0 (SIGABRT) instead of raising.
+        "sizes": attempt(*(z(1, 2, 4 * (1 + (rank == 1)), 8),) * 3),
+        "dtypes": attempt(*(z(1, 2, 4, 8, dtype=torch.float64 if rank else torch.float32),) * 3),
+        "heads": attempt(z(1, 4, 4, 8), *(z(1, 2 if rank else 4, 4, 8),) * 2),
+        "causal": attempt(*(z(1, 2, 4, 8),) * 3, causal=rank == 0),
+        "valid_lens": attempt(*(z(1, 2, 4, 8),) * 3, valid_lens=torch.tensor([1 + rank])),
+    }
+    # A rank that fails its own check (T = 3 is not a multiple of the chunk count) fails
+    # after the exchange, so every rank raises it: nobody waits on a transfer.
+    msgs["local"] = attempt(*(z(1, 2, 3, 8),) * 3)
+    # Still usable afterwards.
+    ok = ring_attention(*(torch.ones(1, 2, 4, 8),) * 3)
+    msgs["usable"] = bool(torch.allclose(ok, torch.ones_like(ok)))
+    return msgs
+
+
 def main() -> None:
     rank, world, init, cases_path, out_dir = sys.argv[1:6]
     rank, world = int(rank), int(world)
@@ -165,6 +205,9 @@ def main() -> None:
         raise RuntimeError(f"rank {rank} fails on purpose")
     cases = json.loads(Path(cases_path).read_text())
     results = {"errors": check_sharding(rank)}
+    agreement = [None] * world
+    dist.all_gather_object(agreement, check_agreement(rank))
+    results["agreement"] = agreement
     for case in cases:
         results[case["id"]] = run_case(case)
     if world == 4:

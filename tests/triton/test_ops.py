@@ -45,7 +45,8 @@ def test_opcheck_flash_backward(at):
     ids = torch.tensor([[0] * 5 + [1] * 4]).to(DEVICE), torch.tensor([[0] * 6 + [1] * 5]).to(DEVICE)
     torch.library.opcheck(
         torch.ops.attnkit.flash_bwd.default,
-        (dout, q, k, v, out, lse, None, "bottom_right", None, None, 0.25, 5.0, None, *ids))
+        (dout, q, k, v, out, lse, torch.zeros_like(lse), None, "bottom_right", None, None, 0.25,
+         5.0, None, *ids))
 
 
 def test_opcheck_decode(at):

@@ -16,6 +16,18 @@ the sum over every rank's queries.
 Under a causal mask, blocks that lie wholly above the diagonal are skipped; with the
 default zigzag layout every rank then does the same work at every step.
 
+Before the first transfer the ranks exchange one small int64 vector each (shapes, dtypes,
+layout, causal, the valid_lens range): shards that disagree raise the same ``ValueError``,
+naming every rank's shapes, on every rank. Otherwise a rank would send a buffer of another
+size or layout than its peer expects: gloo aborts the process, or, when only the byte
+counts agree, the ring runs to completion on misread data.
+
+Precision: the running LSE is float64 (the blocks' float32 row max and sum added without
+rounding at the LSE's magnitude) and merges normalise by the sum of their weights, so
+float32 results match plain float32 math at logits ~1e4, where a float32 LSE is only good to
+5e-4. NaN/inf in a causally masked (future) position reaches no output or gradient
+(:mod:`attnkit.torch.lse`).
+
 Variants: ``softcap`` and ``segment_ids`` apply inside every block (the segment ids of
 all ranks are gathered once per pass, a few bytes per token, so each rank knows the ids
 of the K/V block visiting it); ``sinks`` join once per row, as one more partial (output 0,
@@ -42,6 +54,7 @@ from ..spec import (
 from ..torch._checks import check_qkv
 from ..torch._dtypes import stats_dtype
 from ..torch.lse import attention_with_lse, attention_with_lse_backward, sinks_backward
+from .agreement import agree
 from .merge import merge_partials
 from .schedule import Layout, check_layout, chunk_ids, num_chunks, step_blocks
 from .sharding import group_info
@@ -207,10 +220,14 @@ def ring_attention_forward(
 
     Returns:
         ``(out (B, H, T/P, Dv) in q's dtype, lse (B, H, T/P))``: ``lse`` is natural-log,
-        float32 (float64 for float64 input), ``-inf`` where a row has no allowed key.
+        float64 (the float32 row statistics carried without rounding them at the LSE's
+        magnitude: what :func:`ring_attention_backward` needs at large logits), ``-inf``
+        where a row has no allowed key.
     """
     ring = _Ring(group)
     P, rank = ring.size, ring.rank
+    agree(ring.group, ring.size, q, k, v, layout, causal, valid_lens, softcap, sinks,
+          segment_ids)
     c = _check_inputs(q, k, v, layout, P, valid_lens, softcap, sinks, segment_ids)
     causal = check_causal(causal) is not None  # Tq == Tk: both alignments agree
     scale = default_scale(scale, q.shape[-1])
@@ -218,7 +235,8 @@ def ring_attention_forward(
     B, H, T, _ = q.shape
     dt = stats_dtype(q.dtype)
     out = torch.zeros(B, H, T, v.shape[-1], dtype=dt, device=q.device)
-    lse = torch.full((B, H, T), -math.inf, dtype=dt, device=q.device)
+    # float64 LSE: see the module notes (a float32 one is only good to 5e-4 at 1e4).
+    lse = torch.full((B, H, T), -math.inf, dtype=torch.float64, device=q.device)
 
     kv = _pack(k, v)
     for s in range(P):
@@ -236,10 +254,11 @@ def ring_attention_forward(
                 key_mask=None if km is None else km[:, blk.k0 : blk.k1],
                 softcap=softcap,
                 segment_ids=_block_ids(ids, src, blk),
+                lse_dtype=torch.float64,
             )
             rows = slice(blk.q0, blk.q1)
             out[:, :, rows], lse[:, :, rows] = merge_partials(
-                out[:, :, rows], lse[:, :, rows], o.to(dt), l.to(dt)
+                out[:, :, rows], lse[:, :, rows], o.to(dt), l
             )
         if pending is not None:
             kv = pending.wait()
@@ -271,7 +290,8 @@ def ring_attention_backward(
     Args:
         dout: ``(B, H, T/P, Dv)`` gradient of this rank's output shard.
         q, k, v: this rank's shards, as given to :func:`ring_attention_forward`.
-        out, lse: what :func:`ring_attention_forward` returned for them.
+        out, lse: what :func:`ring_attention_forward` returned for them (``lse`` in
+            float64 keeps the gradients exact at large logits; float32 is accepted).
         causal, scale, group, layout, valid_lens, softcap, segment_ids: as in the forward.
             Sinks need no argument: ``lse`` holds them (their own gradient:
             :func:`attnkit.torch.lse.sinks_backward`).
@@ -282,6 +302,8 @@ def ring_attention_backward(
     """
     ring = _Ring(group)
     P, rank = ring.size, ring.rank
+    agree(ring.group, ring.size, q, k, v, layout, causal, valid_lens, softcap, None,
+          segment_ids)
     c = _check_inputs(q, k, v, layout, P, valid_lens, softcap, None, segment_ids)
     causal = check_causal(causal) is not None
     scale = default_scale(scale, q.shape[-1])
@@ -401,8 +423,9 @@ def ring_attention(
         ``(B, H, T/P, Dv)``: this rank's output shard, in q's dtype.
 
     Raises:
-        ValueError: shapes disagree, ``H % Hkv != 0``, or ``T`` is not a multiple of the
-            layout's chunk count (``2P`` zigzag, ``P`` contiguous).
+        ValueError: shapes disagree (on one rank, or between ranks: every rank raises,
+            naming every rank's shapes), ``H % Hkv != 0``, or ``T`` is not a multiple of
+            the layout's chunk count (``2P`` zigzag, ``P`` contiguous).
     """
     return _RingAttention.apply(q, k, v, sinks, causal, scale, group, layout, valid_lens,
                                 softcap, segment_ids)

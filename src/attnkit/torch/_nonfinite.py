@@ -36,6 +36,7 @@ from ._keep import Keep
 
 __all__ = [
     "Guarded",
+    "all_finite",
     "finite_safe",
     "guard_inputs",
     "restore",
@@ -76,6 +77,19 @@ def zero_rows(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """``x`` with the entries where ``keep`` (bool, broadcastable) is False set to +0.0 —
     NaN and inf included — in a new tensor, and the same for its gradient."""
     return _ZeroRows.apply(x, _bitmask(keep, x.dtype))
+
+
+def all_finite(*xs: torch.Tensor) -> bool:
+    """True when every entry of every tensor is finite: one reduction each and one host
+    sync in all (a finite sum implies finite entries; a sum that overflows merely sends the
+    caller down its slower, still exact, path).
+
+    Only :mod:`attnkit.torch.lse` (ring attention's blocks) uses it, to choose a path per
+    masked block; :func:`attnkit.torch.attention` and the modules never read a tensor back.
+    """
+    total = sum(torch.sum(x, dtype=torch.float32 if x.dtype in (torch.float16, torch.bfloat16)
+                          else None) for x in xs)
+    return bool(torch.isfinite(torch.as_tensor(total)))
 
 
 def zero_masked_keys(x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:

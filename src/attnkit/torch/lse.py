@@ -14,14 +14,23 @@ the last key its rows can see, so a causal block costs about half a full one), G
 viewing queries as ``(B, Hkv, G, Tq, D)`` so K/V are never copied ``G`` times.
 
 Fully masked rows (no allowed key in this block) give output 0 and LSE ``-inf``; their
-gradients are 0. Masks are applied with ``-inf`` plus explicit guards.
+gradients are 0. Masks are applied with ``-inf`` plus explicit guards, and NaN/inf in a
+masked position (a future key of a causal block) reaches neither the output nor any
+gradient, while NaN in an attended one propagates.
 
-Variants (DESIGN.md order: scale, softcap, masks): ``softcap`` caps the scaled scores,
-``segment_ids`` mask pairs whose ids differ (id < 0: padding), ``causal`` may be aligned
-``"top_left"``. ``sinks`` (a value-less logit per query head) join the forward's softmax
-denominators and LSE; the backward needs no sinks argument, since the final LSE it is
-given already holds them, and :func:`sinks_backward` gives the sinks' own gradient. Ring
-attention adds the sinks once, when it merges its partials, not in every block.
+Precision: the LSE can be asked for in float64 (``lse_dtype``), the float32 row max and sum
+added without rounding at the LSE's magnitude; ring attention merges and differentiates
+with it, so float32 results stay exact at logits ~1e4 (a float32 LSE there is only good to
+5e-4, and so would be every probability recomputed from it). The backward recomputes
+``P = exp((s - hi) - lo)`` from the LSE split into float32 ``hi + lo``.
+
+Variants (in the order every backend applies them: scale, softcap, masks): ``softcap``
+caps the scaled scores, ``segment_ids`` mask pairs whose ids differ (id < 0: padding),
+``causal`` may be aligned ``"top_left"``. ``sinks`` (a value-less logit per query head)
+join the forward's softmax denominators and LSE; the backward needs no sinks argument,
+since the final LSE it is given already holds them, and :func:`sinks_backward` gives the
+sinks' own gradient. Ring attention adds the sinks once, when it merges its partials, not
+in every block.
 """
 
 from __future__ import annotations
@@ -38,9 +47,10 @@ from ..spec import (
     check_segment_ids,
     check_sinks,
     check_softcap,
+    default_scale,
 )
 from ._dtypes import stats_dtype
-from ._nonfinite import zero_masked_keys
+from ._nonfinite import all_finite, zero_masked_keys
 from ._triton_path import triton_kernels
 
 __all__ = ["attention_with_lse", "attention_with_lse_backward", "sinks_backward"]
@@ -68,14 +78,48 @@ _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def _use_triton(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,
+    masked: bool,
 ) -> ModuleType | None:
-    """The fused kernels when they can take this block, else None (torch does the work)."""
+    """The fused kernels when they can take this block, else None (torch does the work).
+
+    Under a mask inside the block (causal, segments) the kernels would multiply a masked
+    key's NaN/inf by its zero weight (``0 * nan = nan``): such a block goes to the torch
+    path, which keeps it out. Finding out costs one reduction (and host sync) per masked
+    block.
+    """
     if key_mask is not None or not q.is_cuda or q.dtype not in _TRITON_DTYPES:
         return None
     if check_fused_head_dims(q.shape[-1], v.shape[-1]) is not None:
         return None
+    if masked and not all_finite(q, k, v):
+        return None
     return triton_kernels("flash_attention_forward", "flash_attention_backward")
+
+
+def _finite_or_zero(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with NaN/inf replaced by 0, for a matmul operand whose other factor is exactly
+    0 wherever ``x`` is masked (``0 * nan`` would leak). Branch-free."""
+    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+
+
+def _lse_dtype(lse_dtype: torch.dtype | None, dt: torch.dtype) -> torch.dtype:
+    if lse_dtype is None:
+        return dt
+    if lse_dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"lse_dtype must be torch.float32 or torch.float64, got {lse_dtype}")
+    return torch.promote_types(lse_dtype, dt)
+
+
+def _split_lse(lse: torch.Tensor, dt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``lse`` as ``hi + lo`` in ``dt`` (``lo`` = 0 unless ``lse`` is wider); ``-inf``
+    rows get ``hi = +inf``, ``lo = 0``, so ``exp((s - hi) - lo)`` is 0 with no inf - inf."""
+    hi = lse.to(dt)
+    lo = torch.zeros_like(hi)
+    if lse.dtype.itemsize > hi.dtype.itemsize:
+        fin = torch.isfinite(lse)
+        lo = torch.where(fin, lse - torch.where(fin, hi, 0.0).to(lse.dtype), 0.0).to(dt)
+    return torch.where(torch.isneginf(hi), torch.full_like(hi, math.inf), hi), lo
 
 
 def _neg_inf_guard(x: torch.Tensor) -> torch.Tensor:
@@ -179,6 +223,7 @@ def attention_with_lse(
     softcap: float | None = None,
     sinks: torch.Tensor | None = None,
     segment_ids: object = None,
+    lse_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention ``softmax(q k^T * scale, masked) v`` and its natural-log LSE.
 
@@ -194,34 +239,43 @@ def attention_with_lse(
         sinks: optional ``(H,)`` logits, one value-less column per softmax denominator.
         segment_ids: int ``(B, T)`` (``Tq == Tk``) or a pair ``(q_ids (B, Tq), kv_ids
             (B, Tk))``: equal ids attend each other, an id < 0 attends nothing.
+        lse_dtype: None = the compute dtype; ``torch.float64`` keeps the LSE exact
+            enough for merging and for the backward at any magnitude of the logits.
 
     Returns:
         ``(out (B, H, Tq, Dv) in the compute dtype, lse (B, H, Tq))``: compute dtype is
-        float64 for float64 input, else float32; ``lse`` is natural-log, ``-inf`` where a
-        row has no allowed key (its output is 0), the sink's logit when there are sinks.
+        float64 for float64 input, else float32; ``lse`` is natural-log (in ``lse_dtype``),
+        ``-inf`` where a row has no allowed key (its output is 0), the sink's logit when
+        there are sinks.
     """
     G = check_qkv(q, k, v, batched=True)
+    scale = default_scale(scale, q.shape[-1])  # a finite float (spec's one rule)
     offset = _causal_offset(causal, q.shape[2], k.shape[2])
     softcap = check_softcap(softcap)
     check_sinks(sinks, q.shape[1])
     seg = _segments(segment_ids, q, k)
-    ops = _use_triton(q, k, v, key_mask)
+    dt = stats_dtype(q.dtype, k.dtype, v.dtype)
+    lse_dt = _lse_dtype(lse_dtype, dt)
+    ops = _use_triton(q, k, v, key_mask, offset is not None or seg is not None)
     if ops is not None:
         # Ring blocks are slices along T: hand the kernel dense tensors.
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         out, lse = ops.flash_attention_forward(q, k, v, causal=causal, scale=scale,
-                                               softcap=softcap, sinks=sinks, segment_ids=seg)
-        return out.to(stats_dtype(q.dtype)), lse.float()
+                                               softcap=softcap, sinks=sinks, segment_ids=seg,
+                                               lse_dtype=lse_dt)
+        return out.to(dt), lse
 
-    dt = stats_dtype(q.dtype, k.dtype, v.dtype)
     B, H, Tq, Dk = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[3]
     qg = q.to(dt).reshape(B, Hkv, G, Tq, Dk)
     kg = k.to(dt).unsqueeze(2)  # (B, Hkv, 1, Tk, Dk): broadcasts over the G query heads
     vg = zero_masked_keys(v.to(dt), key_mask).unsqueeze(2)  # (B, Hkv, 1, Tk, Dv)
     if Tq == 0:
-        return q.new_zeros((B, H, 0, Dv), dtype=dt), q.new_zeros((B, H, 0), dtype=dt)
+        return q.new_zeros((B, H, 0, Dv), dtype=dt), q.new_zeros((B, H, 0), dtype=lse_dt)
     z = None if sinks is None else sinks.to(device=q.device, dtype=dt).reshape(Hkv, G, 1, 1)
+    # NaN/inf in a value row: rows that attend it keep it, the others (to which it is
+    # masked, weight exactly 0) must not get 0 * nan; they take the product with it zeroed.
+    v_bad = None if all_finite(vg) else ~torch.isfinite(vg)
     outs, lses = [], []
     tile = _row_tile(q, Tk)
     for r0 in range(0, Tq, tile):
@@ -239,12 +293,20 @@ def attention_with_lse(
         p = torch.exp(s - _neg_inf_guard(m))  # exp(-inf) = 0 at masked keys
         l = p.sum(dim=-1, keepdim=True)
         o = torch.matmul(p, vg[..., :j, :])
+        if v_bad is not None:
+            clean = torch.matmul(p, _finite_or_zero(vg[..., :j, :]))
+            # (p != 0): the keys a row attends (NaN scores included, underflow excluded,
+            # as in the float64 reference).
+            touched = torch.matmul((p != 0).to(dt), v_bad[..., :j, :].to(dt))
+            o = torch.where(touched > 0, o, clean)
         if z is not None:
             o, l, m = _with_sinks(o, l, m, z)
         # l == 0 exactly when the row has no allowed key: output 0, lse -inf.
         empty = l == 0
         outs.append(torch.where(empty, torch.zeros_like(o), o / torch.where(empty, 1.0, l)))
-        lse = torch.where(empty, -math.inf, m + torch.log(torch.where(empty, 1.0, l)))
+        # The row max and sum added in the LSE's dtype: in float64, no rounding at |m|.
+        m_w, l_w = m.to(lse_dt), torch.where(empty, 1.0, l).to(lse_dt)
+        lse = torch.where(empty, -math.inf, m_w + torch.log(l_w))
         lses.append(lse.squeeze(-1))
     out = torch.cat(outs, dim=-2).reshape(B, H, Tq, Dv)
     lse = torch.cat(lses, dim=-1).reshape(B, H, Tq)
@@ -274,11 +336,19 @@ def attention_with_lse_backward(
     softcap). Summing these over the blocks of a row gives the exact gradient of the full
     attention (one block: the exact gradient). Sinks need no argument: ``lse`` holds them.
 
+    ``P`` is recomputed as ``exp((s - hi) - lo)`` from the LSE split into ``hi + lo`` in
+    the compute dtype: pass the LSE in float64 (``attention_with_lse(...,
+    lse_dtype=torch.float64)``) and float32 gradients are exact at any magnitude of the
+    logits; from a float32 LSE, ``P`` carries its rounding (``eps * |lse|``). With ``P``
+    that exact, ``delta = rowsum(dout * out)`` in float32 is precise enough (measured at
+    logits 1e4: within the rule where the LSE was the culprit).
+
     Args:
         dout: ``(B, H, Tq, Dv)``.
         q, k, v: as in :func:`attention_with_lse`.
         out: ``(B, H, Tq, Dv)`` final output of these rows.
-        lse: ``(B, H, Tq)`` final LSE of these rows (``-inf``: row fully masked, grads 0).
+        lse: ``(B, H, Tq)`` final LSE of these rows (``-inf``: row fully masked, grads 0),
+            best in float64 (see above).
         causal, scale, key_mask, softcap, segment_ids: as in :func:`attention_with_lse`.
 
     Returns:
@@ -286,15 +356,16 @@ def attention_with_lse_backward(
         dtype (float64 for float64 input, else float32).
     """
     G = check_qkv(q, k, v, batched=True)
+    scale = default_scale(scale, q.shape[-1])
     offset = _causal_offset(causal, q.shape[2], k.shape[2])
     softcap = check_softcap(softcap)
     seg = _segments(segment_ids, q, k)
-    ops = _use_triton(q, k, v, key_mask)
+    ops = _use_triton(q, k, v, key_mask, offset is not None or seg is not None)
     if ops is not None:
         dt = stats_dtype(q.dtype)
         dq, dk, dv = ops.flash_attention_backward(
             dout.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(),
-            out.to(q.dtype).contiguous(), lse.float().contiguous(), causal=causal, scale=scale,
+            out.to(q.dtype).contiguous(), lse.contiguous(), causal=causal, scale=scale,
             softcap=softcap, segment_ids=seg,
         )
         return dq.to(dt), dk.to(dt), dv.to(dt)
@@ -306,33 +377,39 @@ def attention_with_lse_backward(
     # Masked keys are zeroed too: their dS is 0, but dQ = dS K would still read 0 * NaN.
     kg = zero_masked_keys(k.to(dt), key_mask).unsqueeze(2)
     vg = zero_masked_keys(v.to(dt), key_mask).unsqueeze(2)
+    # The matmuls with dS (and dP = dout V^T) read copies with NaN/inf zeroed, so a causally
+    # masked one cannot leak through a zero factor; the scores read the originals, and an
+    # attended NaN reaches dS through P or through delta (its output row is NaN).
+    q_mm, k_mm, v_mm = _finite_or_zero(qg), _finite_or_zero(kg), _finite_or_zero(vg)
     dog = dout.to(dt).reshape(B, Hkv, G, Tq, Dv)
     og = out.to(dt).reshape(B, Hkv, G, Tq, Dv)
-    lg = lse.to(dt).reshape(B, Hkv, G, Tq, 1)
+    hi, lo = (x.reshape(B, Hkv, G, Tq, 1) for x in _split_lse(lse, dt))
     dq_tiles = [q.new_zeros((B, Hkv, G, 0, Dk), dtype=dt)]
     dk = torch.zeros(B, Hkv, Tk, Dk, dtype=dt, device=q.device)
     dv = torch.zeros(B, Hkv, Tk, Dv, dtype=dt, device=q.device)
     tile = _row_tile(q, Tk)
     for r0 in range(0, Tq, tile):
         r1 = min(r0 + tile, Tq)
-        qt, dot, lt = qg[..., r0:r1, :], dog[..., r0:r1, :], lg[..., r0:r1, :]
+        qt, dot = qg[..., r0:r1, :], dog[..., r0:r1, :]
         j = _keys_seen(r1, Tk, offset)
-        kt, vt = kg[..., :j, :], vg[..., :j, :]
         s, tanh = _tile_scores(
-            qt, kt, r0, offset, scale=scale,
+            qt, kg[..., :j, :], r0, offset, scale=scale,
             key_mask=None if key_mask is None else key_mask[:, :j], softcap=softcap,
             seg=_rows(seg, r0, r1, j),
         )
-        # A fully masked row has lse = -inf; its probabilities are 0, not exp(s + inf).
-        dead = torch.isneginf(lt)
-        p = torch.where(dead, torch.zeros_like(s), torch.exp(s - _neg_inf_guard(lt)))
+        # hi = +inf on a fully masked row: its probabilities are 0, not exp(s + inf).
+        p = torch.exp((s - hi[..., r0:r1, :]) - lo[..., r0:r1, :])
         delta = (dot * og[..., r0:r1, :]).sum(dim=-1, keepdim=True)  # (B, Hkv, G, Tt, 1)
         dv[..., :j, :] += torch.matmul(p.transpose(-1, -2), dot).sum(dim=2)
-        ds = p * (torch.matmul(dot, vt.transpose(-1, -2)) - delta)
+        ds = p * (torch.matmul(dot, v_mm[..., :j, :].transpose(-1, -2)) - delta)
+        # A NaN delta (the row attends a NaN value) stays on the keys the row attends,
+        # as in the reference: 0 * nan at the others is no gradient of theirs.
+        ds = torch.where(p != 0, ds, torch.zeros_like(ds))
         if tanh is not None:
             ds = ds * (1.0 - tanh * tanh)
-        dq_tiles.append(torch.matmul(ds, kt) * scale)
-        dk[..., :j, :] += torch.matmul(ds.transpose(-1, -2), qt).sum(dim=2) * scale
+        dq_tiles.append(torch.matmul(ds, k_mm[..., :j, :]) * scale)
+        dk_t = torch.matmul(ds.transpose(-1, -2), q_mm[..., r0:r1, :])
+        dk[..., :j, :] += dk_t.sum(dim=2) * scale
     dq = torch.cat(dq_tiles, dim=-2).reshape(B, H, Tq, Dk)
     return dq, dk, dv
 

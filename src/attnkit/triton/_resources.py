@@ -24,8 +24,9 @@ from triton.runtime.jit import JITFunction
 
 from . import _backward, _forward
 
-_FLOATS = ("qk_scale2", "sc_in", "sc_out2", "scale")
-_STATS = ("LSE", "SLOPES", "SINKS", "DELTA", "DLSE", "O_PART", "LSE_PART")  # float32 tensors
+_FLOATS = ("qk_scale", "qk_scale2", "sc_in", "sc_out", "sc_out2", "scale")
+# float32 tensors
+_STATS = ("LSE", "LSE_LO", "SLOPES", "SINKS", "DELTA", "DLSE", "O_PART", "LSE_PART")
 _INDEX = ("Q_IDS", "KV_IDS", "KV_LO", "KV_HI", "Q_LO", "Q_HI", "VISITS")  # int32 tensors
 _TENSORS = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV") + _STATS + _INDEX
 _FLAGS = ("HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_SINKS", "HAS_SEG")

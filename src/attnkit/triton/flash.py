@@ -4,9 +4,10 @@ functions and autograd are the custom ops of :mod:`attnkit.triton.ops` on these)
 The kernels themselves are in :mod:`attnkit.triton._forward` and
 :mod:`attnkit.triton._backward`; the rules they share with every backend (shape fit, window,
 scale, head-dim cap) are :mod:`attnkit.spec`'s. Layout is ``(B, H, T, D)``.
-Masks follow DESIGN.md: causal (``True`` or ``"bottom_right"``) and window are aligned to
-the bottom-right diagonal, so query ``i`` sees key ``j`` iff ``j <= i + Tk - Tq`` under
-``causal``; ``causal="top_left"`` (SDPA's ``is_causal``) keeps ``j <= i``::
+Masks mean what they mean on every backend: causal (``True`` or ``"bottom_right"``) and
+window are aligned to the bottom-right diagonal, so query ``i`` sees key ``j`` iff
+``j <= i + Tk - Tq`` under ``causal``; ``causal="top_left"`` (SDPA's ``is_causal``) keeps
+``j <= i``::
 
     causal, Tq=2, Tk=4 (1 = keep)     causal, Tq=4, Tk=2 (rows 0, 1 see nothing)
         1 1 1 0                           0 0
@@ -26,17 +27,24 @@ Score pipeline (the order matters when features are combined; it is FlashAttenti
 
 ``sink`` (one logit per query head, optional) is a column with no value; see
 :mod:`attnkit.triton._variants` for its gradient and for how segment ids skip blocks.
+
+Precision (float32 inputs, logits up to 1e4 and beyond): the kernels take the row maximum
+off in natural units and keep the LSE as a float32 pair ``hi + lo`` (the rounded LSE and its
+rounding error), which the autograd path hands to the backward, so that the recomputed
+probabilities are the forward's to float32 rounding at any magnitude. The public LSE is
+``hi``; ``flash_attention_forward(..., lse_dtype=torch.float64)`` returns ``hi + lo`` in
+float64, and :func:`flash_attention_backward` takes either (a float32 LSE limits the
+recomputed probabilities to its own rounding, ``eps * |lse|``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
 
 from ..spec import (
-    LOG2E,
     check_qkv,
     check_softcap,
     default_scale,
@@ -90,9 +98,9 @@ class _Spec:
         right = 0 if self.right is None else max(-reach, min(reach, self.right))
         return dict(
             Tq=self.Tq, Tk=self.Tk, diag_off=self.Tk - self.Tq, left=left, right=right,
-            qk_scale2=self.scale * LOG2E,
+            qk_scale=self.scale,
             sc_in=0.0 if sc is None else self.scale / sc,
-            sc_out2=0.0 if sc is None else sc * LOG2E,
+            sc_out=0.0 if sc is None else sc,
             Q_BUCKET=triton.next_power_of_2(max(self.Tq, 1)),
             K_BUCKET=triton.next_power_of_2(max(self.Tk, 1)),
             Dk=self.Dk, Dv=self.Dv, BLOCK_DK=_padded(self.Dk), BLOCK_DV=_padded(self.Dv),
@@ -159,6 +167,7 @@ def flash_attention_forward(
     alibi_slopes: torch.Tensor | None = None,
     sinks: torch.Tensor | None = None,
     segment_ids: object = None,
+    lse_dtype: torch.dtype = torch.float32,
     _visits: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused attention forward, no autograd.
@@ -178,33 +187,50 @@ def flash_attention_forward(
             denominator (and in the LSE).
         segment_ids: int ``(B, T)`` (self-attention) or a pair ``(q_ids (B, Tq), kv_ids
             (B, Tk))``: equal ids attend each other, an id < 0 attends nothing.
+        lse_dtype: ``torch.float32`` (default) or ``torch.float64``: the LSE as the kernel
+            keeps it, ``hi + lo``, exact enough for :func:`flash_attention_backward` and
+            for merging partials at any magnitude of the logits.
 
     Returns:
-        ``(out (B, H, Tq, Dv) in q's dtype, lse (B, H, Tq) float32, natural log)``.
+        ``(out (B, H, Tq, Dv) in q's dtype, lse (B, H, Tq) in lse_dtype, natural log)``.
     """
+    if lse_dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"lse_dtype must be torch.float32 or torch.float64, got {lse_dtype}")
+    out, hi, lo = _forward(q, k, v, causal=causal, window=window, scale=scale, softcap=softcap,
+                           alibi_slopes=alibi_slopes, sinks=sinks, segment_ids=segment_ids,
+                           _visits=_visits)
+    if lse_dtype == torch.float32:
+        return out, hi
+    return out, hi.double() + lo.double()  # -inf + 0 = -inf for rows with no key
+
+
+def _forward(q, k, v, *, causal, window, scale, softcap, alibi_slopes, sinks, segment_ids,
+             _visits=None):
+    """The forward launch: ``(out, lse_hi, lse_lo)``, the LSE as a float32 pair."""
     spec = _check(q, k, v, causal, window, scale, softcap, segment_ids)
     q, k, v = (_int32_offsets(x) for x in (q, k, v))
     slopes = _slopes(alibi_slopes, spec, q.device)
     z = sinks_float32(sinks, spec.H, q.device)
     parts = _batch_slices(spec.B, spec.H)
     if parts is not None and _visits is None:
-        outs = [flash_attention_forward(q[b], k[b], v[b], causal=causal, window=window,
-                                        scale=scale, softcap=softcap,
-                                        alibi_slopes=None if alibi_slopes is None else slopes[b],
-                                        sinks=z, segment_ids=_sliced(spec, b))
+        outs = [_forward(q[b], k[b], v[b], causal=causal, window=window, scale=scale,
+                         softcap=softcap,
+                         alibi_slopes=None if alibi_slopes is None else slopes[b],
+                         sinks=z, segment_ids=_sliced(spec, b))
                 for b in parts]
-        return torch.cat([o for o, _ in outs]), torch.cat([lse for _, lse in outs])
+        return tuple(torch.cat(x) for x in zip(*outs))
     B, H, Tq = spec.B, spec.H, spec.Tq
     out = torch.empty((B, H, Tq, spec.Dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
+    lse_lo = torch.empty_like(lse)
     if lse.numel() == 0:
-        return out, lse
+        return out, lse, lse_lo
 
     def grid(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(Tq, meta["BLOCK_M"]), B * H)
 
     _fwd_kernel[grid](
-        q, k, v, out, lse, slopes, slopes if z is None else z,
+        q, k, v, out, lse, lse_lo, slopes, slopes if z is None else z,
         *_ids_and_spans(spec, q.device, keys_per_query=True),
         slopes if _visits is None else _visits,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
@@ -212,7 +238,7 @@ def flash_attention_forward(
         HAS_SINKS=z is not None, COUNT_VISITS=_visits is not None,
         PRECISION=_precision(q.dtype),
     )
-    return out, lse
+    return out, lse, lse_lo
 
 
 def key_block_visits(
@@ -253,7 +279,8 @@ def flash_attention_backward(
 
     Args:
         dout: ``(B, H, Tq, Dv)``, gradient of ``out``.
-        q, k, v, out, lse: as given to / returned by :func:`flash_attention_forward`.
+        q, k, v, out, lse: as given to / returned by :func:`flash_attention_forward`;
+            ``lse`` float32 or float64 (``lse_dtype=torch.float64``: exact at any magnitude).
         causal, window, scale, softcap, alibi_slopes, segment_ids: the forward's options.
             Sinks need no argument here: ``lse`` includes them, which is all dQ, dK, dV
             need (the sinks' own gradient is :func:`attnkit.triton._variants.sinks_grad`).
@@ -263,7 +290,22 @@ def flash_attention_backward(
         ``(dq, dk, dv)`` shaped and typed like ``q``, ``k``, ``v``.
     """
     spec = _check(q, k, v, causal, window, scale, softcap, segment_ids)
-    B, H, Hkv, Tq, Tk = spec.B, spec.H, spec.Hkv, spec.Tq, spec.Tk
+    _check_grad_shapes(spec, dout, out, lse, dlse)
+    hi = lse.to(torch.float32)
+    lo = torch.zeros_like(hi)
+    if lse.dtype == torch.float64:  # the float32 pair the kernel keeps: lse = hi + lo
+        fin = torch.isfinite(lse)
+        lo = torch.where(fin, lse - torch.where(fin, hi, 0.0).double(), 0.0).float()
+    return _backward(dout, q, k, v, out, hi, lo, spec=spec, alibi_slopes=alibi_slopes,
+                     dlse=dlse)
+
+
+def _check_grad_shapes(
+    spec: _Spec, dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+    dlse: torch.Tensor | None,
+) -> None:
+    """The backward's extra tensors fit the forward's shapes."""
+    B, H, Tq = spec.B, spec.H, spec.Tq
     if tuple(dout.shape) != (B, H, Tq, spec.Dv) or tuple(out.shape) != tuple(dout.shape):
         raise ValueError(
             f"dout {tuple(dout.shape)} and out {tuple(out.shape)} must be (B, H, Tq, Dv) = "
@@ -273,20 +315,25 @@ def flash_attention_backward(
         raise ValueError(f"lse {tuple(lse.shape)} must be (B, H, Tq) = {(B, H, Tq)}")
     if dlse is not None and tuple(dlse.shape) != (B, H, Tq):
         raise ValueError(f"dlse {tuple(dlse.shape)} must be (B, H, Tq) = {(B, H, Tq)}")
+
+
+def _backward(dout, q, k, v, out, lse, lse_lo, *, spec, alibi_slopes, dlse):
+    """The backward launches, from the LSE as the float32 pair ``lse + lse_lo``."""
+    B, H, Hkv, Tq, Tk = spec.B, spec.H, spec.Hkv, spec.Tq, spec.Tk
     slopes = _slopes(alibi_slopes, spec, q.device)
     parts = _batch_slices(B, H)
     if parts is not None:
-        grads = [flash_attention_backward(
-            dout[b], q[b], k[b], v[b], out[b], lse[b], causal=causal, window=window,
-            scale=scale, softcap=softcap,
+        grads = [_backward(
+            dout[b], q[b], k[b], v[b], out[b], lse[b], lse_lo[b],
+            spec=replace(spec, B=q[b].shape[0], seg=_sliced(spec, b)),
             alibi_slopes=None if alibi_slopes is None else slopes[b],
-            segment_ids=_sliced(spec, b), dlse=None if dlse is None else dlse[b])
-            for b in parts]
+            dlse=None if dlse is None else dlse[b]) for b in parts]
         return tuple(torch.cat(g) for g in zip(*grads))  # type: ignore[return-value]
     # Autograd often hands in broadcast gradients (stride 0, e.g. from out.sum()); a dense
     # copy lets the backward kernels use wide, aligned loads.
     dout = dout.to(q.dtype).contiguous()
     lse = lse.to(torch.float32).contiguous()
+    lse_lo = lse_lo.to(device=q.device, dtype=torch.float32).contiguous()
     q, k, v, out = (_int32_offsets(x) for x in (q, k, v, out))
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
@@ -308,7 +355,7 @@ def flash_attention_backward(
         return (triton.cdiv(Tk, meta["BLOCK_N"]), B * Hkv)
 
     _bwd_dkdv_kernel[grid_kv](
-        q, k, v, dout, lse, delta, dk, dv, slopes,
+        q, k, v, dout, lse, lse_lo, delta, dk, dv, slopes,
         *_ids_and_spans(spec, q.device, keys_per_query=False),
         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
         H=H, Hkv=Hkv, G=spec.group, **common,
@@ -318,7 +365,7 @@ def flash_attention_backward(
         return (triton.cdiv(Tq, meta["BLOCK_M"]), B * H)
 
     _bwd_dq_kernel[grid_q](
-        q, k, v, dout, lse, delta, dq, slopes,
+        q, k, v, dout, lse, lse_lo, delta, dq, slopes,
         *_ids_and_spans(spec, q.device, keys_per_query=True),
         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
         H=H, G=spec.group, **common,

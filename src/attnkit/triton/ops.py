@@ -4,10 +4,13 @@ Registered ops (schemas plain: tensors, bools, ints, floats, strings; every opti
 resolved first)::
 
     attnkit::flash_fwd(q, k, v, sinks?, causal, left?, right?, scale, softcap?,
-                       alibi_slopes?, q_ids?, kv_ids?) -> (out, lse)
+                       alibi_slopes?, q_ids?, kv_ids?) -> (out, lse, lse_lo)
         autograd: dq, dk, dv through attnkit::flash_bwd; dsinks in closed form
-    attnkit::flash_bwd(dout, q, k, v, out, lse, dlse?, causal, left?, right?, scale,
-                       softcap?, alibi_slopes?, q_ids?, kv_ids?) -> (dq, dk, dv)
+    attnkit::flash_bwd(dout, q, k, v, out, lse, lse_lo, dlse?, causal, left?, right?,
+                       scale, softcap?, alibi_slopes?, q_ids?, kv_ids?) -> (dq, dk, dv)
+
+The LSE travels as the float32 pair the kernel keeps (``lse + lse_lo``, exact at any
+magnitude of the logits), so the backward recomputes the probabilities exactly.
     attnkit::decode(q, k_cache, v_cache, cache_len, cache_lens?, scale, softcap?, sinks?,
                     left?, right?, num_splits?) -> (out, lse)
 
@@ -58,6 +61,14 @@ def _fake_out(q: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     return q.new_empty((B, H, Tq, v.shape[-1])), q.new_empty((B, H, Tq), dtype=torch.float32)
 
 
+def _spec(q: Tensor, k: Tensor, v: Tensor, causal: str, left: int | None, right: int | None,
+          scale: float, softcap: float | None, q_ids: Tensor | None,
+          kv_ids: Tensor | None) -> object:
+    """The launcher's checked options (:func:`attnkit.triton.flash._check`)."""
+    return _flash._check(q, k, v, _causal(causal), _window(left, right), scale, softcap,
+                         _ids(q_ids, kv_ids))
+
+
 # -- attnkit::flash_fwd / flash_bwd --------------------------------------------------------
 
 
@@ -66,8 +77,8 @@ def _flash_fwd(
     q: Tensor, k: Tensor, v: Tensor, sinks: Tensor | None, causal: str, left: int | None,
     right: int | None, scale: float, softcap: float | None, alibi_slopes: Tensor | None,
     q_ids: Tensor | None, kv_ids: Tensor | None,
-) -> tuple[Tensor, Tensor]:
-    return _flash.flash_attention_forward(
+) -> tuple[Tensor, Tensor, Tensor]:
+    return _flash._forward(
         q, k, v, causal=_causal(causal), window=_window(left, right), scale=scale,
         softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
         segment_ids=_ids(q_ids, kv_ids),
@@ -76,21 +87,21 @@ def _flash_fwd(
 
 @_flash_fwd.register_fake
 def _flash_fwd_fake(q, k, v, *options):  # type: ignore[no-untyped-def]
-    return _fake_out(q, v)
+    out, lse = _fake_out(q, v)
+    return out, lse, torch.empty_like(lse)
 
 
 @torch.library.custom_op("attnkit::flash_bwd", mutates_args=())
 def _flash_bwd(
-    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, lse_lo: Tensor,
     dlse: Tensor | None, causal: str, left: int | None, right: int | None, scale: float,
     softcap: float | None, alibi_slopes: Tensor | None, q_ids: Tensor | None,
     kv_ids: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    return _flash.flash_attention_backward(
-        dout, q, k, v, out, lse, causal=_causal(causal), window=_window(left, right),
-        scale=scale, softcap=softcap, alibi_slopes=alibi_slopes,
-        segment_ids=_ids(q_ids, kv_ids), dlse=dlse,
-    )
+    spec = _spec(q, k, v, causal, left, right, scale, softcap, q_ids, kv_ids)
+    _flash._check_grad_shapes(spec, dout, out, lse, dlse)  # type: ignore[arg-type]
+    return _flash._backward(dout, q, k, v, out, lse, lse_lo, spec=spec,
+                            alibi_slopes=alibi_slopes, dlse=dlse)
 
 
 @_flash_bwd.register_fake
@@ -100,18 +111,19 @@ def _flash_bwd_fake(dout, q, k, v, *rest):  # type: ignore[no-untyped-def]
 
 def _flash_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
     q, k, v, sinks, *options = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, sinks)
+    out, lse, lse_lo = output
+    ctx.mark_non_differentiable(lse_lo)  # the rounding error of lse: no gradient of its own
+    ctx.save_for_backward(q, k, v, out, lse, lse_lo, sinks)
     ctx.options = options  # causal, left, right, scale, softcap, alibi_slopes, q/kv ids
 
 
-def _flash_backward(ctx, dout, dlse):  # type: ignore[no-untyped-def]
-    q, k, v, out, lse, sinks = ctx.saved_tensors
+def _flash_backward(ctx, dout, dlse, _dlse_lo):  # type: ignore[no-untyped-def]
+    q, k, v, out, lse, lse_lo, sinks = ctx.saved_tensors
     causal, left, right, scale, softcap, alibi_slopes, q_ids, kv_ids = ctx.options
     if dout is None:
         dout = torch.zeros_like(out)
-    dq, dk, dv = _flash_bwd(dout, q, k, v, out, lse, dlse, causal, left, right, scale,
-                            softcap, alibi_slopes, q_ids, kv_ids)
+    dq, dk, dv = _flash_bwd(dout, q, k, v, out, lse, lse_lo, dlse, causal, left, right,
+                            scale, softcap, alibi_slopes, q_ids, kv_ids)
     dsinks = None
     if sinks is not None and ctx.needs_input_grad[3]:
         dsinks = sinks_grad(sinks.to(device=q.device), out, dout, lse, dlse).to(sinks)
@@ -225,8 +237,8 @@ def flash_attention(
     """
     left, right, s = _options(q, window, scale)
     q_ids, kv_ids = _segments(segment_ids, q, k)
-    out, lse = _flash_fwd(q, k, v, sinks, _alignment(causal), left, right, s, softcap,
-                          alibi_slopes, q_ids, kv_ids)
+    out, lse, _ = _flash_fwd(q, k, v, sinks, _alignment(causal), left, right, s, softcap,
+                             alibi_slopes, q_ids, kv_ids)
     return (out, lse) if return_lse else out
 
 
@@ -242,15 +254,23 @@ def flash_attention_forward(
     alibi_slopes: Tensor | None = None,
     sinks: Tensor | None = None,
     segment_ids: object = None,
+    lse_dtype: torch.dtype = torch.float32,
 ) -> tuple[Tensor, Tensor]:
     """Fused attention forward, no autograd: ``(out (B, H, Tq, Dv), lse (B, H, Tq))``.
-    Arguments as :func:`flash_attention` (the launcher behind the op is
+    Arguments as :func:`flash_attention`; ``lse_dtype=torch.float64`` returns the LSE as
+    the kernel keeps it (``hi + lo``), exact enough for the backward and for merging
+    partials at any magnitude of the logits (see
     :func:`attnkit.triton.flash.flash_attention_forward`)."""
+    if lse_dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"lse_dtype must be torch.float32 or torch.float64, got {lse_dtype}")
     left, right, s = _options(q, window, scale)
     q_ids, kv_ids = _segments(segment_ids, q, k)
     with torch.no_grad():
-        return _flash_fwd(q, k, v, sinks, _alignment(causal), left, right, s, softcap,
-                          alibi_slopes, q_ids, kv_ids)
+        out, hi, lo = _flash_fwd(q, k, v, sinks, _alignment(causal), left, right, s, softcap,
+                                 alibi_slopes, q_ids, kv_ids)
+    if lse_dtype == torch.float32:
+        return out, hi
+    return out, hi.double() + lo.double()  # -inf + 0 = -inf for rows with no key
 
 
 def flash_attention_backward(
@@ -270,12 +290,22 @@ def flash_attention_backward(
     dlse: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Fused attention backward, no autograd: ``(dq, dk, dv)`` from the forward's ``out``
-    and ``lse`` (which includes any sinks) and an optional ``dlse`` (the launcher behind
-    the op is :func:`attnkit.triton.flash.flash_attention_backward`)."""
+    and ``lse`` (float32, or float64 for the exact ``hi + lo``; it includes any sinks) and
+    an optional ``dlse`` (see :func:`attnkit.triton.flash.flash_attention_backward`)."""
     left, right, s = _options(q, window, scale)
     q_ids, kv_ids = _segments(segment_ids, q, k)
-    return _flash_bwd(dout, q, k, v, out, lse, dlse, _alignment(causal), left, right, s,
+    hi, lo = _split_lse(lse)  # shapes are checked by the op
+    return _flash_bwd(dout, q, k, v, out, hi, lo, dlse, _alignment(causal), left, right, s,
                       softcap, alibi_slopes, q_ids, kv_ids)
+
+
+def _split_lse(lse: Tensor) -> tuple[Tensor, Tensor]:
+    """``lse`` as the float32 pair ``hi + lo`` the kernels keep (``lo = 0`` for float32)."""
+    hi = lse.to(torch.float32)
+    if lse.dtype != torch.float64:
+        return hi, torch.zeros_like(hi)
+    fin = torch.isfinite(lse)
+    return hi, torch.where(fin, lse - torch.where(fin, hi, 0.0).double(), 0.0).float()
 
 
 def decode_attention(
