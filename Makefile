@@ -19,7 +19,7 @@ $(VENV)/.stamp-demo: pyproject.toml | $(PY)
 	touch $@
 
 $(VENV)/.stamp-test: pyproject.toml | $(PY)
-	$(PIP) install -q "$(TORCH_PIN)" -e ".[torch,viz,triton,dev]"
+	$(PIP) install -q "$(TORCH_PIN)" -e ".[torch,viz,triton,transformers,dev]"
 	touch $@
 
 # The explorer's browser tests drive Debian's chromium (Playwright comes with the dev

@@ -31,6 +31,8 @@ NEEDS = {
     "torch": ("torch",),
     "triton": ("triton",),
     "matplotlib": ("matplotlib",),
+    "attnkit.integrations.transformers": ("torch", "transformers"),
+    "transformers": ("transformers",),
 }
 IMPORT = re.compile(r"^\s*(?:import|from)\s+([\w.]+)", re.MULTILINE)
 

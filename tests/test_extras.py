@@ -41,6 +41,8 @@ def run_without(module: str, code: str) -> subprocess.CompletedProcess:
         # attnkit.viz imports without matplotlib (`attnkit trace` needs NumPy only).
         ("matplotlib", "import attnkit.viz as v\nv.plot_attention", "viz"),
         ("matplotlib", "from attnkit.viz import show_heatmaps", "viz"),
+        ("transformers", "import attnkit.integrations.transformers", "transformers"),
+        ("torch", "from attnkit.integrations.transformers import register", "transformers"),
     ],
 )
 def test_missing_extra_is_named(missing, code, extra):

@@ -2,7 +2,7 @@
 with this interpreter, echo its table, and summarise which failed.
 
 The benchmarks themselves are scripts under ``benchmarks/`` in attnkit's source repository
-(DESIGN.md: they append their results, with the exact command, to ``BENCHMARKS.md`` beside
+(they append their results, with the exact command, to ``BENCHMARKS.md`` beside
 them). They are not part of the installed package, so a ``pip install`` has none to run;
 :func:`missing_benchmarks_message` says where they were looked for and what to do.
 """

@@ -133,7 +133,7 @@ def cmd_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return _missing("attnkit demo", "viz", err)
     t0 = time.perf_counter()
     written = run_demo(args.out, seed=args.seed)
-    print(f"demo: {len(written)} figures in {args.out} ({time.perf_counter() - t0:.1f} s)")
+    print(f"demo: {len(written)} files in {args.out} ({time.perf_counter() - t0:.1f} s)")
     return 0
 
 

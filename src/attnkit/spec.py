@@ -22,16 +22,21 @@ import math
 import numbers
 from typing import Any
 
-import numpy as np
-
 __all__ = [
+    "CAUSAL_ALIGNMENTS",
+    "LN2",
+    "LOG2E",
     "MAX_FUSED_HEAD_DIM",
     "Window",
     "check_broadcast",
+    "check_causal",
     "check_dropout",
     "check_fused_head_dims",
     "check_length_range",
     "check_qkv",
+    "check_segment_ids",
+    "check_sinks",
+    "check_softcap",
     "check_window",
     "check_window_side",
     "default_scale",
@@ -46,10 +51,34 @@ Window = tuple["int | None", "int | None"]
 # widest head dim they are compiled and tested for.
 MAX_FUSED_HEAD_DIM = 256
 
+# Blockwise softmaxes (NumPy flash, the Triton kernels) run in base 2, exp(x) ==
+# exp2(x * LOG2E), and convert their log-sum-exp back to natural log (x LN2) at the boundary.
+LOG2E = 1.0 / math.log(2.0)
+LN2 = math.log(2.0)
+
 
 def shape_of(x: Any) -> tuple[int, ...]:
     """``x.shape`` as a plain tuple, so messages read ``(2, 3)`` for arrays and tensors."""
     return tuple(int(n) for n in x.shape)
+
+
+def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy's broadcasting of two shapes, in plain Python (``np.broadcast_shapes`` costs
+    ~10 us a call, which a decode step that checks its inputs pays every token).
+
+    Raises:
+        ValueError: the shapes do not broadcast.
+    """
+    if a == b:
+        return a
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"shapes {a} and {b} do not broadcast")
+        out.append(y if x == 1 else x)
+    return tuple(out)
 
 
 # -- q, k, v -----------------------------------------------------------------------------
@@ -67,18 +96,20 @@ def check_qkv(q: Any, k: Any, v: Any, *, batched: bool = False) -> int:
         The group size ``G = H // Hkv`` (1 when heads match or there is no head axis).
     """
     qs, ks, vs = shape_of(q), shape_of(k), shape_of(v)
-    shapes = f"q {qs}, k {ks}, v {vs}"
     if batched:
         if len(qs) != 4 or len(ks) != 4 or len(vs) != 4:
             raise ValueError(
-                f"expected q (B, H, Tq, Dk), k (B, Hkv, Tk, Dk), v (B, Hkv, Tk, Dv); got {shapes}"
+                "expected q (B, H, Tq, Dk), k (B, Hkv, Tk, Dk), v (B, Hkv, Tk, Dv); "
+                f"got q {qs}, k {ks}, v {vs}"
             )
         if not qs[0] == ks[0] == vs[0]:
-            raise ValueError(f"q, k, v must share the batch size B (no broadcasting): {shapes}")
+            raise ValueError(
+                f"q, k, v must share the batch size B (no broadcasting): q {qs}, k {ks}, v {vs}"
+            )
     if len(qs) < 2 or len(ks) < 2 or len(vs) < 2:
-        raise ValueError(f"q, k, v need at least 2 dims (T, D), got {shapes}")
+        raise ValueError(f"q, k, v need at least 2 dims (T, D), got q {qs}, k {ks}, v {vs}")
     if not len(qs) == len(ks) == len(vs):
-        raise ValueError(f"q, k, v must have the same number of dims, got {shapes}")
+        raise ValueError(f"q, k, v must have the same number of dims, got q {qs}, k {ks}, v {vs}")
     if qs[-1] != ks[-1]:
         raise ValueError(f"q and k must share Dk: q {qs} has Dk={qs[-1]}, k {ks} has Dk={ks[-1]}")
     if ks[:-1] != vs[:-1]:
@@ -96,7 +127,7 @@ def check_qkv(q: Any, k: Any, v: Any, *, batched: bool = False) -> int:
         G = H // Hkv
     n = 3 if G > 1 else 2  # with GQA the head axes were checked above
     try:
-        np.broadcast_shapes(qs[:-n], ks[:-n])
+        broadcast_shapes(qs[:-n], ks[:-n])
     except ValueError:
         raise ValueError(f"batch dims of q {qs} and k {ks} do not broadcast") from None
     return G
@@ -106,7 +137,7 @@ def scores_shape(q: Any, k: Any, G: int) -> tuple[int, ...]:
     """The scores' shape ``(..., H, Tq, Tk)`` of q and k that passed :func:`check_qkv`."""
     qs, ks = shape_of(q), shape_of(k)
     n = 3 if G > 1 else 2
-    lead = tuple(np.broadcast_shapes(qs[:-n], ks[:-n]))
+    lead = broadcast_shapes(qs[:-n], ks[:-n])
     head = (qs[-3],) if G > 1 else ()
     return lead + head + (qs[-2], ks[-2])
 
@@ -126,7 +157,7 @@ def check_broadcast(name: str, arr_shape: Any, target: Any) -> None:
     without changing their shape."""
     arr_shape, target = tuple(arr_shape), tuple(target)  # "(2, 3)", never "torch.Size"
     try:
-        b = np.broadcast_shapes(arr_shape, target)
+        b = broadcast_shapes(arr_shape, target)
     except ValueError:
         b = None
     if b != target:
@@ -163,15 +194,144 @@ def check_window(window: object) -> tuple[int | None, int | None] | None:
     return (None if left is None else int(left), None if right is None else int(right))
 
 
-def resolve_band(causal: bool, window: object) -> tuple[int | None, int | None]:
+def _is_bool(x: object) -> bool:
+    """A Python or NumPy bool (``numpy.bool``, told by its type's name: this module imports
+    no array library)."""
+    return isinstance(x, bool) or type(x).__name__ in ("bool", "bool_")
+
+
+# How a causal mask lines up when Tq != Tk. "bottom_right" (``causal=True``, attnkit's
+# default): query i sees key j iff j <= i + Tk - Tq, the last query sees every key (a KV
+# cache). "top_left" (PyTorch SDPA's and JAX's ``is_causal``): j <= i.
+CAUSAL_ALIGNMENTS = ("bottom_right", "top_left")
+
+
+def check_causal(causal: object) -> str | None:
+    """``causal`` as its alignment, ``"bottom_right"`` or ``"top_left"``, or None when off.
+
+    ``True`` means ``"bottom_right"``; ``False`` (or None) means no causal mask.
+    """
+    if causal is None or _is_bool(causal):
+        return "bottom_right" if causal else None
+    if isinstance(causal, str):
+        if causal not in CAUSAL_ALIGNMENTS:
+            raise ValueError(
+                f"causal must be a bool, 'bottom_right' or 'top_left', got {causal!r}"
+            )
+        return causal
+    raise TypeError(
+        f"causal must be a bool, 'bottom_right' or 'top_left', got {type(causal).__name__}"
+    )
+
+
+def resolve_band(
+    causal: object, window: object, Tq: int | None = None, Tk: int | None = None
+) -> tuple[int | None, int | None]:
     """``causal`` and ``window`` as one band ``(left, right)`` around the bottom-right
-    diagonal (None = unbounded side): causal is the band ``(None, 0)``, ANDed with the
-    window."""
+    diagonal ``d = i + Tk - Tq`` (None = unbounded side), ANDed: key ``j`` is allowed for
+    query ``i`` iff ``d - left <= j <= d + right``.
+
+    Bottom-right causal is the band ``(None, 0)``. Top-left causal (``j <= i``) is the
+    band ``(None, Tq - Tk)``, so it needs ``Tq`` and ``Tk``. The window is always aligned
+    to the bottom-right diagonal, whichever way ``causal`` is aligned.
+    """
+    alignment = check_causal(causal)
     win = check_window(window)
     left, right = (None, None) if win is None else win
-    if causal:
-        right = 0 if right is None else min(right, 0)
+    if alignment is not None:
+        if alignment == "top_left":
+            if Tq is None or Tk is None:
+                raise TypeError("resolve_band needs Tq and Tk for causal='top_left'")
+            edge = int(Tq) - int(Tk)
+        else:
+            edge = 0
+        right = edge if right is None else min(right, edge)
     return left, right
+
+
+# -- variants: softcap, sinks, segment ids ----------------------------------------------
+
+_INT_NAMES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+_FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _dtype_name(x: Any) -> str:
+    return str(getattr(x, "dtype", type(x).__name__)).removeprefix("torch.")
+
+
+def check_softcap(softcap: object) -> float | None:
+    """``softcap`` as a positive finite float, or None (off). Scores become
+    ``softcap * tanh(s / softcap)`` after the scale, before bias and masks."""
+    if softcap is None:
+        return None
+    if _is_bool(softcap) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"softcap must be a positive float or None, got {softcap!r}")
+    cap = float(softcap)
+    if not (math.isfinite(cap) and cap > 0.0):
+        raise ValueError(f"softcap must be a positive finite float or None, got {softcap}")
+    return cap
+
+
+def check_sinks(sinks: Any, H: int) -> None:
+    """``sinks`` (array or tensor, or None) holds one float logit per query head: shape
+    ``(H,)``. Each adds a value-less column to its head's softmax denominator."""
+    if sinks is None:
+        return
+    if not hasattr(sinks, "shape"):
+        raise TypeError(f"sinks must be an array or tensor of shape (H,), got {sinks!r:.60}")
+    name = _dtype_name(sinks)
+    if name not in _FLOAT_NAMES:
+        raise TypeError(f"sinks must hold floats (one logit per query head), got dtype {name}")
+    if shape_of(sinks) != (H,):
+        raise ValueError(
+            f"sinks must have shape (H,) = ({H},), one logit per query head, got "
+            f"{shape_of(sinks)}"
+        )
+
+
+def check_segment_ids(segment_ids: Any, scores_shape: Any) -> tuple[Any, Any] | None:
+    """Validate ``segment_ids`` against scores ``(B, ..., Tq, Tk)``; returns
+    ``(q_ids (B, Tq), kv_ids (B, Tk))`` (the caller's objects, unconverted), or None.
+
+    ``segment_ids`` is one integer ``(B, T)`` for self-attention (``Tq == Tk``; queries and
+    keys share it) or a pair ``(q_ids (B, Tq), kv_ids (B, Tk))``. Query ``i`` may attend
+    key ``j`` only if their ids are equal; an id < 0 is padding.
+    """
+    if segment_ids is None:
+        return None
+    shape = tuple(int(n) for n in scores_shape)
+    if len(shape) < 3:
+        raise ValueError(
+            f"segment_ids need scores with a batch axis (B, ..., Tq, Tk), got scores {shape}"
+        )
+    B, Tq, Tk = shape[0], shape[-2], shape[-1]
+    if isinstance(segment_ids, (tuple, list)):
+        if len(segment_ids) != 2:
+            raise ValueError(
+                f"segment_ids must be one (B, T) array or a pair (q_ids, kv_ids), got "
+                f"{len(segment_ids)} items"
+            )
+        q_ids, kv_ids = segment_ids
+    else:
+        if Tq != Tk:
+            raise ValueError(
+                f"one segment_ids array serves self-attention (Tq == Tk); scores {shape} have "
+                f"Tq={Tq}, Tk={Tk}: pass a pair (q_ids (B, Tq), kv_ids (B, Tk))"
+            )
+        q_ids = kv_ids = segment_ids
+    for name, ids, T, axis in (("q_ids", q_ids, Tq, "Tq"), ("kv_ids", kv_ids, Tk, "Tk")):
+        if not hasattr(ids, "shape"):
+            raise TypeError(f"segment_ids {name} must be an integer array or tensor, got "
+                            f"{type(ids).__name__}")
+        if _dtype_name(ids) not in _INT_NAMES:
+            raise TypeError(f"segment_ids {name} must hold integers, got dtype {_dtype_name(ids)}")
+        if shape_of(ids) != (B, T):
+            what = "(B, T)" if q_ids is kv_ids else f"(B, {axis})"
+            raise ValueError(
+                f"segment_ids {name} must have shape {what} = ({B}, {T}) for scores {shape}, "
+                f"got {shape_of(ids)}"
+            )
+    return q_ids, kv_ids
 
 
 # -- scalars -----------------------------------------------------------------------------

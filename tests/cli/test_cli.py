@@ -199,14 +199,18 @@ def test_demo_writes_figures_without_torch(tmp_path, check_png):
     assert proc.returncode == 0, proc.stderr
     written = [line.split("wrote ", 1)[1] for line in proc.stdout.splitlines()
                if "wrote " in line]
-    assert len(written) == 5
+    assert len(written) == 6
     assert sorted(Path(p).name for p in written) == sorted(p.name for p in out.iterdir())
-    for path in written:
+    *figures, page = written
+    for path in figures:
         check_png(path)
+    # The last step is the explorer page of a model trained there and then: it learned.
+    assert page.endswith("06_explore_reverse.html")
+    assert "held-out accuracy 1.00" in Path(page).read_text()
     text = proc.stdout
     assert "naive [nan nan nan]" in text  # the overflow counter-example
     assert "[[2.0, 3.0, 4.0, 5.0], [10.0, 11.0, 12.0, 13.0]]" in text  # d2l's outputs
-    assert "(3, 5, 11, 7)" in text and "(3, 5, 11, 11)" in text  # seed 001's trace
+    assert "(3, 5, 11, 7)" in text and "(3, 5, 11, 11)" in text  # the MHA shape trace
 
 
 def test_trace_needs_numpy_only():

@@ -22,9 +22,26 @@ import pytest
 import torch
 
 import attnkit
+from attnkit.testing import reference_attention
 
 WORKER = Path(__file__).with_name("ring_worker.py")
 SRC = Path(attnkit.__file__).resolve().parent.parent
+
+
+class _Float64Reference(torch.autograd.Function):
+    """``attnkit.testing.reference_attention`` (the float64 reference of every backend's
+    tests) as a differentiable op: its output forward, its gradients backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, options):  # type: ignore[override]
+        ctx.save_for_backward(q, k, v)
+        ctx.options = options
+        return torch.from_numpy(reference_attention(q, k, v, **options).out)
+
+    @staticmethod
+    def backward(ctx, d_out):  # type: ignore[override]
+        r = reference_attention(*ctx.saved_tensors, d_out=d_out, **ctx.options)
+        return torch.from_numpy(r.dq), torch.from_numpy(r.dk), torch.from_numpy(r.dv), None
 
 
 def reference(
@@ -36,11 +53,16 @@ def reference(
     valid_lens: torch.Tensor | None = None,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """Plain single-process attention, differentiable; a row with no allowed key gives 0.
+    """Single-process attention, differentiable; a row with no allowed key gives 0.
 
+    float64 inputs get the float64 reference (``attnkit.testing.reference_attention``);
+    any other dtype gets plain math in that dtype, the baseline of the 2x/3x/5x rule.
     q ``(B, H, Tq, Dk)``, k ``(B, Hkv, Tk, Dk)``, v ``(B, Hkv, Tk, Dv)``; causal is
     bottom-right aligned; ``valid_lens`` ``(B,)`` keeps keys ``j < valid_lens[b]``.
     """
+    if q.dtype == torch.float64:
+        options = dict(causal=causal, valid_lens=valid_lens, scale=scale)
+        return _Float64Reference.apply(q, k, v, options)
     G = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -61,7 +83,7 @@ def reference(
 
 @pytest.fixture
 def attention_ref():
-    """The plain reference attention above."""
+    """The reference attention above (float64 reference, or same-dtype baseline)."""
     return reference
 
 

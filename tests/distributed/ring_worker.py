@@ -3,9 +3,10 @@
 Usage: ring_worker.py RANK WORLD_SIZE INIT_METHOD CASES_JSON OUT_DIR [--fail-rank R]
 
 Every rank builds the same full inputs from a seed, takes its shard, runs ring attention
-forward and backward, and gathers the results; rank 0 compares them with a plain float64
-single-process attention (and, for float32 cases, with the same plain math in float32: the
-baseline of the 2x/3x/5x rule) and writes ``result.json``. Errors are judged by the test.
+forward and backward, and gathers the results; rank 0 compares them with the float64
+reference (``attnkit.testing.reference_attention``) and, for lower-precision cases, with
+plain single-process math in that dtype (the baseline of the 2x/3x/5x rule), and writes
+``result.json``. Errors are judged by the test.
 """
 
 from __future__ import annotations
@@ -19,13 +20,18 @@ import torch
 import torch.distributed as dist
 
 from attnkit.distributed import gather_sequence, ring_attention, shard_sequence
-from attnkit.testing import max_mean_error
+from attnkit.testing import max_mean_error, reference_attention
 from conftest import reference  # the script's folder is on sys.path
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def ref_grads(q, k, v, dout, **kw):
+    """``(out, dq, dk, dv)``: the float64 reference's for float64 inputs, else those of
+    plain math in the inputs' dtype (the baseline)."""
+    if q.dtype == torch.float64:
+        r = reference_attention(q, k, v, d_out=dout, **kw)
+        return tuple(torch.from_numpy(x) for x in (r.out, r.dq, r.dk, r.dv))
     q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
     out = reference(q, k, v, **kw)
     return (out.detach(), *torch.autograd.grad(out, (q, k, v), dout))

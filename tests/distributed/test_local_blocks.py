@@ -48,7 +48,8 @@ def test_block_forward_matches_numpy_flash(shape, causal, row_tile) -> None:
     H, Hkv, Tq, Tk, Dk, Dv = shape
     q, k, v = _qkv(torch.Generator().manual_seed(1), 2, H, Hkv, Tq, Tk, Dk, Dv)
     out, lse = block_forward(q, k, v, causal=causal, scale=0.3)
-    ref_out, ref_lse = flash_attention(q.numpy(), k.numpy(), v.numpy(), causal=causal, scale=0.3)
+    ref_out, ref_lse = flash_attention(q.numpy(), k.numpy(), v.numpy(), causal=causal, scale=0.3,
+                                       return_lse=True)
     np.testing.assert_allclose(out.numpy(), ref_out, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(np.isneginf(lse.numpy()), np.isneginf(ref_lse))
     np.testing.assert_allclose(lse.numpy(), ref_lse, rtol=0, atol=1e-12)

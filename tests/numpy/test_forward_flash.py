@@ -54,7 +54,8 @@ def test_flash_equals_sdpa(unchanged, shape, band, blocks):
     with unchanged(q, k, v), warnings.catch_warnings():
         warnings.simplefilter("error")
         out, lse = an.flash_attention(
-            q, k, v, causal=causal, window=window, block_q=blocks[0], block_k=blocks[1]
+            q, k, v, causal=causal, window=window, block_q=blocks[0], block_k=blocks[1],
+            return_lse=True,
         )
     want, w = an.scaled_dot_product_attention(q, k, v, causal=causal, window=window)
     assert out.dtype == np.float64 and lse.shape == out.shape[:-1]
@@ -69,7 +70,9 @@ def test_flash_equals_sdpa(unchanged, shape, band, blocks):
 def test_flash_lse_equals_logsumexp_of_masked_scaled_scores(ref, shape, band):
     causal, window = band
     q, k, v = _draw(shape, seed=1)
-    out, lse = an.flash_attention(q, k, v, causal=causal, window=window, block_q=8, block_k=8)
+    out, lse = an.flash_attention(
+        q, k, v, causal=causal, window=window, block_q=8, block_k=8, return_lse=True
+    )
     want_out, _, want_lse = ref.attention(q, k, v, causal=causal, window=window)
     finite = np.isfinite(want_lse)
     np.testing.assert_array_equal(lse[~finite], -np.inf)
@@ -83,7 +86,7 @@ def test_flash_lse_of_scores_near_1e4():
     q = 100 * rng.standard_normal((1, 1, 10, 4))
     k = 100 * rng.standard_normal((1, 1, 30, 4))
     v = rng.standard_normal((1, 1, 30, 3))
-    out, lse = an.flash_attention(q, k, v, block_q=4, block_k=7)
+    out, lse = an.flash_attention(q, k, v, block_q=4, block_k=7, return_lse=True)
     s = np.einsum("bhid,bhjd->bhij", q, k) / 2.0
     m = s.max(axis=-1)
     np.testing.assert_allclose(lse, m + np.log(np.exp(s - m[..., None]).sum(-1)), rtol=1e-14)
@@ -92,22 +95,25 @@ def test_flash_lse_of_scores_near_1e4():
 
 def test_flash_scale_threads_and_float32():
     q, k, v = _draw((2, 2, 2, 50, 37, 8, 8), seed=3)
-    a = an.flash_attention(q, k, v, causal=True, scale=0.3, block_q=16, block_k=8)
+    a = an.flash_attention(q, k, v, causal=True, scale=0.3, block_q=16, block_k=8,
+                           return_lse=True)
     b = an.flash_attention(q, k, v, causal=True, scale=0.3, block_q=16, block_k=8,
-                           num_threads=3)
+                           num_threads=3, return_lse=True)
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
     np.testing.assert_allclose(
         a[0], an.scaled_dot_product_attention(q, k, v, causal=True, scale=0.3)[0], atol=1e-12
     )
     q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
-    o32, l32 = an.flash_attention(q32, k32, v32, causal=True, scale=0.3, block_q=16, block_k=8)
+    o32, l32 = an.flash_attention(q32, k32, v32, causal=True, scale=0.3, block_q=16, block_k=8,
+                                  return_lse=True)
     assert o32.dtype == np.float32 and l32.dtype == np.float32
     np.testing.assert_allclose(o32, a[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(l32, a[1], rtol=1e-5, atol=1e-5)
     # Half precision: statistics in float32, output back in float16, lse float32.
     q16, k16, v16 = (x.astype(np.float16) for x in (q, k, v))
-    o16, l16 = an.flash_attention(q16, k16, v16, causal=True, scale=0.3, block_q=16, block_k=8)
+    o16, l16 = an.flash_attention(q16, k16, v16, causal=True, scale=0.3, block_q=16, block_k=8,
+                                  return_lse=True)
     assert o16.dtype == np.float16 and l16.dtype == np.float32
     want16, _ = an.scaled_dot_product_attention(
         *(x.astype(np.float64) for x in (q16, k16, v16)), causal=True, scale=0.3
@@ -118,10 +124,10 @@ def test_flash_scale_threads_and_float32():
 def test_flash_fully_masked_rows_out_zero_lse_neg_inf():
     q, k, v = _draw((1, 2, 2, 12, 5, 4, 3), seed=4)
     # Tq > Tk causal: the first Tq - Tk queries see no key. window (0, -1) excludes all.
-    out, lse = an.flash_attention(q, k, v, causal=True, block_q=4, block_k=2)
+    out, lse = an.flash_attention(q, k, v, causal=True, block_q=4, block_k=2, return_lse=True)
     assert np.all(out[:, :, :7] == 0) and np.all(lse[:, :, :7] == -np.inf)
     assert np.all(np.isfinite(lse[:, :, 7:]))
-    out, lse = an.flash_attention(q, k, v, window=(0, -1), block_q=4, block_k=2)
+    out, lse = an.flash_attention(q, k, v, window=(0, -1), block_q=4, block_k=2, return_lse=True)
     assert np.all(out == 0) and np.all(lse == -np.inf)
 
 
@@ -132,7 +138,7 @@ def test_flash_never_allocates_tq_by_tk():
     tq_tk = T * T * 8  # one float64 score matrix: 32 MiB; q, k, v, out are 256 KiB each
     tracemalloc.start()
     try:
-        out, lse = an.flash_attention(q, k, v, causal=True, block_q=128, block_k=128)
+        out = an.flash_attention(q, k, v, causal=True, block_q=128, block_k=128)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -140,6 +146,20 @@ def test_flash_never_allocates_tq_by_tk():
     # spot-check the last rows against the reference on a slice of queries
     want, _ = an.scaled_dot_product_attention(q[..., -8:, :], k, v, causal=True)
     np.testing.assert_allclose(out[..., -8:, :], want, atol=1e-12)
+
+
+def test_flash_returns_out_alone_unless_lse_is_asked_for():
+    """The contract of attnkit.triton.flash_attention: ``out``, or ``(out, lse)`` with
+    ``return_lse=True``; the same through ``vjp``."""
+    q, k, v = _draw(SHAPES["GQA"], seed=7)
+    out = an.flash_attention(q, k, v, causal=True, block_q=8, block_k=8)
+    both = an.flash_attention(q, k, v, causal=True, block_q=8, block_k=8, return_lse=True)
+    assert isinstance(out, np.ndarray) and isinstance(both, tuple) and len(both) == 2
+    np.testing.assert_array_equal(out, both[0])
+    assert both[1].shape == out.shape[:-1]
+    via_vjp, pullback = an.vjp(an.flash_attention, q, k, v, causal=True, block_q=8, block_k=8)
+    np.testing.assert_array_equal(via_vjp, out)
+    assert [g.shape for g in pullback(np.ones_like(out))] == [q.shape, k.shape, v.shape]
 
 
 @pytest.mark.parametrize("block", [0, -1])
@@ -158,9 +178,10 @@ def test_chunk_and_merge_equals_whole(unchanged, shape, split):
     q, k, v = _draw(shape, seed=6)
     Tk = k.shape[-2]
     split = min(split, Tk - 1)
-    whole = an.flash_attention(q, k, v, block_q=8, block_k=8)
-    a = an.flash_attention(q, k[..., :split, :], v[..., :split, :], block_q=8, block_k=8)
-    b = an.flash_attention(q, k[..., split:, :], v[..., split:, :], block_q=8, block_k=8)
+    tiles = dict(block_q=8, block_k=8, return_lse=True)
+    whole = an.flash_attention(q, k, v, **tiles)
+    a = an.flash_attention(q, k[..., :split, :], v[..., :split, :], **tiles)
+    b = an.flash_attention(q, k[..., split:, :], v[..., split:, :], **tiles)
     with unchanged(*a, *b):
         out, lse = an.merge_partials(*a, *b)
     np.testing.assert_allclose(out, whole[0], rtol=0, atol=1e-12)

@@ -41,7 +41,7 @@ def test_flash_backward_equals_dense_backward(shapes, band, blocks) -> None:
     q, k, v = (rng.standard_normal(s) for s in shapes)
     (out, _), dense = vjp(scaled_dot_product_attention, q, k, v, **band)
     (f_out, lse), blockwise = vjp(
-        flash_attention, q, k, v, block_q=blocks[0], block_k=blocks[1], **band
+        flash_attention, q, k, v, block_q=blocks[0], block_k=blocks[1], return_lse=True, **band
     )
     g = rng.standard_normal(out.shape)
     for name, a, b in zip("qkv", blockwise(g), dense(g)):
@@ -79,7 +79,7 @@ def _count_tiles(monkeypatch, **band) -> int:
     T, block = 64, 8
     rng = np.random.default_rng(2)
     q, k, v = (rng.standard_normal((1, T, 4)) for _ in range(3))
-    out, lse = flash_attention(q, k, v, block_q=block, block_k=block, **band)
+    out, lse = flash_attention(q, k, v, block_q=block, block_k=block, return_lse=True, **band)
     monkeypatch.setattr(flash_module, "_band", counting)
     flash_attention_backward(
         np.ones_like(out), q, k, v, out, lse, block_q=block, block_k=block, **band
@@ -99,7 +99,7 @@ def test_flash_backward_memory_is_linear_in_length() -> None:
     T, D = 4096, 8
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal((1, 1, T, D)) for _ in range(3))
-    out, lse = flash_attention(q, k, v, causal=True, block_q=128, block_k=128)
+    out, lse = flash_attention(q, k, v, causal=True, block_q=128, block_k=128, return_lse=True)
     g = rng.standard_normal(out.shape)
     tracemalloc.start()
     try:

@@ -46,7 +46,8 @@ def _calls(rng: np.random.Generator):
              rng.standard_normal((5, 3)), rng.standard_normal(3)),
             {"valid_lens": np.array([2, 6])},
         ),
-        (flash_attention, (q, k, v), {"window": (2, 1), "block_q": 2, "block_k": 4}),
+        (flash_attention, (q, k, v),
+         {"window": (2, 1), "block_q": 2, "block_k": 4, "return_lse": True}),
         (multi_head_attention, (params, x), {"causal": True}),
     ]
 
@@ -231,8 +232,8 @@ def test_check_vjp_catches_a_wrong_gradient(monkeypatch) -> None:
     real = vjp_module.sdpa_backward
 
     def off_by_a_little(*args, **kwargs):
-        dq, dk, dv, ds = real(*args, **kwargs)
-        return dq * (1 + 1e-5), dk, dv, ds
+        dq, dk, dv, ds, d_sinks = real(*args, **kwargs)
+        return dq * (1 + 1e-5), dk, dv, ds, d_sinks
 
     monkeypatch.setattr(vjp_module, "sdpa_backward", off_by_a_little)
     errors = check_vjp(scaled_dot_product_attention, q, k, v)
@@ -267,7 +268,7 @@ def test_nan_in_masked_queries_and_keys_does_not_leak() -> None:
     # flash: NaN in keys/values outside the band (query i sees only key i + 3)
     q3 = rng.standard_normal((1, 3, 3))
     k3, v3 = rng.standard_normal((1, 6, 3)), rng.standard_normal((1, 6, 3))
-    out, lse = flash_attention(q3, k3, v3, window=(0, 0), block_q=2, block_k=2)
+    out, lse = flash_attention(q3, k3, v3, window=(0, 0), block_q=2, block_k=2, return_lse=True)
     k3n, v3n = k3.copy(), v3.copy()
     k3n[0, :3], v3n[0, :3] = np.nan, np.nan  # keys no query sees
     g3 = rng.standard_normal(out.shape)

@@ -136,5 +136,9 @@ def test_unsupported_conversions_raise():
         at.MultiHeadAttention(E, 4, num_kv_heads=2).to_torch()
     with pytest.raises(ValueError, match="head_dim"):
         at.MultiHeadAttention(E, 2, head_dim=3).to_torch()
+    with pytest.raises(ValueError, match="softcap=30.0"):
+        at.MultiHeadAttention(E, H, softcap=30.0).to_torch()
+    with pytest.raises(ValueError, match="sinks=on"):
+        at.MultiHeadAttention(E, H, sinks=True).to_torch()
     with pytest.raises(TypeError, match="MultiheadAttention"):
         at.MultiHeadAttention.from_torch(nn.Linear(2, 2))

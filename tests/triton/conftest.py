@@ -5,11 +5,11 @@ NumPy on the CPU), which must be switched on before any kernel is defined, so it
 here, before ``attnkit.triton`` is imported by a test. On a GPU the same tests run
 compiled, at larger sizes and in half precision as well.
 
-The references are float64: ``attnkit.numpy`` (the oracle) for outputs and LSE, and a plain
-float64 PyTorch implementation (``Reference.attention``) for what NumPy does not cover
-(softcap, ALiBi) and for gradients (autograd). That implementation is itself checked
-against the oracle in ``test_flash.py``. Baselines for the 2x/3x/5x rule are the same plain
-implementation run in the kernel's dtype.
+The float64 reference is :func:`attnkit.testing.reference_attention` (``Reference.float64``),
+the one every backend's tests use: outputs, LSE and gradients, softcap and ALiBi included.
+It is checked against ``attnkit.numpy`` (the oracle) in ``test_flash.py``, and some tests
+compare with the oracle directly. The baseline of the 2x/3x/5x rule is plain unfused
+PyTorch math run in the kernel's dtype (``Reference.baseline``), never in float64.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+
+from attnkit.testing import ReferenceResult, reference_attention
 
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -57,7 +59,13 @@ class Case:
 
 
 class Reference:
-    """Plain (unfused) attention in whatever dtype its inputs have; autograd-friendly."""
+    """The float64 reference, and the plain same-dtype baseline of the 2x/3x/5x rule."""
+
+    @staticmethod
+    def float64(q, k, v, *, dout=None, dlse=None, **options) -> ReferenceResult:
+        """``attnkit.testing.reference_attention`` (float64 NumPy): out, lse, and dq, dk, dv
+        for the loss ``<out, dout> + <lse, dlse>`` when ``dout`` is given."""
+        return reference_attention(q, k, v, d_out=dout, d_lse=dlse, **options)
 
     @staticmethod
     def keep(Tq: int, Tk: int, causal: bool, window, device) -> torch.Tensor:
@@ -74,9 +82,10 @@ class Reference:
         return keep
 
     @staticmethod
-    def attention(q, k, v, *, causal=False, window=None, scale=None, softcap=None,
-                  alibi_slopes=None):
-        """``(out, lse)``; fully masked rows give 0 and -inf with finite gradients."""
+    def baseline(q, k, v, *, causal=False, window=None, scale=None, softcap=None,
+                 alibi_slopes=None):
+        """Plain (unfused) attention in the inputs' dtype, autograd-friendly: ``(out, lse)``;
+        fully masked rows give 0 and -inf with finite gradients."""
         B, H, Tq, Dk = q.shape
         Hkv, Tk = k.shape[1], k.shape[2]
         G = H // Hkv

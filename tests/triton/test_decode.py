@@ -47,7 +47,7 @@ def test_decode_matches_full_attention(B, H, Hkv, Tq, D, cache_len, num_splits, 
 
     kv = [as_float64(x[:, :, :cache_len]) for x in (k_cache, v_cache)]
     out_ref, _ = an.scaled_dot_product_attention(as_float64(q), *kv, causal=True)
-    _, lse_ref = an.flash_attention(as_float64(q), *kv, causal=True)
+    _, lse_ref = an.flash_attention(as_float64(q), *kv, causal=True, return_lse=True)
     k_s, v_s = (x[:, :, :cache_len].repeat_interleave(H // Hkv, 1) for x in (k_cache, v_cache))
     # Baseline: plain math in the same dtype (rows with no key: 0 and -inf, as DESIGN says).
     s = (q @ k_s.transpose(-1, -2)) * D ** -0.5

@@ -78,7 +78,7 @@ def _kernel(q, k, v, slopes, options):
 
 
 def _plain(q, k, v, slopes, options, reference):
-    return reference.attention(q, k, v, **{**options, "alibi_slopes": slopes})
+    return reference.baseline(q, k, v, **{**options, "alibi_slopes": slopes})
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -93,9 +93,8 @@ def test_forward_and_backward_follow_the_rule(params, dtype, case_type, inputs, 
         return _plain(*a, reference)
 
     base = _run(plain, q, k, v, slopes, dout, dlse, opts)
-    s64 = None if slopes is None else slopes.double()
-    ref = _run(plain, q.double(), k.double(), v.double(), s64, dout.double(), dlse.double(),
-               opts)
+    r = reference.float64(q, k, v, dout=dout, dlse=dlse, **case.options(slopes))
+    ref = (r.out, r.lse, r.dq, r.dk, r.dv)
     for name, a, r, b, factor in zip(["out", "lse", "dq", "dk", "dv"], got, ref, base,
                                      [2, 2, 5, 3, 3]):
         assert a.dtype == (torch.float32 if name == "lse" else dtype)
@@ -106,14 +105,15 @@ def test_forward_and_backward_follow_the_rule(params, dtype, case_type, inputs, 
                                                           "gqa", "causal_tq_gt_tk")],
                          ids=["causal_tq_lt_tk", "window_both", "gqa", "causal_tq_gt_tk"])
 def test_float64_reference_matches_numpy_oracle(params, case_type, inputs, reference):
-    """The plain float64 reference the rule uses agrees with attnkit.numpy (out and LSE)."""
+    """The float64 reference the rule uses agrees with attnkit.numpy (out and LSE)."""
     case = case_type(**params)
     q, k, v, _, _, _ = inputs(case, torch.float64)
-    out, lse = reference.attention(q, k, v, causal=case.causal, window=case.window)
+    out, _, lse, *_ = reference.float64(q, k, v, causal=case.causal, window=case.window)
     qn, kn, vn = (as_float64(x) for x in (q, k, v))
     out_np, _ = an.scaled_dot_product_attention(qn, kn, vn, causal=case.causal,
                                                 window=case.window)
-    _, lse_np = an.flash_attention(qn, kn, vn, causal=case.causal, window=case.window)
+    _, lse_np = an.flash_attention(qn, kn, vn, causal=case.causal, window=case.window,
+                                   return_lse=True)
     np.testing.assert_allclose(as_float64(out), out_np, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(np.isinf(as_float64(lse)), np.isinf(lse_np))
     fin = np.isfinite(lse_np)
@@ -132,7 +132,8 @@ def test_forward_against_numpy_oracle_directly(params, case_type, inputs, at):
     qn, kn, vn = (as_float64(x) for x in (q, k, v))
     out_np, _ = an.scaled_dot_product_attention(qn, kn, vn, causal=case.causal,
                                                 window=case.window)
-    _, lse_np = an.flash_attention(qn, kn, vn, causal=case.causal, window=case.window)
+    _, lse_np = an.flash_attention(qn, kn, vn, causal=case.causal, window=case.window,
+                                   return_lse=True)
     tol = 2e-6 if dtype == torch.float32 else 2e-2
     np.testing.assert_allclose(as_float64(out), out_np, atol=tol, rtol=tol)
     fin = np.isfinite(lse_np)
@@ -220,8 +221,8 @@ def test_non_contiguous_inputs_and_caller_tensors_unchanged(case_type, inputs, r
     out.backward(dout)
     for before, after in zip(saved, (qs, ks, vs, dout)):
         assert torch.equal(before, after.detach())
-    ref, _ = reference.attention(q.double(), k.double(), v.double(), causal=True)
-    base, _ = reference.attention(q, k, v, causal=True)
+    ref = reference.float64(q, k, v, causal=True).out
+    base, _ = reference.baseline(q, k, v, causal=True)
     assert_close_by_rule(out, ref, base, factor=2)
 
 
@@ -255,8 +256,9 @@ def test_backward_is_deterministic(case_type, inputs, at):
     [
         (dict(k=(1, 3, 8, 32), v=(1, 3, 8, 32)), ValueError, "Hkv=3"),
         (dict(k=(1, 2, 8, 16)), ValueError, "Dk"),
-        (dict(v=(1, 2, 9, 32)), ValueError, "(B, Hkv, Tk)"),
-        (dict(q=(2, 32)), ValueError, "(B, H, T, D)"),
+        (dict(v=(1, 2, 9, 32)), ValueError, "k (1, 2, 8, 32), v (1, 2, 9, 32)"),
+        (dict(q=(2, 32)), ValueError, "(B, H, Tq, Dk)"),
+        (dict(k=(2, 2, 8, 32), v=(2, 2, 8, 32)), ValueError, "batch size B"),
         (dict(q=(1, 2, 8, 512), k=(1, 2, 8, 512), v=(1, 2, 8, 512)), ValueError, "512"),
     ],
 )
@@ -293,13 +295,14 @@ def test_broadcast_output_gradient(case_type, inputs, reference, at):
     case = case_type(Tq=T_SHORT, Tk=T_MID, causal=True)
     q, k, v, _, _, _ = inputs(case, DTYPES[0])
     grads = []
-    for fn, dt in ((lambda a, b, c: at.flash_attention(a, b, c, causal=True), DTYPES[0]),
-                   (lambda a, b, c: reference.attention(a, b, c, causal=True)[0], DTYPES[0]),
-                   (lambda a, b, c: reference.attention(a, b, c, causal=True)[0],
-                    torch.float64)):
-        xs = [x.detach().to(dt).requires_grad_(True) for x in (q, k, v)]
+    for fn in (lambda a, b, c: at.flash_attention(a, b, c, causal=True),
+               lambda a, b, c: reference.baseline(a, b, c, causal=True)[0]):
+        xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
         fn(*xs).sum().backward()
         grads.append([x.grad for x in xs])
+    ones = torch.ones(case.B, case.H, case.Tq, case.dv)
+    r = reference.float64(q, k, v, causal=True, dout=ones)
+    grads.append([r.dq, r.dk, r.dv])
     for i, (name, factor) in enumerate([("dq", 5), ("dk", 3), ("dv", 3)]):
         assert_close_by_rule(grads[0][i], grads[2][i], grads[1][i], factor=factor, name=name)
 
@@ -371,6 +374,16 @@ def test_window_sides_wider_than_the_sequence(window, same_as, case_type, inputs
     ref_grads = at.flash_attention_backward(dout, q, k, v, ref_out, ref_lse, window=same_as)
     for a, b in zip((out, lse, *grads), (ref_out, ref_lse, *ref_grads)):
         assert torch.equal(a, b)
+
+
+def test_numpy_integer_window_sides_work_as_in_numpy(case_type, inputs, at):
+    """Window sides are checked by attnkit.spec for every backend: NumPy integers (say,
+    from an array of per-layer windows) are accepted, as attnkit.numpy accepts them."""
+    case = case_type(Tq=T_SHORT, Tk=T_MID)
+    q, k, v, _, _, _ = inputs(case, DTYPES[0])
+    want = at.flash_attention(q, k, v, window=(9, 4))
+    got = at.flash_attention(q, k, v, window=(np.int64(9), np.int32(4)))
+    assert torch.equal(got, want)
 
 
 def test_double_backward_raises_instead_of_dropping_second_order_terms(at):

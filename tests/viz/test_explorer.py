@@ -270,13 +270,14 @@ def test_view_file_rejects_bad_sources(tmp_path, source, text, match):
                   text=text)
 
 
-def test_view_file_model_without_front_end_says_what_to_do(tmp_path):
-    try:
-        import attnkit.integrations.transformers  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("the transformers front end is installed: the default loader exists")
+def test_view_file_model_without_front_end_says_what_to_do(tmp_path, monkeypatch):
+    import attnkit.viz.view as view
+
+    def missing(name):
+        raise ImportError(f"No module named {name!r}")
+
+    # As on an install without the transformers extra, whether or not this one has it.
+    monkeypatch.setattr(view.importlib, "import_module", missing)
     with pytest.raises(ValueError, match="save_npz"):
         view_file("some-model", tmp_path, text="hello")
 

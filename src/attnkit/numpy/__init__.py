@@ -8,9 +8,20 @@ through :func:`vjp`; :mod:`attnkit.numpy.optim` has SGD and Adam for NumPy param
 from __future__ import annotations
 
 from . import optim
-from .attention import additive_attention, scaled_dot_product_attention
+from .additive import additive_attention
+from .attention import scaled_dot_product_attention
 from .flash import flash_attention, merge_partials
-from .masks import attention_mask, causal_mask, masked_softmax, sequence_mask, window_mask
+from .masks import (
+    attention_mask,
+    causal_mask,
+    masked_softmax,
+    segment_ids_from_cu_seqlens,
+    segment_ids_from_lengths,
+    segment_ids_from_padding_mask,
+    segment_mask,
+    sequence_mask,
+    window_mask,
+)
 from .mha import MultiHeadParams, multi_head_attention
 from .softmax import log_softmax, logsumexp, softmax
 from .vjp import Grads, check_vjp, vjp
@@ -30,6 +41,10 @@ __all__ = [
     "multi_head_attention",
     "optim",
     "scaled_dot_product_attention",
+    "segment_ids_from_cu_seqlens",
+    "segment_ids_from_lengths",
+    "segment_ids_from_padding_mask",
+    "segment_mask",
     "sequence_mask",
     "softmax",
     "vjp",

@@ -1,4 +1,6 @@
-"""Scaled dot-product and additive (Bahdanau) attention, as plain readable NumPy.
+"""Scaled dot-product attention, as plain readable NumPy, and the tail every attention
+shares (:func:`attend`: softcap, bias, masks, softmax with sinks, dropout, values; additive
+attention in :mod:`attnkit.numpy.additive` ends with it too).
 
 Shape legend (used in every docstring and error message)::
 
@@ -12,8 +14,7 @@ float64 input, float32 for float32 and float16 input; results come back in the i
 
 Grouped-query attention (GQA) is read off the head axis ``-3``: when q has ``H`` heads and
 k/v have ``Hkv`` heads with ``H % Hkv == 0``, query head ``h`` uses key/value head
-``h // G``. K and V are never copied ``G`` times: queries are viewed as
-``(..., Hkv, G, Tq, Dk)`` and matmul broadcasts over ``G``.
+``h // G``. K and V are never copied ``G`` times (:mod:`attnkit.numpy.groups`).
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..spec import Window, check_broadcast, check_qkv, default_scale
+from ..spec import Window, check_broadcast, check_dropout, check_qkv, check_softcap, default_scale
+from .groups import group_sum_matmul, grouped_matmul, sum_to_shape
 from .masks import attention_mask
-from .softmax import compute_dtype, softmax
+from .nonfinite import finite_or_zero, weighted_values
+from .softmax import compute_dtype, result_dtype, softmax
+from .variants import sink_column, sink_softmax, sinks_backward, softcap_backward, softcap_scores
 
-__all__ = ["additive_attention", "scaled_dot_product_attention"]
+__all__ = ["scaled_dot_product_attention"]
 
 
 @dataclass
@@ -39,6 +43,8 @@ class AttentionCache:
         dropout_keep: the dropout keep-mask, or None without dropout.
         dropout_p: the dropout probability.
         groups: ``G = H // Hkv`` (1 without GQA).
+        tanh: ``tanh(s / softcap)`` of the scores, or None without softcap.
+        sink_weight: ``exp(z - L)`` per row ``(..., H, Tq, 1)``, or None without sinks.
     """
 
     weights: np.ndarray
@@ -46,6 +52,8 @@ class AttentionCache:
     dropout_keep: np.ndarray | None
     dropout_p: float
     groups: int
+    tanh: np.ndarray | None = None
+    sink_weight: np.ndarray | None = None
 
 
 def _floats(name: str, x: np.ndarray) -> np.ndarray:
@@ -53,44 +61,6 @@ def _floats(name: str, x: np.ndarray) -> np.ndarray:
     if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
         raise TypeError(f"{name} must be a real array, got dtype {x.dtype}")
     return x
-
-
-def _grouped(q: np.ndarray, G: int) -> np.ndarray:
-    """View ``(..., H, T, D)`` as ``(..., Hkv, G, T, D)`` (no copy)."""
-    if G == 1:
-        return q
-    H = q.shape[-3]
-    return q.reshape(q.shape[:-3] + (H // G, G) + q.shape[-2:])
-
-
-def _kv_grouped(x: np.ndarray, G: int) -> np.ndarray:
-    """View k or v ``(..., Hkv, Tk, D)`` as ``(..., Hkv, 1, Tk, D)`` to broadcast over G."""
-    return x if G == 1 else x[..., None, :, :]
-
-
-def _ungrouped(x: np.ndarray, G: int) -> np.ndarray:
-    """``(..., Hkv, G, T, X)`` back to ``(..., H, T, X)``."""
-    if G == 1:
-        return x
-    return x.reshape(x.shape[:-4] + (x.shape[-4] * G,) + x.shape[-2:])
-
-
-def _without_masked_nonfinite(
-    out: np.ndarray, p: np.ndarray, v: np.ndarray, keep: np.ndarray, groups: int
-) -> np.ndarray:
-    """Recompute ``out`` so NaN/inf in *masked* value rows does not leak.
-
-    A masked weight is exactly 0, but ``0 * nan = nan``. Rows of ``out`` that attend a
-    non-finite value keep it (NaN in an attended position propagates); the others are
-    recomputed with the non-finite values zeroed. Only runs when v has non-finite entries.
-    """
-    bad = ~np.isfinite(v)
-    clean = _ungrouped(_grouped(p, groups) @ _kv_grouped(np.where(bad, 0.0, v), groups), groups)
-    allowed = np.broadcast_to(keep, p.shape).astype(v.dtype)
-    touched = _ungrouped(
-        _grouped(allowed, groups) @ _kv_grouped(bad.astype(v.dtype), groups), groups
-    )
-    return np.where(touched > 0, out, clean)
 
 
 def attend(
@@ -101,12 +71,16 @@ def attend(
     mask: np.ndarray | None = None,
     bias: np.ndarray | None = None,
     valid_lens: np.ndarray | None = None,
-    causal: bool = False,
+    causal: bool | str = False,
     window: Window | None = None,
     dropout_p: float = 0.0,
     rng: np.random.Generator | None = None,
+    softcap: float | None = None,
+    sinks: np.ndarray | None = None,
+    segment_ids: object = None,
 ) -> tuple[np.ndarray, AttentionCache]:
-    """Shared tail of every attention: bias, masks, softmax, dropout, weighted sum of v.
+    """Shared tail of every attention: softcap, bias, masks, softmax (with sinks), dropout,
+    weighted sum of v.
 
     Args:
         scores: ``(..., H, Tq, Tk)`` scaled scores, compute dtype.
@@ -115,30 +89,34 @@ def attend(
     Returns:
         ``(out (..., H, Tq, Dv), cache)``.
     """
+    scores, tanh = softcap_scores(scores, check_softcap(softcap))
     if bias is not None:
         b = _floats("bias", bias)
         check_broadcast("bias", b.shape, scores.shape)
         scores = scores + b.astype(scores.dtype, copy=False)
     keep = attention_mask(
-        scores.shape, mask=mask, valid_lens=valid_lens, causal=causal, window=window
+        scores.shape, mask=mask, valid_lens=valid_lens, causal=causal, window=window,
+        segment_ids=segment_ids,
     )
     if keep is not None:
         # -inf, not a large negative constant: the softmax guards rows left empty.
         scores = np.where(keep, scores, -np.inf)
-    weights = softmax(scores, axis=-1)
+    sink_weight = None
+    if sinks is None:
+        weights = softmax(scores, axis=-1)
+    else:
+        sink = sink_column(sinks, scores.shape, scores.dtype)
+        weights, sink_weight, _ = sink_softmax(scores, sink)
 
     dropped, dropout_keep = weights, None
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    dropout_p = check_dropout(dropout_p)
     if dropout_p > 0.0:
         rng = np.random.default_rng() if rng is None else rng
         dropout_keep = rng.random(weights.shape) >= dropout_p
         dropped = np.where(dropout_keep, weights / (1.0 - dropout_p), 0.0)
 
-    out = _ungrouped(_grouped(dropped, groups) @ _kv_grouped(v, groups), groups)
-    if keep is not None and not np.all(np.isfinite(v)):
-        out = _without_masked_nonfinite(out, dropped, v, keep, groups)
-    cache = AttentionCache(weights, keep, dropout_keep, dropout_p, groups)
+    out = weighted_values(dropped, v, keep, lambda a, b: grouped_matmul(a, b, groups))
+    cache = AttentionCache(weights, keep, dropout_keep, dropout_p, groups, tanh, sink_weight)
     return out, cache
 
 
@@ -156,8 +134,7 @@ def scaled_scores(
         ``(scores (..., H, Tq, Tk), scale)``, the scale as a float.
     """
     scale = default_scale(scale, q.shape[-1])
-    # (..., Hkv, G, Tq, Dk) @ (..., Hkv, 1, Dk, Tk) -> (..., H, Tq, Tk)
-    qk = _ungrouped(_grouped(q, groups) @ np.swapaxes(_kv_grouped(k, groups), -1, -2), groups)
+    qk = grouped_matmul(q, np.swapaxes(k, -1, -2), groups)  # (..., H, Tq, Tk)
     return qk * q.dtype.type(scale), scale
 
 
@@ -169,9 +146,12 @@ def sdpa_forward(
     mask: np.ndarray | None = None,
     bias: np.ndarray | None = None,
     valid_lens: np.ndarray | None = None,
-    causal: bool = False,
+    causal: bool | str = False,
     window: Window | None = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: np.ndarray | None = None,
+    segment_ids: object = None,
     dropout_p: float = 0.0,
     rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, AttentionCache, float]:
@@ -183,7 +163,8 @@ def sdpa_forward(
     scores, scale = scaled_scores(qc, kc, G, scale)
     out, cache = attend(
         scores, vc, groups=G, mask=mask, bias=bias, valid_lens=valid_lens,
-        causal=causal, window=window, dropout_p=dropout_p, rng=rng,
+        causal=causal, window=window, dropout_p=dropout_p, rng=rng, softcap=softcap,
+        sinks=sinks, segment_ids=segment_ids,
     )
     return out, cache, scale
 
@@ -196,13 +177,16 @@ def scaled_dot_product_attention(
     mask: np.ndarray | None = None,
     bias: np.ndarray | None = None,
     valid_lens: np.ndarray | None = None,
-    causal: bool = False,
+    causal: bool | str = False,
     window: Window | None = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: np.ndarray | None = None,
+    segment_ids: object = None,
     dropout_p: float = 0.0,
     rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``softmax(q k^T * scale + bias, masked) v``.
+    """``softmax(softcap(q k^T * scale) + bias, masked) v``.
 
     Args:
         q: ``(..., H, Tq, Dk)`` (or ``(..., Tq, Dk)``).
@@ -211,15 +195,25 @@ def scaled_dot_product_attention(
         mask: bool, True = may attend, broadcastable to ``(..., H, Tq, Tk)``.
         bias: float, broadcastable, added to the scaled scores (``-inf`` excludes).
         valid_lens: ``(B,)`` or ``(B, Tq)``: keys ``j < valid_len`` are valid.
-        causal: bottom-right aligned causal mask.
-        window: ``(left, right)`` sliding window around that diagonal; None = unbounded.
+        causal: True or ``"bottom_right"`` (query ``i`` sees keys ``j <= i + Tk - Tq``),
+            or ``"top_left"`` (``j <= i``, SDPA's and JAX's ``is_causal``).
+        window: ``(left, right)`` sliding window around the bottom-right diagonal (also
+            with ``causal="top_left"``); None = unbounded.
         scale: defaults to ``1/sqrt(Dk)``.
+        softcap: scores become ``softcap * tanh(s / softcap)`` after the scale, before the
+            bias; None = off.
+        sinks: ``(H,)`` float, one logit per query head: a value-less column in each
+            softmax denominator (:mod:`attnkit.numpy.variants`).
+        segment_ids: integer ``(B, T)`` (self-attention) or a pair ``(q_ids (B, Tq),
+            kv_ids (B, Tk))``: query ``i`` attends key ``j`` only if their ids are equal;
+            an id < 0 is padding (output 0, zero gradients).
         dropout_p: probability of zeroing a weight (survivors scaled by ``1/(1-p)``).
         rng: generator for the dropout mask.
 
     Returns:
-        ``(out (..., H, Tq, Dv), weights (..., H, Tq, Tk))``; weights are pre-dropout.
-        A query with no allowed key gets weights 0 and output 0.
+        ``(out (..., H, Tq, Dv), weights (..., H, Tq, Tk))``; weights are pre-dropout
+        (with sinks they sum to less than 1). A query with no allowed key gets weights 0
+        and output 0.
 
     Reference, without masks::
 
@@ -228,10 +222,10 @@ def scaled_dot_product_attention(
     """
     out, cache, _ = sdpa_forward(
         q, k, v, mask=mask, bias=bias, valid_lens=valid_lens, causal=causal,
-        window=window, scale=scale, dropout_p=dropout_p, rng=rng,
+        window=window, scale=scale, softcap=softcap, sinks=sinks, segment_ids=segment_ids,
+        dropout_p=dropout_p, rng=rng,
     )
-    dt = np.result_type(np.asarray(q).dtype, np.asarray(k).dtype, np.asarray(v).dtype)
-    dt = dt if np.issubdtype(dt, np.floating) else np.dtype(np.float64)
+    dt = result_dtype(np.result_type(*(np.asarray(x).dtype for x in (q, k, v))))
     return out.astype(dt, copy=False), cache.weights.astype(dt, copy=False)
 
 
@@ -265,66 +259,6 @@ def check_additive(
         raise ValueError(f"batch dims of q {qs} and k {ks} do not broadcast") from None
 
 
-def additive_forward(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray,
-    w_q: np.ndarray, w_k: np.ndarray, w_v: np.ndarray,
-    **options: object,
-) -> tuple[np.ndarray, AttentionCache, np.ndarray]:
-    """:func:`additive_attention` in the compute dtype; also returns the tanh features."""
-    arrays = [_floats(n, x) for n, x in zip("q k v w_q w_k w_v".split(), (q, k, v, w_q, w_k, w_v))]
-    check_additive(*arrays)
-    dt = compute_dtype(np.result_type(*(x.dtype for x in arrays)))
-    q, k, v, w_q, w_k, w_v = (x.astype(dt, copy=False) for x in arrays)
-    # (..., Tq, 1, h) + (..., 1, Tk, h) -> (..., Tq, Tk, h)
-    features = np.tanh((q @ w_q)[..., :, None, :] + (k @ w_k)[..., None, :, :])
-    scores = features @ w_v  # (..., Tq, Tk)
-    out, cache = attend(scores, v, **options)  # type: ignore[arg-type]
-    return out, cache, features
-
-
-def additive_attention(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    w_q: np.ndarray,
-    w_k: np.ndarray,
-    w_v: np.ndarray,
-    *,
-    mask: np.ndarray | None = None,
-    bias: np.ndarray | None = None,
-    valid_lens: np.ndarray | None = None,
-    causal: bool = False,
-    window: Window | None = None,
-    dropout_p: float = 0.0,
-    rng: np.random.Generator | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Bahdanau attention: score ``a(q, k) = w_v . tanh(q W_q + k W_k)``.
-
-    Queries and keys may have different widths; weights use the ``x @ W`` layout (the
-    transpose of ``nn.Linear.weight``).
-
-    Args:
-        q: ``(..., Tq, Dq)``.
-        k: ``(..., Tk, Dk)``.
-        v: ``(..., Tk, Dv)``.
-        w_q: ``(Dq, h)``.
-        w_k: ``(Dk, h)``.
-        w_v: ``(h,)``.
-        mask, bias, valid_lens, causal, window, dropout_p, rng: as in
-            :func:`scaled_dot_product_attention`.
-
-    Returns:
-        ``(out (..., Tq, Dv), weights (..., Tq, Tk))``.
-    """
-    out, cache, _ = additive_forward(
-        q, k, v, w_q, w_k, w_v, mask=mask, bias=bias, valid_lens=valid_lens,
-        causal=causal, window=window, dropout_p=dropout_p, rng=rng,
-    )
-    dt = np.result_type(*(np.asarray(x).dtype for x in (q, k, v, w_q, w_k, w_v)))
-    dt = dt if np.issubdtype(dt, np.floating) else np.dtype(np.float64)
-    return out.astype(dt, copy=False), cache.weights.astype(dt, copy=False)
-
-
 # -- backward -----------------------------------------------------------------------------
 #
 # The forward is   scores = scale * q k^T (+ bias)  ->  w = softmax(masked scores)
@@ -332,59 +266,24 @@ def additive_attention(
 # Its backward runs the same chain in reverse. GQA: query head h reads key/value head
 # h // G, so the gradient of a shared K/V head is the sum over its G query heads. That sum
 # is taken inside one matmul by stacking the G heads of a group along the time axis
-# (:func:`_fold_groups`), so K and V are never repeated G times, and nor are their gradients.
-
-
-def sum_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Sum ``x`` over the axes broadcasting added or stretched, giving an array of ``shape``.
-
-    The backward of ``broadcast_to(a, x.shape)``: every copy of an entry of ``a`` sends its
-    gradient back to that one entry.
-    """
-    shape = tuple(shape)
-    extra = x.ndim - len(shape)
-    if extra > 0:
-        x = x.sum(axis=tuple(range(extra)))
-    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
-    if stretched:
-        x = x.sum(axis=stretched, keepdims=True)
-    return x.reshape(shape)
-
-
-def finite_or_zero(x: np.ndarray) -> np.ndarray:
-    """``x`` with NaN/inf replaced by 0 (``x`` itself when all finite, the usual case).
-
-    For the operand of a backward matmul whose other factor is exactly 0 wherever ``x`` is
-    masked: ``0 * nan = nan`` would otherwise leak a masked NaN into every gradient. Where
-    the non-finite entry was attended, the other factor is NaN itself, so NaN still flows.
-    """
-    return x if np.all(np.isfinite(x)) else np.where(np.isfinite(x), x, 0.0)
-
-
-def _fold_groups(x: np.ndarray, G: int) -> np.ndarray:
-    """``(..., H, T, X)`` as ``(..., Hkv, G*T, X)``: the G heads of a group stacked along T."""
-    if G == 1:
-        return x
-    return x.reshape(x.shape[:-3] + (x.shape[-3] // G, G * x.shape[-2], x.shape[-1]))
-
-
-def _group_sum_matmul(a: np.ndarray, b: np.ndarray, G: int) -> np.ndarray:
-    """``sum over the G heads of a group of a^T @ b``: ``(..., H, T, X), (..., H, T, Y) ->
-    (..., Hkv, X, Y)``. Contracting over the folded ``G*T`` axis does the group sum."""
-    return np.swapaxes(_fold_groups(a, G), -1, -2) @ _fold_groups(b, G)
+# (:func:`attnkit.numpy.groups.group_sum_matmul`), so K and V are never repeated G times,
+# and nor are their gradients.
 
 
 def attend_backward(
     d_out: np.ndarray, v: np.ndarray, cache: AttentionCache
-) -> tuple[np.ndarray, np.ndarray]:
-    """VJP of :func:`attend`: from ``d_out (..., H, Tq, Dv)`` to ``(d_scores, d_v)``.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """VJP of :func:`attend`: from ``d_out (..., H, Tq, Dv)`` to ``(d_scores, d_v,
+    d_sinks)``.
 
     ``out = w' v`` gives ``d_w' = d_out v^T`` and ``d_v = w'^T d_out`` (summed over each
     GQA group and over batch dims v was broadcast along). Dropout ``w' = w * keep / (1-p)``
     is linear with the forward's own mask, so ``d_w = d_w' * keep / (1-p)``. Softmax:
     ``d_scores = w * (d_w - rowsum(d_w * w))``. Masked entries have ``w = 0``, so they, and
     every entry of a fully masked row, get gradient 0. ``d_scores`` is also the gradient of
-    an additive ``bias`` (before :func:`sum_to_shape` to the bias's shape).
+    an additive ``bias`` (before :func:`sum_to_shape` to the bias's shape). Sinks leave
+    that formula as it is and get their own gradient; softcap comes before the bias, so
+    its factor is applied by :func:`scores_backward`.
 
     Args:
         d_out: cotangent of the attention output.
@@ -392,7 +291,8 @@ def attend_backward(
         cache: the forward's :class:`AttentionCache`.
 
     Returns:
-        ``(d_scores (..., H, Tq, Tk), d_v shaped like v)``, in the compute dtype.
+        ``(d_scores (..., H, Tq, Tk), d_v shaped like v, d_sinks (H,) or None)``, in the
+        compute dtype.
     """
     G, w = cache.groups, cache.weights
     d_out = np.asarray(d_out).astype(w.dtype, copy=False)
@@ -403,28 +303,34 @@ def attend_backward(
             w.dtype
         )
         dropped = w * rescale
-    d_v = sum_to_shape(_group_sum_matmul(dropped, d_out, G), v.shape)
-    # (..., Hkv, G, Tq, Dv) @ (..., Hkv, 1, Dv, Tk) -> (..., H, Tq, Tk)
-    d_w = _ungrouped(_grouped(d_out, G) @ np.swapaxes(_kv_grouped(v, G), -1, -2), G)
+    d_v = sum_to_shape(group_sum_matmul(dropped, d_out, G), v.shape)
+    d_w = grouped_matmul(d_out, np.swapaxes(v, -1, -2), G)  # (..., H, Tq, Tk)
     if cache.dropout_keep is not None:
         d_w = d_w * rescale
     if cache.keep is not None:
         # NaN/inf in a masked value row reaches d_w through v^T; 0 * nan would leak it.
         d_w = np.where(cache.keep, d_w, 0.0)
-    d_scores = w * (d_w - np.sum(d_w * w, axis=-1, keepdims=True))
-    return d_scores, d_v
+    row_term = np.sum(d_w * w, axis=-1, keepdims=True)  # (..., H, Tq, 1)
+    d_scores = w * (d_w - row_term)
+    d_sinks = None
+    if cache.sink_weight is not None:
+        H = w.shape[-3] if w.ndim >= 3 else 1
+        d_sinks = sinks_backward(cache.sink_weight, row_term, H)
+    return d_scores, d_v, d_sinks
 
 
 def scores_backward(
-    d_scores: np.ndarray, q: np.ndarray, k: np.ndarray, scale: float, G: int
+    d_scores: np.ndarray, q: np.ndarray, k: np.ndarray, scale: float, G: int,
+    tanh: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """VJP of ``scores = scale * q k^T`` (GQA-aware): ``dq = scale dS k``,
-    ``dk = scale dS^T q`` (summed over each group). Returns ``(dq, dk)`` shaped like q, k."""
+    """VJP of ``scores = softcap(scale * q k^T)`` (GQA-aware): through the cap
+    (``tanh``, None without softcap), then ``dq = scale dS k``, ``dk = scale dS^T q``
+    (summed over each group). Returns ``(dq, dk)`` shaped like q, k."""
+    d_scores = softcap_backward(d_scores, tanh)
     dt = d_scores.dtype
     q, k = finite_or_zero(q.astype(dt, copy=False)), finite_or_zero(k.astype(dt, copy=False))
-    # (..., Hkv, G, Tq, Tk) @ (..., Hkv, 1, Tk, Dk) -> (..., H, Tq, Dk)
-    dq = _ungrouped(_grouped(d_scores, G) @ _kv_grouped(k, G), G) * dt.type(scale)
-    dk = _group_sum_matmul(d_scores, q, G) * dt.type(scale)
+    dq = grouped_matmul(d_scores, k, G) * dt.type(scale)  # (..., H, Tq, Dk)
+    dk = group_sum_matmul(d_scores, q, G) * dt.type(scale)
     return sum_to_shape(dq, q.shape), sum_to_shape(dk, k.shape)
 
 
@@ -435,7 +341,7 @@ def sdpa_backward(
     v: np.ndarray,
     cache: AttentionCache,
     scale: float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """VJP of :func:`scaled_dot_product_attention` given :func:`sdpa_forward`'s cache.
 
     Args:
@@ -444,48 +350,13 @@ def sdpa_backward(
         cache, scale: what :func:`sdpa_forward` returned.
 
     Returns:
-        ``(dq, dk, dv, d_scores)`` in the compute dtype; ``dq``/``dk``/``dv`` are shaped like
-        ``q``/``k``/``v`` and ``d_scores (..., H, Tq, Tk)`` is the gradient of the bias
-        before ``sum_to_shape(d_scores, bias.shape)``.
+        ``(dq, dk, dv, d_scores, d_sinks)`` in the compute dtype; ``dq``/``dk``/``dv`` are
+        shaped like ``q``/``k``/``v``, ``d_scores (..., H, Tq, Tk)`` is the gradient of the
+        bias before ``sum_to_shape(d_scores, bias.shape)``, ``d_sinks (H,)`` (None without
+        sinks).
     """
-    d_scores, dv = attend_backward(d_out, v, cache)
-    dq, dk = scores_backward(d_scores, np.asarray(q), np.asarray(k), scale, cache.groups)
-    return dq, dk, dv, d_scores
-
-
-def additive_backward(
-    d_out: np.ndarray,
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    w_q: np.ndarray,
-    w_k: np.ndarray,
-    w_v: np.ndarray,
-    cache: AttentionCache,
-    features: np.ndarray,
-) -> tuple[np.ndarray, ...]:
-    """VJP of :func:`additive_attention` given :func:`additive_forward`'s cache and features.
-
-    With ``a = (q W_q)[:, None] + (k W_k)[None, :]``, ``f = tanh(a)`` and
-    ``scores = f . w_v``: ``d w_v = sum f * dS``, ``d a = dS w_v (1 - f^2)`` (tanh' is
-    ``1 - tanh^2``); ``d(q W_q)`` sums ``d a`` over keys and ``d(k W_k)`` over queries, and
-    each linear map sends ``dY`` to ``dX = dY W^T``, ``dW = X^T dY``.
-
-    Returns:
-        ``(dq, dk, dv, dw_q, dw_k, dw_v, d_scores)`` in the compute dtype, each shaped like
-        its input; ``d_scores (..., Tq, Tk)`` as in :func:`sdpa_backward`.
-    """
-    d_scores, dv = attend_backward(d_out, v, cache)
-    dt = d_scores.dtype
-    q, k, w_q, w_k, w_v = (np.asarray(x).astype(dt, copy=False) for x in (q, k, w_q, w_k, w_v))
-    q, k = finite_or_zero(q), finite_or_zero(k)
-    features = finite_or_zero(features)  # NaN features of masked pairs meet dS = 0
-    hidden = w_v.shape[0]
-    dw_v = d_scores.reshape(-1) @ features.reshape(-1, hidden)
-    d_a = d_scores[..., None] * w_v * (1.0 - features * features)  # (..., Tq, Tk, h)
-    d_qw = sum_to_shape(d_a.sum(axis=-2), q.shape[:-1] + (hidden,))  # (..., Tq, h)
-    d_kw = sum_to_shape(d_a.sum(axis=-3), k.shape[:-1] + (hidden,))  # (..., Tk, h)
-    dq, dk = d_qw @ w_q.T, d_kw @ w_k.T
-    dw_q = q.reshape(-1, q.shape[-1]).T @ d_qw.reshape(-1, hidden)
-    dw_k = k.reshape(-1, k.shape[-1]).T @ d_kw.reshape(-1, hidden)
-    return dq, dk, dv, dw_q, dw_k, dw_v, d_scores
+    d_scores, dv, d_sinks = attend_backward(d_out, v, cache)
+    dq, dk = scores_backward(
+        d_scores, np.asarray(q), np.asarray(k), scale, cache.groups, cache.tanh
+    )
+    return dq, dk, dv, d_scores, d_sinks

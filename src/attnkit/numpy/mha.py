@@ -123,9 +123,12 @@ def mha_forward(
     mask: np.ndarray | None = None,
     bias: np.ndarray | None = None,
     valid_lens: np.ndarray | None = None,
-    causal: bool = False,
+    causal: bool | str = False,
     window: Window | None = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: np.ndarray | None = None,
+    segment_ids: object = None,
     dropout_p: float = 0.0,
     rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, MultiHeadCache]:
@@ -135,7 +138,8 @@ def mha_forward(
     scores, scale, G = head_scores(q, k, v, scale)
     out, att = attend(
         scores, v, groups=G, mask=mask, bias=bias, valid_lens=valid_lens, causal=causal,
-        window=window, dropout_p=dropout_p, rng=rng,
+        window=window, dropout_p=dropout_p, rng=rng, softcap=softcap, sinks=sinks,
+        segment_ids=segment_ids,
     )  # (B, H, Tq, Dv)
     heads = merge_heads(out)
     return project_output(p, heads), MultiHeadCache(query, key, value, q, k, v, heads, att, scale)
@@ -150,9 +154,12 @@ def multi_head_attention(
     mask: np.ndarray | None = None,
     bias: np.ndarray | None = None,
     valid_lens: np.ndarray | None = None,
-    causal: bool = False,
+    causal: bool | str = False,
     window: Window | None = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: np.ndarray | None = None,
+    segment_ids: object = None,
     dropout_p: float = 0.0,
     rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -163,8 +170,10 @@ def multi_head_attention(
         query: ``(B, Tq, Eq)``.
         key: ``(B, Tk, Ek)``; None = self-attention (``key = query``).
         value: ``(B, Tk, Ev)``; None = ``key``.
-        mask, bias, valid_lens, causal, window, scale, dropout_p, rng: as in
-            :func:`scaled_dot_product_attention`, on scores ``(B, H, Tq, Tk)``.
+        mask, bias, valid_lens, causal, window, scale, softcap, sinks, segment_ids,
+            dropout_p, rng: as in :func:`scaled_dot_product_attention`, on scores
+            ``(B, H, Tq, Tk)`` (``sinks (H,)``, one logit per query head; ``segment_ids``
+            ``(B, T)`` for self-attention or ``(q_ids (B, Tq), kv_ids (B, Tk))``).
 
     Returns:
         ``(out (B, Tq, Eo), weights (B, H, Tq, Tk))``, weights pre-dropout.
@@ -174,7 +183,8 @@ def multi_head_attention(
     """
     y, cache = mha_forward(
         params, query, key, value, mask=mask, bias=bias, valid_lens=valid_lens,
-        causal=causal, window=window, scale=scale, dropout_p=dropout_p, rng=rng,
+        causal=causal, window=window, scale=scale, softcap=softcap, sinks=sinks,
+        segment_ids=segment_ids, dropout_p=dropout_p, rng=rng,
     )
     dt = result_dtype(np.result_type(np.asarray(query).dtype, params.w_q.dtype))
     return y.astype(dt, copy=False), cache.attention.weights.astype(dt, copy=False)
@@ -211,12 +221,12 @@ def mha_backward(
         cache: the forward's :class:`MultiHeadCache`.
 
     Returns:
-        ``(d_params, d_query, d_key, d_value, d_scores)`` in the compute dtype.
+        ``(d_params, d_query, d_key, d_value, d_scores, d_sinks)`` in the compute dtype.
         ``d_key``/``d_value`` are the gradients of the key/value arrays the forward *used*:
         when the caller passed ``key=None`` (self-attention) they belong to ``query``, and
         the caller adds them up (:func:`attnkit.numpy.vjp` does). ``d_scores
         (B, H, Tq, Tk)`` is the gradient of an additive ``bias`` before it is summed to the
-        bias's shape.
+        bias's shape; ``d_sinks (H,)`` the sinks' gradient (None without sinks).
     """
     dt = cache.q.dtype
     p = params.map(lambda a: a.astype(dt, copy=False))
@@ -230,8 +240,8 @@ def mha_backward(
     d_out = d_heads.reshape(B, Tq, H, Dv).transpose(0, 2, 1, 3)  # (B, H, Tq, Dv)
 
     att = cache.attention
-    d_scores, d_v = attend_backward(d_out, cache.v, att)
-    d_q, d_k = scores_backward(d_scores, cache.q, cache.k, cache.scale, att.groups)
+    d_scores, d_v, d_sinks = attend_backward(d_out, cache.v, att)
+    d_q, d_k = scores_backward(d_scores, cache.q, cache.k, cache.scale, att.groups, att.tanh)
 
     d_query, d_w_q, d_b_q = _project_backward(d_q, cache.query, p.w_q, p.b_q is not None)
     d_key, d_w_k, d_b_k = _project_backward(d_k, cache.key, p.w_k, p.b_k is not None)
@@ -239,4 +249,4 @@ def mha_backward(
     d_params = MultiHeadParams(
         w_q=d_w_q, w_k=d_w_k, w_v=d_w_v, w_o=d_w_o, b_q=d_b_q, b_k=d_b_k, b_v=d_b_v, b_o=d_b_o
     )
-    return d_params, d_query, d_key, d_value, d_scores
+    return d_params, d_query, d_key, d_value, d_scores, d_sinks

@@ -1,5 +1,5 @@
-"""The weights of one multi-head attention layer, stored per head (the layout seed 001
-draws) in :class:`MultiHeadParams`::
+"""The weights of one multi-head attention layer, stored per head (the layout the
+classic per-head diagrams draw) in :class:`MultiHeadParams`::
 
     w_q (H, Eq, Dk)    w_k (Hkv, Ek, Dk)    w_v (Hkv, Ev, Dv)    w_o (H*Dv, Eo)
     b_q (H, Dk)        b_k (Hkv, Dk)        b_v (Hkv, Dv)        b_o (Eo,)

@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..spec import stats_dtype_name
+
 __all__ = ["compute_dtype", "log_softmax", "logsumexp", "softmax"]
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype arithmetic runs in: float16 -> float32, float32/64 kept, ints -> float64."""
+    """The dtype arithmetic runs in: float16 -> float32, float32/64 kept, ints -> float64.
+
+    For float16/32/64 this is :func:`attnkit.spec.stats_dtype_name`, the statistics dtype
+    every backend uses. NumPy also takes what the shared rule does not name: integers and
+    bools (read as float64, NumPy's own promotion) and ``longdouble`` (kept, it is wider).
+    """
     dtype = np.dtype(dtype)
-    if dtype == np.float16:
-        return np.dtype(np.float32)
-    if dtype in (np.float32, np.float64):
-        return dtype
+    if dtype in (np.float16, np.float32, np.float64):
+        return np.dtype(stats_dtype_name(dtype))
     if np.issubdtype(dtype, np.integer) or dtype == np.bool_:
         return np.dtype(np.float64)
     if np.issubdtype(dtype, np.floating):  # longdouble and friends

@@ -12,7 +12,8 @@ shape and float dtype (None for arguments that are not differentiable, such as
 ``(out, weights)`` or ``(out, lse)``, ``d_out`` is the cotangent of the first output.
 
 The ``bias`` option's gradient, reduced to the bias's own broadcast shape, is
-``pullback(d_out).bias`` (None when no bias was given). The backward formulas themselves
+``pullback(d_out).bias`` (None when no bias was given); the ``sinks`` option's, ``(H,)``,
+is ``pullback(d_out).sinks``. The backward formulas themselves
 live next to their forward (``*_backward`` in softmax.py, masks.py, attention.py, flash.py,
 mha.py); this module only wires arguments to them.
 
@@ -27,10 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from .additive import additive_attention, additive_backward, additive_forward
 from .attention import (
-    additive_attention,
-    additive_backward,
-    additive_forward,
     scaled_dot_product_attention,
     sdpa_backward,
     sdpa_forward,
@@ -55,13 +54,19 @@ __all__ = ["Grads", "Pullback", "check_vjp", "vjp"]
 
 class Grads(tuple):
     """What a pullback returns: a tuple with one gradient per positional argument, plus
-    ``.bias``, the gradient of the ``bias`` option in the bias's own shape (or None)."""
+    ``.bias``, the gradient of the ``bias`` option in the bias's own shape, and
+    ``.sinks``, the gradient of the ``sinks`` option ``(H,)`` (each None when not given)."""
 
     bias: np.ndarray | None
+    sinks: np.ndarray | None
 
-    def __new__(cls, grads: tuple[Any, ...], bias: np.ndarray | None = None) -> Grads:
+    def __new__(
+        cls, grads: tuple[Any, ...], bias: np.ndarray | None = None,
+        sinks: np.ndarray | None = None,
+    ) -> Grads:
         self = super().__new__(cls, grads)
         self.bias = bias
+        self.sinks = sinks
         return self
 
 
@@ -86,6 +91,7 @@ def _options(args: dict[str, Any], *names: str) -> dict[str, Any]:
 
 
 _MASKS = ("mask", "bias", "valid_lens", "causal", "window", "dropout_p", "rng")
+_VARIANTS = ("softcap", "sinks", "segment_ids")
 
 
 def _softmax_rule(fn: Callable[..., np.ndarray], backward: Callable[..., np.ndarray]) -> _Rule:
@@ -129,15 +135,19 @@ def _masked_softmax_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
 
 def _sdpa_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
     q, k, v, bias = args["q"], args["k"], args["v"], args["bias"]
-    out, cache, scale = sdpa_forward(q, k, v, scale=args["scale"], **_options(args, *_MASKS))
+    out, cache, scale = sdpa_forward(
+        q, k, v, scale=args["scale"], **_options(args, *_MASKS, *_VARIANTS)
+    )
     dt = _out_dtype(q, k, v)
     result = (out.astype(dt, copy=False), cache.weights.astype(dt, copy=False))
 
     def back(d_out: np.ndarray) -> dict[str, Any]:
-        dq, dk, dv, d_scores = sdpa_backward(d_out, q, k, v, cache, scale)
+        dq, dk, dv, d_scores, d_sinks = sdpa_backward(d_out, q, k, v, cache, scale)
         grads = {"q": _like(dq, q), "k": _like(dk, k), "v": _like(dv, v)}
         if bias is not None:
             grads["bias"] = _like(sum_to_shape(d_scores, np.shape(bias)), bias)
+        if d_sinks is not None:
+            grads["sinks"] = _like(d_sinks, args["sinks"])
         return grads
 
     return result, back
@@ -163,14 +173,17 @@ def _additive_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
 
 def _flash_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
     q, k, v = args["q"], args["k"], args["v"]
-    band = _options(args, "causal", "window", "scale", "block_q", "block_k")
-    out, lse = flash_attention(q, k, v, num_threads=args["num_threads"], **band)
+    band = _options(args, "causal", "window", "scale", "block_q", "block_k", *_VARIANTS)
+    out, lse = flash_attention(q, k, v, num_threads=args["num_threads"], return_lse=True, **band)
 
     def back(d_out: np.ndarray) -> dict[str, Any]:
-        dq, dk, dv = flash_attention_backward(d_out, q, k, v, out, lse, **band)
-        return {"q": _like(dq, q), "k": _like(dk, k), "v": _like(dv, v)}
+        dq, dk, dv, *d_sinks = flash_attention_backward(d_out, q, k, v, out, lse, **band)
+        grads = {"q": _like(dq, q), "k": _like(dk, k), "v": _like(dv, v)}
+        if d_sinks:
+            grads["sinks"] = _like(d_sinks[0], args["sinks"])
+        return grads
 
-    return (out, lse), back
+    return ((out, lse) if args["return_lse"] else out), back
 
 
 def _mha_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
@@ -179,7 +192,7 @@ def _mha_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
         raise TypeError(f"params must be a MultiHeadParams, got {type(params).__name__}")
     y, cache = mha_forward(
         params, query, key, value, scale=args["scale"],
-        **_options(args, *_MASKS),
+        **_options(args, *_MASKS, *_VARIANTS),
     )
     result = (
         y.astype(_out_dtype(query, params.w_q), copy=False),
@@ -187,7 +200,7 @@ def _mha_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
     )
 
     def back(d_out: np.ndarray) -> dict[str, Any]:
-        d_params, d_query, d_key, d_value, d_scores = mha_backward(d_out, params, cache)
+        d_params, d_query, d_key, d_value, d_scores, d_sinks = mha_backward(d_out, params, cache)
         # Self-attention defaults (value = key, key = query) reuse one array in several
         # roles; its gradient is the sum over the roles.
         if value is None:
@@ -205,6 +218,8 @@ def _mha_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
         if args["bias"] is not None:
             bias = args["bias"]
             grads["bias"] = _like(sum_to_shape(d_scores, np.shape(bias)), bias)
+        if d_sinks is not None:
+            grads["sinks"] = _like(d_sinks, args["sinks"])
         return grads
 
     return result, back
@@ -233,14 +248,16 @@ def vjp(fn: Callable[..., Any], *args: Any, **options: Any) -> tuple[Any, Pullba
         *args: its positional arguments (arrays; for ``multi_head_attention``
             ``params, query[, key, value]``).
         **options: its keyword options (``mask``, ``bias``, ``valid_lens``, ``causal``,
-            ``window``, ``scale``, ``dropout_p``, ``rng``, ...), passed through.
+            ``window``, ``scale``, ``softcap``, ``sinks``, ``segment_ids``, ``dropout_p``,
+            ``rng``, ...), passed through.
 
     Returns:
         ``(out, pullback)``: ``out`` is what ``fn`` returns; ``pullback(d_out)`` takes the
         cotangent of ``out`` (of its first element when ``fn`` returns a pair) and returns a
         :class:`Grads` tuple, one gradient per positional argument (a
         :class:`MultiHeadParams` for ``params``; None for non-differentiable ones), with the
-        bias gradient as ``.bias``. With dropout, the pullback uses the forward's mask.
+        bias gradient as ``.bias`` and the sinks gradient as ``.sinks``. With dropout, the
+        pullback uses the forward's mask.
     """
     rule = _RULES.get(fn)
     if rule is None:
@@ -260,7 +277,10 @@ def vjp(fn: Callable[..., Any], *args: Any, **options: Any) -> tuple[Any, Pullba
                 f"{first.shape}"
             )
         grads = backward(d_out)
-        return Grads(tuple(grads.get(name) for name in positional), bias=grads.get("bias"))
+        return Grads(
+            tuple(grads.get(name) for name in positional), bias=grads.get("bias"),
+            sinks=grads.get("sinks"),
+        )
 
     return out, pullback
 
@@ -274,8 +294,8 @@ def check_vjp(
 ) -> dict[str, float]:
     """Compare ``vjp(fn, ...)`` with central finite differences, one argument at a time.
 
-    For each differentiable positional argument ``x`` (and ``bias``, when given) draws a
-    random direction ``u`` and a random cotangent ``g`` and compares
+    For each differentiable positional argument ``x`` (and ``bias`` and ``sinks``, when
+    given) draws a random direction ``u`` and a random cotangent ``g`` and compares
     ``<pullback(g)_x, u>`` with the central difference
     ``D(e) = (<g, f(x + e u)> - <g, f(x - e u)>) / (2 e)``, Richardson-extrapolated as
     ``(4 D(eps/2) - D(eps)) / 3`` (error ``O(eps^4)``, so a large ``eps`` keeps rounding
@@ -352,12 +372,14 @@ def check_vjp(
             return objective(moved, options)
 
         errors[name] = compare(grad, u, shift)
-    if grads.bias is not None:
-        b = np.asarray(options["bias"], dtype=np.float64)
+    for option, grad in (("bias", grads.bias), ("sinks", grads.sinks)):
+        if grad is None:
+            continue
+        b = np.asarray(options[option], dtype=np.float64)
         u = direction(b)
 
-        def shift_b(du: np.ndarray) -> float:
-            return objective(list(args), {**options, "bias": b + du})
+        def shift_o(du: np.ndarray, option: str = option, b: np.ndarray = b) -> float:
+            return objective(list(args), {**options, option: b + du})
 
-        errors["bias"] = compare(grads.bias, u, shift_b)
+        errors[option] = compare(grad, u, shift_o)
     return errors

@@ -7,7 +7,7 @@ import torch
 
 from .. import spec
 
-__all__ = ["check_bias", "check_qkv", "check_tensor"]
+__all__ = ["check_bias", "check_qkv", "check_segment_ids", "check_sinks", "check_tensor"]
 
 
 def check_tensor(name: str, x: object) -> torch.Tensor:
@@ -48,3 +48,31 @@ def check_bias(
     spec.check_broadcast("bias", tuple(bias.shape), scores_shape)
     if device is not None and bias.device != device:
         raise ValueError(f"bias is on {bias.device}, q on {device}")
+
+
+def check_sinks(sinks: torch.Tensor | None, H: int, device: torch.device) -> None:
+    """``sinks`` (or None) is a float tensor ``(H,)`` (:func:`attnkit.spec.check_sinks`) on
+    ``device``."""
+    if sinks is None:
+        return
+    if not isinstance(sinks, torch.Tensor):
+        raise TypeError(f"sinks must be a torch.Tensor of shape (H,), got {type(sinks).__name__}")
+    spec.check_sinks(sinks, H)
+    if sinks.device != device:
+        raise ValueError(f"sinks is on {sinks.device}, q on {device}")
+
+
+def check_segment_ids(
+    segment_ids: object, scores_shape: tuple[int, ...], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``segment_ids`` (one ``(B, T)`` or a pair) as ``(q_ids (B, Tq), kv_ids (B, Tk))``
+    integer tensors on ``device`` (:func:`attnkit.spec.check_segment_ids`), or None."""
+    pair = spec.check_segment_ids(segment_ids, scores_shape)
+    if pair is None:
+        return None
+    for name, ids in zip(("q_ids", "kv_ids"), pair):
+        if not isinstance(ids, torch.Tensor):
+            raise TypeError(f"segment_ids {name} must be a torch.Tensor, got {type(ids).__name__}")
+        if ids.device != device:
+            raise ValueError(f"segment_ids {name} is on {ids.device}, q on {device}")
+    return pair

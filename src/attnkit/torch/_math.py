@@ -1,7 +1,8 @@
 """The math path: plain matmuls and a guarded float32 softmax.
 
 The readable baseline of :func:`attnkit.torch.attention`, and the only path that honours
-every call (any mask, bias, dropout, head layout; double backward included).
+every call (any mask, bias, softcap, sinks, dropout, head layout; double backward
+included).
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from ._scores import group, scaled_scores, ungroup
-from .softmax import safe_softmax
+from ._scores import group, scaled_scores, softcap_scores, ungroup
+from .softmax import safe_softmax, sink_column
 
 __all__ = ["empty_attention", "math_path"]
 
@@ -26,13 +27,17 @@ def math_path(
     scale: float,
     dropout_p: float,
     need_weights: bool,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(out (..., H, Tq, Dv), weights (..., H, Tq, Tk) or None)`` under the bool mask
-    ``keep`` (True = may attend; every constraint already ANDed in)."""
+    ``keep`` (True = may attend; every constraint already ANDed in). Order: scale,
+    ``softcap``, bias, mask, softmax with the ``sinks (H,)`` in its denominators."""
     s = scaled_scores(q, k, G, scale)  # (..., H, Tq, Tk), float32 for half input
+    s = softcap_scores(s, softcap)
     if bias is not None:
         s = s + bias.to(s.dtype)
-    w = safe_softmax(s, keep)
+    w = safe_softmax(s, keep, None if sinks is None else sink_column(sinks, s.ndim))
     dropped = F.dropout(w, dropout_p, training=True) if dropout_p > 0.0 else w
     out = ungroup(group(dropped.to(v.dtype), G) @ v, G, q.shape[-2])  # (..., H, Tq, Dv)
     return out, (w.to(q.dtype) if need_weights else None)

@@ -14,7 +14,7 @@ from ._dtypes import stats_dtype
 from .masks import causal_mask
 from .softmax import softmax_from_lse
 
-__all__ = ["group", "scaled_scores", "ungroup", "weights_from_lse"]
+__all__ = ["group", "scaled_scores", "softcap_scores", "ungroup", "weights_from_lse"]
 
 
 def group(x: torch.Tensor, G: int) -> torch.Tensor:
@@ -48,6 +48,12 @@ def scaled_scores(q: torch.Tensor, k: torch.Tensor, G: int, scale: float) -> tor
     return s.mul_(scale)  # in place: the matmul's backward does not read its output
 
 
+def softcap_scores(s: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """``softcap * tanh(s / softcap)`` (logit soft-capping, after the scale and before the
+    bias); ``s`` itself when ``softcap`` is None."""
+    return s if softcap is None else torch.tanh(s / softcap) * softcap
+
+
 def weights_from_lse(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -56,18 +62,22 @@ def weights_from_lse(
     attn_mask: torch.Tensor | None,
     causal_top_left: bool,
     lse: torch.Tensor | None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Attention weights ``(..., H, Tq, Tk)`` (statistics dtype) next to a fused output.
 
     Costs one extra ``q k^T`` and one pass over the scores; the scores are built in a single
     buffer (scale, bias and mask applied in place, which autograd allows because nothing
     saved for backward reads them) that becomes the returned weights. When the kernel gave
-    no ``lse``, it is computed here (one more pass). ``causal_top_left`` is only set for
-    ``Tq == Tk``, where the top-left diagonal is the bottom-right one.
+    no ``lse``, it is computed here (one more pass). ``causal_top_left``: the kernel ran
+    with SDPA's own ``is_causal`` (``j <= i``). ``softcap`` is applied to the scores as
+    the kernel did.
     """
     s = scaled_scores(q, k, G, scale)  # a fresh buffer: the in-place fills touch no input
+    s = softcap_scores(s, softcap)
     if causal_top_left:
-        s = s.masked_fill_(~causal_mask(s.shape[-2], s.shape[-1], device=s.device), float("-inf"))
+        top_left = causal_mask(s.shape[-2], s.shape[-1], alignment="top_left", device=s.device)
+        s = s.masked_fill_(~top_left, float("-inf"))
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
             s = s.masked_fill_(~attn_mask, float("-inf"))

@@ -39,11 +39,24 @@ def triton_kernels(*names: str) -> ModuleType | None:
     return kernels
 
 
+# The variants (issue 12) the Triton kernels take; until a kernel takes one, calls that use
+# it are declined here and run on another path.
+TRITON_VARIANTS: frozenset[str] = frozenset()
+
+
 def triton_reason(
     q: torch.Tensor, has_mask: bool, has_bias: bool, dropout_p: float,
     k: torch.Tensor | None = None, v: torch.Tensor | None = None,
+    variants: tuple[str, ...] = (),
 ) -> str | None:
-    """Why the Triton kernel cannot take this call, or None when it can."""
+    """Why the Triton kernel cannot take this call, or None when it can.
+
+    ``variants``: the call's variants by name (``"softcap"``, ``"sinks"``,
+    ``"segment_ids"``, ``"top_left"``), each declined unless in :data:`TRITON_VARIANTS`.
+    """
+    missing = [name for name in variants if name not in TRITON_VARIANTS]
+    if missing:
+        return f"the Triton kernel does not take {', '.join(missing)} yet"
     if not q.is_cuda:
         return f"q is on {q.device}, the Triton kernel needs CUDA"
     if not is_half(q.dtype):
@@ -93,19 +106,29 @@ def triton_path(
     v: torch.Tensor,
     *,
     G: int,
-    causal: bool,
+    causal: bool | str,
     window: Window | None,
     scale: float,
     need_weights: bool,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
+    segment_ids: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(out, weights or None)`` from the fused kernel (weights rebuilt from its LSE)."""
+    """``(out, weights or None)`` from the fused kernel (weights rebuilt from its LSE).
+
+    The variants are passed on only when set, so kernels that predate them still run
+    every call :func:`triton_reason` lets through.
+    """
     kernels = triton_kernels()
     assert kernels is not None
+    given = {"softcap": softcap, "sinks": sinks, "segment_ids": segment_ids}
+    variants = {name: value for name, value in given.items() if value is not None}
+    opts = dict(causal=causal, window=window, scale=scale, **variants)
     if not need_weights:
-        out = kernels.flash_attention(q, k, v, causal=causal, window=window, scale=scale)
-        return out, None
-    out, lse = kernels.flash_attention(
-        q, k, v, causal=causal, window=window, scale=scale, return_lse=True
-    )
-    keep = attention_mask(scores_shape(q, k, G), causal=causal, window=window, device=q.device)
-    return out, weights_from_lse(q, k, G, scale, keep, False, lse).to(q.dtype)
+        return kernels.flash_attention(q, k, v, **opts), None
+    out, lse = kernels.flash_attention(q, k, v, return_lse=True, **opts)
+    keep = attention_mask(scores_shape(q, k, G), causal=causal, window=window,
+                          segment_ids=segment_ids, device=q.device)
+    # The kernel's LSE includes the sink, so exp(s - lse) are the sink-normalised weights.
+    weights = weights_from_lse(q, k, G, scale, keep, False, lse, softcap=softcap)
+    return out, weights.to(q.dtype)

@@ -9,8 +9,8 @@
 
 Not representable in attnkit's ``MultiHeadAttention`` (a ``ValueError`` says so):
 ``add_bias_kv`` and ``add_zero_attn`` (extra learned/zero key positions; the drop-in
-:class:`attnkit.torch.MultiheadAttention` has them), and, in the other direction, GQA or
-head dims other than ``E // H``.
+:class:`attnkit.torch.MultiheadAttention` has them), and, in the other direction, GQA,
+head dims other than ``E // H``, ``softcap`` and ``sinks``.
 
 Conversions allocate the new layer's parameters uninitialised (``nn.utils.skip_init``) and
 copy into them, so they draw nothing from torch's global RNG.
@@ -111,6 +111,12 @@ def to_torch(m: _Layer) -> nn.MultiheadAttention:
         raise ValueError(
             f"nn.MultiheadAttention needs head_dim = v_head_dim = embed_dim // num_heads = "
             f"{E // H}, got head_dim={m.head_dim}, v_head_dim={m.v_head_dim}"
+        )
+    softcap, sinks = getattr(m, "softcap", None), getattr(m, "sinks", None)
+    if softcap is not None or sinks is not None:
+        raise ValueError(
+            f"nn.MultiheadAttention has no logit soft-capping or attention sinks: "
+            f"softcap={softcap}, sinks={'on' if sinks is not None else 'off'}"
         )
     has_bias = m.q_proj.bias is not None
     ref = m.out_proj.weight

@@ -1,20 +1,27 @@
 """Masks, one meaning everywhere: **True = may attend** (as SDPA, JAX and Keras read it).
 
 Every constraint :func:`attnkit.torch.attention` accepts (``mask``, ``valid_lens``,
-``causal``, ``window``) becomes a boolean tensor broadcastable to the scores
+``causal``, ``window``, ``segment_ids``) becomes a boolean tensor broadcastable to the scores
 ``(..., Tq, Tk)``, and the constraints are ANDed. Masked scores become ``-inf`` and rows
 left with no allowed key are guarded explicitly, so no large-negative fill constant
 appears anywhere and half precision cannot overflow. Nothing here writes into a caller's
 tensor.
 
 Causal and window masks are aligned to the bottom-right diagonal, so that the last ``Tq``
-queries of a sequence whose ``Tk`` keys sit in a KV cache see what they should::
+queries of a sequence whose ``Tk`` keys sit in a KV cache see what they should;
+``causal="top_left"`` is SDPA's ``is_causal`` (``j <= i``), and the window stays
+bottom-right aligned with it::
 
-    causal, Tq=2, Tk=4 (1 = keep)      window=(1, 0), Tq=Tk=4
-        1 1 1 0                            1 0 0 0
-        1 1 1 1                            1 1 0 0
-                                           0 1 1 0
-                                           0 0 1 1
+    causal, Tq=2, Tk=4 (1 = keep)      causal="top_left"      window=(1, 0), Tq=Tk=4
+        1 1 1 0                            1 0 0 0                1 0 0 0
+        1 1 1 1                            1 1 0 0                1 1 0 0
+                                                                  0 1 1 0
+                                                                  0 0 1 1
+
+``segment_ids`` (packed documents, left/right padding): query ``i`` may attend key ``j``
+only if their ids are equal; an id < 0 attends and is attended by nothing. The helpers
+:func:`segment_ids_from_padding_mask`, :func:`segment_ids_from_lengths` and
+:func:`segment_ids_from_cu_seqlens` build them.
 
 ``torch.nn.MultiheadAttention`` uses the opposite convention (True = ignore) for its bool
 ``attn_mask`` and ``key_padding_mask``; :func:`from_key_padding_mask` and
@@ -32,7 +39,9 @@ import torch
 from ..spec import (
     Window,
     check_broadcast,
+    check_causal,
     check_length_range,
+    check_segment_ids,
     check_window,
     check_window_side,
 )
@@ -45,6 +54,10 @@ __all__ = [
     "from_attn_mask",
     "from_key_padding_mask",
     "masked_softmax",
+    "segment_ids_from_cu_seqlens",
+    "segment_ids_from_lengths",
+    "segment_ids_from_padding_mask",
+    "segment_mask",
     "sequence_mask",
     "valid_lens_mask",
     "window_mask",
@@ -137,10 +150,101 @@ def window_mask(
     return keep
 
 
-def causal_mask(Tq: int, Tk: int, *, device: torch.device | str | None = None) -> torch.Tensor:
-    """``(Tq, Tk)`` bool, bottom-right aligned: query ``i`` sees key ``j`` iff
-    ``j <= i + Tk - Tq``."""
-    return window_mask(Tq, Tk, None, 0, device=device)
+def causal_mask(
+    Tq: int, Tk: int, *, alignment: str = "bottom_right",
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """``(Tq, Tk)`` bool. ``"bottom_right"``: query ``i`` sees key ``j`` iff
+    ``j <= i + Tk - Tq``; ``"top_left"`` (SDPA's ``is_causal``): iff ``j <= i``."""
+    edge = Tq - Tk if check_causal(alignment) == "top_left" else 0  # j <= diag + edge
+    return window_mask(Tq, Tk, None, edge, device=device)
+
+
+def segment_mask(segment_ids: object, scores_shape: tuple[int, ...]) -> torch.Tensor:
+    """``segment_ids`` as a bool mask ``(B, 1, ..., Tq, Tk)`` broadcastable to scores
+    ``(B, ..., Tq, Tk)``: True iff the query's and the key's ids are equal and not < 0.
+
+    Args:
+        segment_ids: integer ``(B, T)`` (self-attention) or a pair ``(q_ids (B, Tq),
+            kv_ids (B, Tk))``, on one device (the mask's).
+        scores_shape: the scores' shape.
+    """
+    pair = check_segment_ids(segment_ids, scores_shape)
+    assert pair is not None
+    q_ids, kv_ids = pair
+    keep = (q_ids[:, :, None] == kv_ids[:, None, :]) & (q_ids[:, :, None] >= 0)  # (B, Tq, Tk)
+    return keep.reshape(keep.shape[:1] + (1,) * (len(scores_shape) - 3) + keep.shape[1:])
+
+
+def segment_ids_from_cu_seqlens(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
+    """Segment ids of packed documents given by cumulative lengths (flash-attn's
+    ``cu_seqlens``): document ``d`` fills ``[cu[d], cu[d+1])`` and gets id ``d``; positions
+    from ``cu[-1]`` to ``total`` are padding (-1). Checking the bounds reads them back
+    (a host sync on GPU): call it once per batch, not per layer.
+
+    Args:
+        cu_seqlens: integer ``(N+1,)`` or ``(B, N+1)``, ``[0, ..., <= total]``.
+        total: the packed length ``T``.
+
+    Returns:
+        int64 ``(1, total)`` (from 1-D ``cu_seqlens``) or ``(B, total)``, on its device.
+    """
+    cu = torch.as_tensor(cu_seqlens)
+    if cu.ndim not in (1, 2) or cu.shape[-1] < 1:
+        raise ValueError(f"cu_seqlens must have shape (N+1,) or (B, N+1), got {tuple(cu.shape)}")
+    if cu.is_floating_point() or cu.dtype == torch.bool or cu.is_complex():
+        raise TypeError(f"cu_seqlens must hold integers, got dtype {cu.dtype}")
+    cu = cu.reshape(-1, cu.shape[-1]).long()
+    if bool((cu[:, 0] != 0).any() | (cu.diff(dim=-1) < 0).any() | (cu[:, -1] > total).any()):
+        raise ValueError(
+            f"cu_seqlens must start at 0, never decrease and end at most at total={total}, "
+            f"got {cu.tolist()}"
+        )
+    pos = torch.arange(int(total), device=cu.device).expand(cu.shape[0], -1).contiguous()
+    ids = torch.searchsorted(cu[:, 1:].contiguous(), pos, right=True)
+    return torch.where(pos < cu[:, -1:], ids, -1)
+
+
+def segment_ids_from_lengths(lengths: torch.Tensor, total: int) -> torch.Tensor:
+    """Segment ids of documents of ``lengths`` packed one after another into ``total``
+    positions (the rest padding, -1).
+
+    Args:
+        lengths: non-negative integers ``(N,)`` or ``(B, N)``, summing to at most ``total``.
+        total: the packed length ``T``.
+
+    Returns:
+        int64 ``(1, total)`` (from 1-D ``lengths``) or ``(B, total)``, on its device.
+    """
+    n = torch.as_tensor(lengths)
+    if n.is_floating_point() or n.dtype == torch.bool or n.ndim not in (1, 2):
+        raise TypeError(
+            f"lengths must be integers of shape (N,) or (B, N), got {n.dtype} {tuple(n.shape)}"
+        )
+    if bool((n < 0).any() | (n.sum(dim=-1) > total).any()):
+        raise ValueError(
+            f"lengths must be >= 0 and sum to at most total={total}, got {n.tolist()}"
+        )
+    cu = torch.nn.functional.pad(n.long().cumsum(dim=-1), (1, 0))
+    return segment_ids_from_cu_seqlens(cu, total)
+
+
+def segment_ids_from_padding_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Segment ids ``(B, T)`` from a padding mask ``(B, T)`` with 1 (or True) = real token:
+    real tokens get id 0, padding -1, wherever it sits (left, right or between). For
+    ``nn.MultiheadAttention``'s ``key_padding_mask`` (True = ignore) pass its negation.
+
+    Returns:
+        int64 ``(B, T)`` on the mask's device.
+    """
+    m = torch.as_tensor(mask)
+    if m.ndim != 2:
+        raise ValueError(f"padding mask must be (B, T), got {tuple(m.shape)}")
+    if m.is_floating_point() or m.is_complex():
+        raise TypeError(f"padding mask must hold 0/1 or bools (1 = real token), got {m.dtype}")
+    if m.dtype != torch.bool and bool(((m != 0) & (m != 1)).any()):
+        raise ValueError(f"padding mask must hold only 0 and 1 (1 = real token), got {m.tolist()}")
+    return torch.where(m.bool(), 0, -1).long()
 
 
 def from_key_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
@@ -183,11 +287,15 @@ def attention_mask(
     *,
     mask: torch.Tensor | None = None,
     valid_lens: torch.Tensor | None = None,
-    causal: bool = False,
+    causal: bool | str = False,
     window: Window | None = None,
+    segment_ids: object = None,
     device: torch.device | str | None = None,
 ) -> torch.Tensor | None:
     """AND of every given constraint, a bool tensor broadcastable to ``scores_shape``.
+
+    ``causal``: True or ``"bottom_right"``, or ``"top_left"``; ``segment_ids``: see
+    :func:`segment_mask`.
 
     Returns None when nothing is masked, so callers can skip the work. The result has the
     smallest shape that carries the constraints (a key-padding mask stays ``(B, 1, 1, Tk)``).
@@ -211,11 +319,15 @@ def attention_mask(
     if valid_lens is not None:
         vm = valid_lens_mask(valid_lens, shape)
         _and(vm.to(device) if device is not None else vm)
-    if causal:
-        _and(causal_mask(Tq, Tk, device=device))
+    alignment = check_causal(causal)
+    if alignment is not None:
+        _and(causal_mask(Tq, Tk, alignment=alignment, device=device))
     win = check_window(window)
     if win is not None:
         _and(window_mask(Tq, Tk, win[0], win[1], device=device))
+    if segment_ids is not None:
+        sm = segment_mask(segment_ids, shape)
+        _and(sm.to(device) if device is not None else sm)
     return keep
 
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ..numpy.mha_params import MultiHeadParams, head_sizes
-from ..spec import check_dropout
+from ..spec import check_dropout, check_softcap
 from ._nonfinite import all_finite, finite_safe_linear
 from ._triton_path import triton_decode
 from .cache import KVCache
@@ -33,6 +33,9 @@ class MultiHeadAttention(nn.Module):
         kdim, vdim: widths of the key and value inputs (default ``E``).
         bias: biases on all four projections.
         dropout: on the attention weights, in training.
+        softcap: logit soft-capping ``softcap * tanh(s / softcap)`` (Gemma 2); None = off.
+        sinks: learn one attention-sink logit per query head (GPT-OSS): the parameter
+            ``sinks (H,)``, zeros-initialised.
         batch_first: inputs and output are ``(B, T, E)`` (default); False = ``(T, B, E)``,
             as ``nn.MultiheadAttention``'s default. Masks, ``valid_lens`` and caches are
             indexed by batch first either way.
@@ -54,12 +57,15 @@ class MultiHeadAttention(nn.Module):
         vdim: int | None = None,
         bias: bool = True,
         dropout: float = 0.0,
+        softcap: float | None = None,
+        sinks: bool = False,
         batch_first: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         H, Hkv, head_dim = head_sizes(embed_dim, num_heads, num_kv_heads, head_dim)
+        self.softcap = check_softcap(softcap)
         self.embed_dim = embed_dim
         self.num_heads = H
         self.num_kv_heads = Hkv
@@ -74,20 +80,25 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(self.kdim, Hkv * head_dim, bias=bias, **kw)
         self.v_proj = nn.Linear(self.vdim, Hkv * self.v_head_dim, bias=bias, **kw)
         self.out_proj = nn.Linear(H * self.v_head_dim, embed_dim, bias=bias, **kw)
+        self.sinks = nn.Parameter(torch.zeros(H, **kw)) if sinks else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Xavier-uniform weights, zero biases."""
+        """Xavier-uniform weights, zero biases and sinks."""
         for lin in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             nn.init.xavier_uniform_(lin.weight)
             if lin.bias is not None:
                 nn.init.zeros_(lin.bias)
+        if self.sinks is not None:
+            nn.init.zeros_(self.sinks)
 
     def extra_repr(self) -> str:
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
             f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
             f"v_head_dim={self.v_head_dim}, dropout={self.dropout}"
+            + (f", softcap={self.softcap}" if self.softcap is not None else "")
+            + (", sinks=True" if self.sinks is not None else "")
             + ("" if self.batch_first else ", batch_first=False")
         )
 
@@ -170,11 +181,12 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
         valid_lens: torch.Tensor | None = None,
-        causal: bool = False,
+        causal: bool | str = False,
         window: Window | None = None,
         need_weights: bool = False,
         average_weights: bool = True,
         cache: KVCache | None = None,
+        segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Args:
             query: ``(B, Tq, E)`` (``(Tq, B, E)`` when ``batch_first=False``).
@@ -185,8 +197,9 @@ class MultiHeadAttention(nn.Module):
             bias: float, same shapes, added to the scaled scores
                 (``nn.MultiheadAttention``'s float ``attn_mask``).
             valid_lens: ``(B,)`` or ``(B, Tq)``: keys ``j < valid_len`` are valid.
-            causal: bottom-right aligned (with a cache: over everything cached).
-            window: ``(left, right)`` band around that diagonal.
+            causal: True/``"bottom_right"`` (with a cache: over everything cached), or
+                ``"top_left"`` (SDPA's ``is_causal``).
+            window: ``(left, right)`` band around the bottom-right diagonal.
             need_weights: also return the attention weights.
             average_weights: average them over heads to ``(B, Tq, Tk)``; else
                 ``(B, H, Tq, Tk)``.
@@ -194,6 +207,9 @@ class MultiHeadAttention(nn.Module):
                 keys/values and attends over all of them (``Tk`` = positions cached); a
                 cross-attention cache projects ``key``/``value`` on its first use and
                 reuses them afterwards (``key`` may then be None).
+            segment_ids: ``(B, T)`` for self-attention or ``(q_ids (B, Tq), kv_ids
+                (B, Tk))``: packed documents and padding (id < 0), see
+                :func:`attnkit.torch.attention`.
 
         Returns:
             ``(out (B, Tq, E) (or (Tq, B, E)), weights or None)``.
@@ -209,9 +225,10 @@ class MultiHeadAttention(nn.Module):
                     f"{name} must be (Tq, Tk) or (B|1, H|1, Tq, Tk), got {tuple(m.shape)}; "
                     f"for a per-batch (B, Tq, Tk) {name} pass {name}[:, None]"
                 )
+        variants = {"segment_ids": segment_ids}
         if cache is None:
             return self._attend(query, key, value, None, mask, bias, valid_lens, causal,
-                                window, need_weights, average_weights)
+                                window, need_weights, average_weights, **variants)
         self._check_cache(cache, B)
         # The append comes before the mask checks (they need Tk = positions cached): a
         # call that raises afterwards takes its positions back out, so that a retry does
@@ -219,7 +236,7 @@ class MultiHeadAttention(nn.Module):
         length = cache.length
         try:
             return self._attend(query, key, value, cache, mask, bias, valid_lens, causal,
-                                window, need_weights, average_weights)
+                                window, need_weights, average_weights, **variants)
         except BaseException:
             cache.length = length
             raise
@@ -233,16 +250,19 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None,
         bias: torch.Tensor | None,
         valid_lens: torch.Tensor | None,
-        causal: bool,
+        causal: bool | str,
         window: Window | None,
         need_weights: bool,
         average_weights: bool,
+        segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:meth:`forward` after its argument checks."""
         B, Tq, _ = query.shape
         H, Dv = self.num_heads, self.v_head_dim
         masked = mask is not None or bias is not None or valid_lens is not None \
-            or window is not None or causal
+            or window is not None or bool(causal) or segment_ids is not None
+        plain = self.softcap is None and self.sinks is None and segment_ids is None \
+            and causal != "top_left"  # what the decoding kernel takes
         q, k, v = self._project(query, key, value, cache, masked)  # (B, H|Hkv, T, Dk|Dv)
         if cache is not None:
             if not (cache.cross and cache.length > 0):
@@ -251,7 +271,7 @@ class MultiHeadAttention(nn.Module):
 
         out = None
         if cache is not None and not cache.cross and not need_weights and mask is None \
-                and bias is None and valid_lens is None and window is None \
+                and bias is None and valid_lens is None and window is None and plain \
                 and (causal or Tq == 1) and not (self.training and self.dropout > 0):
             # Decoding: the Triton kernel reads the cache buffers in place (None elsewhere).
             out = triton_decode(q, cache.k, cache.v, cache.length)
@@ -260,7 +280,8 @@ class MultiHeadAttention(nn.Module):
             out, weights = attention(
                 q, k, v, mask=mask, bias=bias, valid_lens=valid_lens, causal=causal,
                 window=window, dropout_p=self.dropout, training=self.training,
-                need_weights=need_weights,
+                need_weights=need_weights, softcap=self.softcap, sinks=self.sinks,
+                segment_ids=segment_ids,
             )  # (B, H, Tq, Dv)
         out = self.out_proj(out.transpose(1, 2).reshape(B, Tq, H * Dv))  # (B, Tq, E)
         if not self.batch_first:

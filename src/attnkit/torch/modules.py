@@ -18,6 +18,7 @@ from typing import Any, overload
 import torch
 from torch import nn
 
+from ..spec import check_softcap
 from .additive import additive_attention
 from .functional import attention
 from .mha import MultiHeadAttention
@@ -33,6 +34,8 @@ class DotProductAttention(nn.Module):
 
     Args:
         dropout: probability of zeroing an attention weight in training.
+        softcap: logit soft-capping ``softcap * tanh(s / softcap)``; None = off.
+        sinks: learn one attention-sink logit, the parameter ``sinks (1,)`` (zeros).
 
     After each forward, ``attention_weights`` holds the pre-dropout weights ``(B, Tq, Tk)``,
     differentiable as in d2l (the output itself comes from the fused kernel; see
@@ -41,9 +44,13 @@ class DotProductAttention(nn.Module):
 
     attention_weights: torch.Tensor | None
 
-    def __init__(self, dropout: float = 0.0) -> None:
+    def __init__(
+        self, dropout: float = 0.0, *, softcap: float | None = None, sinks: bool = False
+    ) -> None:
         super().__init__()
         self.dropout = nn.Dropout(dropout)
+        self.softcap = check_softcap(softcap)
+        self.sinks = nn.Parameter(torch.zeros(1)) if sinks else None
         self.attention_weights = None
 
     def forward(
@@ -52,12 +59,18 @@ class DotProductAttention(nn.Module):
         keys: torch.Tensor,
         values: torch.Tensor,
         valid_lens: torch.Tensor | None = None,
+        *,
+        causal: bool | str = False,
+        segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Args:
             queries: ``(B, Tq, D)``.
             keys: ``(B, Tk, D)``.
             values: ``(B, Tk, Dv)``.
             valid_lens: ``(B,)`` or ``(B, Tq)``; keys ``j < valid_len`` are valid.
+            causal: True/``"bottom_right"`` or ``"top_left"``
+                (:func:`attnkit.torch.attention`).
+            segment_ids: ``(B, T)`` (self-attention) or ``(q_ids (B, Tq), kv_ids (B, Tk))``.
 
         Returns:
             ``(B, Tq, Dv)``.
@@ -69,12 +82,16 @@ class DotProductAttention(nn.Module):
                 f"expected queries (B, Tq, D), keys (B, Tk, D), values (B, Tk, Dv) with one "
                 f"B, got queries {shapes[0]}, keys {shapes[1]}, values {shapes[2]}"
             )
+        # One head axis, so that the sink is one logit (attention() reads axis -3 as heads).
         out, weights = attention(
-            queries, keys, values, valid_lens=valid_lens, dropout_p=self.dropout.p,
-            training=self.training, need_weights=True,
+            queries[:, None], keys[:, None], values[:, None], valid_lens=valid_lens,
+            causal=causal, softcap=self.softcap,
+            sinks=None if self.sinks is None else self.sinks.to(queries.dtype),
+            segment_ids=segment_ids, dropout_p=self.dropout.p, training=self.training,
+            need_weights=True,
         )
-        self.attention_weights = weights
-        return out
+        self.attention_weights = None if weights is None else weights[:, 0]
+        return out[:, 0]
 
 
 def _d2l_017(key_size: int, query_size: int, num_hiddens: int, dropout: float = 0.0) -> None:

@@ -219,16 +219,10 @@ class MultiheadAttention(nn.MultiheadAttention):
             and cache is None
         if trust_hint:
             keep = bias = None
-        k, v, keep, bias = self._extra_keys(k, v, keep, bias)
-        causal = False
-        if trust_hint:
-            if Tq == k.shape[2]:
-                causal = True  # top-left and bottom-right agree: attnkit's fused causal
-            else:
-                keep = _top_left_causal(Tq, k.shape[2], q.device)
+        k, v, keep, bias = self._extra_keys(k, v, keep, bias)  # top-left spans them too
         return attention(
-            q, k, v, mask=keep, bias=bias, causal=causal, dropout_p=self.dropout,
-            training=self.training, need_weights=need_weights,
+            q, k, v, mask=keep, bias=bias, causal="top_left" if trust_hint else False,
+            dropout_p=self.dropout, training=self.training, need_weights=need_weights,
         )
 
     def _project(
@@ -384,12 +378,6 @@ def _check_mask(name: str, m: object) -> Tensor:
             f"got dtype {m.dtype}"
         )
     return m
-
-
-def _top_left_causal(Tq: int, Tk: int, device: torch.device) -> Tensor:
-    """``(Tq, Tk)`` bool, True = may attend: query ``i`` sees keys ``j <= i`` (torch's
-    ``is_causal``; attnkit's ``causal=True`` is bottom-right, the same only for Tq == Tk)."""
-    return torch.ones(Tq, Tk, dtype=torch.bool, device=device).tril()
 
 
 def swap_attention(model: nn.Module) -> dict[str, nn.MultiheadAttention]:

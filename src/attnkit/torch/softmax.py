@@ -12,10 +12,18 @@ import torch
 
 from ._dtypes import stats_dtype
 
-__all__ = ["safe_softmax", "softmax_from_lse"]
+__all__ = ["safe_softmax", "sink_column", "softmax_from_lse"]
 
 
-def safe_softmax(scores: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+def sink_column(sinks: torch.Tensor, scores_ndim: int) -> torch.Tensor:
+    """``sinks (H,)`` viewed to broadcast as one column against scores ``(..., H, Tq, Tk)``:
+    ``(H, 1, 1)``, or ``(1, 1)`` for scores without a head axis (``H = 1``)."""
+    return sinks.reshape((-1, 1, 1) if scores_ndim >= 3 else (1, 1))
+
+
+def safe_softmax(
+    scores: torch.Tensor, keep: torch.Tensor | None = None, sink: torch.Tensor | None = None
+) -> torch.Tensor:
     """Softmax over the last axis; masked entries and rows with no allowed entry give 0.
 
     Computed in float32 for half-precision scores (float64 stays float64). Masked scores
@@ -24,9 +32,15 @@ def safe_softmax(scores: torch.Tensor, keep: torch.Tensor | None = None) -> torc
     forward nor the backward pass ever forms ``-inf - (-inf)``: such rows get weight 0 and
     gradient 0. NaN in an allowed position propagates.
 
+    With ``sink`` (attention sinks, one logit per row or head, broadcastable to
+    ``(..., 1)``) the sink joins each denominator as a column with no value:
+    ``w_j = exp(s_j) / (sum_k exp(s_k) + exp(z))``; the weights sum to less than 1, and a
+    row with no allowed entry still gets zeros (the sink takes all the mass).
+
     Args:
         scores: ``(..., Tk)``.
         keep: bool, True = keep, broadcastable to ``scores``; None keeps everything.
+        sink: the sink logits (:func:`sink_column`), or None.
 
     Returns:
         Weights in the statistics dtype (float32 or float64), ``scores``' shape.
@@ -34,6 +48,14 @@ def safe_softmax(scores: torch.Tensor, keep: torch.Tensor | None = None) -> torc
     s = scores.to(stats_dtype(scores.dtype))
     if keep is not None:
         s = s.masked_fill(~keep, float("-inf"))
+    if sink is not None:
+        z = sink.to(s.dtype)
+        # The shift only keeps exp() in range; softmax does not depend on it (detached).
+        m = torch.maximum(s.amax(dim=-1, keepdim=True), z).detach()
+        m = torch.where(torch.isfinite(m), m, 0.0)  # a -inf sink on an empty row
+        e = torch.exp(s - m)  # masked entries: exp(-inf) = 0, gradient 0
+        total = e.sum(dim=-1, keepdim=True) + torch.exp(z - m)
+        return e / torch.where(total == 0, 1.0, total)
     empty = s.amax(dim=-1, keepdim=True) == float("-inf")  # (..., 1)
     s = s.masked_fill(empty, 0.0)
     return torch.softmax(s, dim=-1).masked_fill(empty, 0.0)

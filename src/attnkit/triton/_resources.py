@@ -2,9 +2,9 @@
 
 No GPU is needed: Triton's front end and the ``ptxas`` it ships compile for a target
 named by hand. The report (registers, local-memory stack = spills, shared memory) is how
-the tile tables in :mod:`attnkit.triton._kernels` were chosen. Uses Triton internals
-(``ASTSource``, specialization attributes) as of Triton 3.9; other versions may need
-changes::
+the tile tables in :mod:`attnkit.triton._forward` and :mod:`attnkit.triton._backward` were
+chosen. Uses Triton internals (``ASTSource``, specialization attributes) as of Triton 3.9;
+other versions may need changes::
 
     python -m attnkit.triton._resources --dims 64 128 --variants plain causal
 """
@@ -22,7 +22,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
 
-from . import _kernels as K
+from . import _backward, _forward
 
 _FLOATS = ("qk_scale2", "sc_in", "sc_out2", "scale")
 _STATS = ("LSE", "SLOPES", "DELTA", "DLSE", "O_PART", "LSE_PART")  # float32 tensors
@@ -79,9 +79,9 @@ def main(argv: list[str] | None = None) -> None:
                         choices=sorted(_VARIANTS))
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     args = parser.parse_args(argv)
-    kernels = [("fwd", K._fwd_kernel, K._FWD_TABLE, "BLOCK_M", "BLOCK_N"),
-               ("dkdv", K._bwd_dkdv_kernel, K._DKDV_TABLE, "BLOCK_N", "BLOCK_M"),
-               ("dq", K._bwd_dq_kernel, K._DQ_TABLE, "BLOCK_M", "BLOCK_N")]
+    kernels = [("fwd", _forward._fwd_kernel, _forward._FWD_TABLE, "BLOCK_M", "BLOCK_N"),
+               ("dkdv", _backward._bwd_dkdv_kernel, _backward._DKDV_TABLE, "BLOCK_N", "BLOCK_M"),
+               ("dq", _backward._bwd_dq_kernel, _backward._DQ_TABLE, "BLOCK_M", "BLOCK_N")]
     print("kernel  D    variant  tile          warps stages  regs  spill  smem")
     for d in args.dims:
         bd = max(16, triton.next_power_of_2(d))

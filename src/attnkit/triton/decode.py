@@ -21,8 +21,17 @@ import torch
 import triton
 import triton.language as tl
 
-from ._kernels import first_only, interpreting
-from .flash import _batch_slices, _check_device, _int32_offsets, _int32_overflows
+from ..spec import LOG2E, check_qkv, default_scale
+from ._kernels import LN2, first_only, interpreting
+from .flash import (
+    _batch_slices,
+    _check_head_dims,
+    _check_tensors,
+    _int32_offsets,
+    _int32_overflows,
+    _padded,
+    _precision,
+)
 
 __all__ = ["decode_attention"]
 
@@ -95,7 +104,7 @@ def _decode_split_kernel(
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc / l_safe[:, None]
-    lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_safe)) * 0.6931471805599453)
+    lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_safe)) * LN2)
     # Partials are (B, H, Tq, num_splits[, Dv]) float32, contiguous.
     part_row = ((off_b * (Hkv * G) + off_h) * Tq + t) * num_splits + split
     tl.store(LSE_PART + part_row, lse, mask=row_ok)
@@ -197,44 +206,19 @@ def decode_attention(
     Returns:
         ``out (B, H, Tq, Dv)`` in q's dtype, or ``(out, lse)``.
     """
-    for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.ndim != 4:
-            raise ValueError(f"{name} must be 4-d (B, heads, T, D), got {tuple(x.shape)}")
-        if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-            raise TypeError(f"{name} must be float16, bfloat16 or float32, got {x.dtype}")
-    if not (q.dtype == k_cache.dtype == v_cache.dtype):
-        raise TypeError(
-            f"q, k_cache, v_cache must share a dtype, got {q.dtype}, {k_cache.dtype}, "
-            f"{v_cache.dtype}"
-        )
-    if not (q.device == k_cache.device == v_cache.device):
-        raise ValueError(
-            f"q, k_cache, v_cache must be on one device, got {q.device}, {k_cache.device}, "
-            f"{v_cache.device}"
-        )
-    _check_device(q.device)
+    _check_tensors(q=q, k_cache=k_cache, v_cache=v_cache)
+    # The cache is k and v of the fit rule, its capacity C their key length.
+    G = check_qkv(q, k_cache, v_cache, batched=True)
     B, H, Tq, Dk = q.shape
-    Bk, Hkv, cap, Dk2 = k_cache.shape
-    if k_cache.shape[:3] != v_cache.shape[:3] or Bk != B or Dk2 != Dk:
-        raise ValueError(
-            f"expected q (B, H, Tq, Dk), k_cache (B, Hkv, C, Dk), v_cache (B, Hkv, C, Dv); "
-            f"got q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}, "
-            f"v_cache {tuple(v_cache.shape)}"
-        )
-    if Hkv == 0 or H % Hkv:
-        raise ValueError(f"H={H} of q must be a multiple of Hkv={Hkv} of the cache")
-    Dv = v_cache.shape[-1]
-    if not (1 <= Dk <= 256 and 1 <= Dv <= 256):
-        raise ValueError(f"head dims Dk={Dk}, Dv={Dv} outside 1..256")
+    Hkv, cap, Dv = k_cache.shape[1], k_cache.shape[2], v_cache.shape[3]
+    _check_head_dims(Dk, Dv)
     try:
         cache_len = operator.index(cache_len)
     except TypeError:
         raise TypeError(f"cache_len must be an int, got {type(cache_len).__name__}") from None
     if not 0 <= cache_len <= cap:
         raise ValueError(f"cache_len={cache_len} outside [0, capacity={cap}]")
-    scale = 1.0 / math.sqrt(Dk) if scale is None else float(scale)
+    scale = default_scale(scale, Dk)
 
     if cache_len == 0 or q.numel() == 0:  # nothing to attend: 0 and -inf
         out = torch.zeros((B, H, Tq, Dv), dtype=q.dtype, device=q.device)
@@ -255,22 +239,20 @@ def decode_attention(
     k_cache, v_cache = (c[:, :, :cache_len].contiguous() if _int32_overflows(c) else c
                         for c in (k_cache, v_cache))
 
-    G = H // Hkv
     rows = G * Tq
     block_r = max(16, min(64, triton.next_power_of_2(rows)))  # tl.dot needs M >= 16
     row_blocks = triton.cdiv(rows, block_r)
     chunk, splits = _split_plan(cache_len, B * Hkv * row_blocks, q.device, num_splits)
-    block_dk = max(16, triton.next_power_of_2(Dk))
-    block_dv = max(16, triton.next_power_of_2(Dv))
+    block_dk, block_dv = _padded(Dk), _padded(Dv)
     o_part = torch.empty((B, H, Tq, splits, block_dv), dtype=torch.float32, device=q.device)
     lse_part = torch.empty((B, H, Tq, splits), dtype=torch.float32, device=q.device)
     _decode_split_kernel[(splits, B * Hkv, row_blocks)](
         q, k_cache, v_cache, o_part, lse_part,
         *q.stride(), *k_cache.stride(), *v_cache.stride(),
-        Hkv, G, Tq, cache_len, chunk, splits, scale * 1.4426950408889634,
+        Hkv, G, Tq, cache_len, chunk, splits, scale * LOG2E,
         triton.next_power_of_2(cache_len),
         Dk=Dk, Dv=Dv, BLOCK_DK=block_dk, BLOCK_DV=block_dv, BLOCK_R=block_r,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        PRECISION=_precision(q.dtype),
     )
     _decode_merge_kernel[(B * H * Tq,)](
         o_part, lse_part, out, lse, splits, Dv=Dv, BLOCK_DV=block_dv,

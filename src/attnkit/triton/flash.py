@@ -1,6 +1,8 @@
 """Fused flash attention on Triton: argument checks, kernel launches, autograd.
 
-The kernels themselves are in :mod:`attnkit.triton._kernels`. Layout is ``(B, H, T, D)``.
+The kernels themselves are in :mod:`attnkit.triton._forward` and
+:mod:`attnkit.triton._backward`; the rules they share with every backend (shape fit, window,
+scale, head-dim cap) are :mod:`attnkit.spec`'s. Layout is ``(B, H, T, D)``.
 Masks follow DESIGN.md: causal and window are aligned to the bottom-right diagonal, so
 query ``i`` sees key ``j`` iff ``j <= i + Tk - Tq`` under ``causal``::
 
@@ -23,19 +25,20 @@ Score pipeline (the order matters when features are combined; it is FlashAttenti
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import triton
 from torch.autograd.function import once_differentiable
 
-from . import _kernels as K
+from ..spec import LOG2E, check_fused_head_dims, check_qkv, default_scale, resolve_band
+from ._backward import _bwd_dkdv_kernel, _bwd_dq_kernel, _bwd_preprocess
+from ._forward import _fwd_kernel
+from ._kernels import interpreting
 
 __all__ = ["flash_attention", "flash_attention_backward", "flash_attention_forward"]
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-MAX_HEAD_DIM = 256
 # CUDA caps grid axes y and z at 65535 programs; the kernels put B * H on axis 1, so a
 # larger batch (many short sequences) is launched in batch slices of at most this many
 # (batch, head) pairs. The interpreter has no such cap, which is why tests lower it.
@@ -93,7 +96,6 @@ class _Spec:
 
     def scalars(self) -> dict[str, object]:
         """Keyword arguments shared by every kernel (scalars and constexprs)."""
-        log2e = K.LOG2E
         sc = self.softcap
         # A side wider than Tq + Tk (either sign) already keeps or drops every key, so it
         # is clamped there: the kernels add the sides to int32 indices, and a window such
@@ -103,73 +105,72 @@ class _Spec:
         right = 0 if self.right is None else max(-reach, min(reach, self.right))
         return dict(
             Tq=self.Tq, Tk=self.Tk, diag_off=self.Tk - self.Tq, left=left, right=right,
-            qk_scale2=self.scale * log2e,
+            qk_scale2=self.scale * LOG2E,
             sc_in=0.0 if sc is None else self.scale / sc,
-            sc_out2=0.0 if sc is None else sc * log2e,
+            sc_out2=0.0 if sc is None else sc * LOG2E,
             Q_BUCKET=triton.next_power_of_2(max(self.Tq, 1)),
             K_BUCKET=triton.next_power_of_2(max(self.Tk, 1)),
-            Dk=self.Dk, Dv=self.Dv,
-            BLOCK_DK=max(16, triton.next_power_of_2(self.Dk)),
-            BLOCK_DV=max(16, triton.next_power_of_2(self.Dv)),
+            Dk=self.Dk, Dv=self.Dv, BLOCK_DK=_padded(self.Dk), BLOCK_DV=_padded(self.Dv),
             HAS_LEFT=self.left is not None, HAS_RIGHT=self.right is not None,
             HAS_SOFTCAP=sc is not None,
         )
 
 
-def _check_device(device: torch.device) -> None:
-    if device.type != "cuda" and not K.interpreting():
+def _padded(d: int) -> int:
+    """A head dim as the kernels hold it: the next power of two, at least 16 (``tl.dot``)."""
+    return max(16, triton.next_power_of_2(d))
+
+
+def _precision(dtype: torch.dtype) -> str:
+    # float32 inputs are for testing: keep their dots in full precision, not tf32.
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _check_tensors(**tensors: torch.Tensor) -> None:
+    """What the kernels need of their tensor arguments besides shapes (those are
+    :func:`attnkit.spec.check_qkv`'s): torch tensors of one float dtype the kernels take,
+    on one CUDA device (or the CPU under ``TRITON_INTERPRET=1``)."""
+    for name, x in tensors.items():
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype not in _DTYPES:
+            raise TypeError(f"{name} must be float16, bfloat16 or float32, got {x.dtype}")
+    names, xs = ", ".join(tensors), list(tensors.values())
+    if len({x.dtype for x in xs}) > 1:
+        raise TypeError(f"{names} must share a dtype, got {', '.join(str(x.dtype) for x in xs)}")
+    if len({x.device for x in xs}) > 1:
+        raise ValueError(
+            f"{names} must be on one device, got {', '.join(str(x.device) for x in xs)}"
+        )
+    device = xs[0].device
+    if device.type != "cuda" and not interpreting():
         raise ValueError(
             f"attnkit.triton kernels run on CUDA tensors (or on the CPU under "
             f"TRITON_INTERPRET=1); got tensors on {device}"
         )
 
 
+def _check_head_dims(Dk: int, Dv: int) -> None:
+    why = check_fused_head_dims(Dk, Dv)
+    if why is not None:
+        raise ValueError(why)
+
+
 def _check(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     window: tuple[int | None, int | None] | None, scale: float | None, softcap: float | None,
 ) -> _Spec:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.dtype not in _DTYPES:
-            raise TypeError(f"{name} must be float16, bfloat16 or float32, got {x.dtype}")
-        if x.ndim != 4:
-            raise ValueError(f"{name} must be (B, H, T, D), got shape {tuple(x.shape)}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    _check_device(q.device)
+    _check_tensors(q=q, k=k, v=v)
+    check_qkv(q, k, v, batched=True)
     B, H, Tq, Dk = q.shape
-    Bk, Hkv, Tk, Dk2 = k.shape
-    if k.shape[:3] != v.shape[:3]:
-        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree on (B, Hkv, Tk)")
-    if Bk != B:
-        raise ValueError(f"batch of q {tuple(q.shape)} and k {tuple(k.shape)} differ")
-    if Dk2 != Dk:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must share Dk")
-    if Hkv == 0 or H % Hkv:
-        raise ValueError(f"H={H} of q {tuple(q.shape)} must be a multiple of Hkv={Hkv} of k")
-    Dv = v.shape[-1]
-    for name, d in (("Dk", Dk), ("Dv", Dv)):
-        if not 1 <= d <= MAX_HEAD_DIM:
-            raise ValueError(f"{name}={d} outside the supported head dims 1..{MAX_HEAD_DIM}")
-    left, right = None, None
-    if window is not None:
-        if not (isinstance(window, (tuple, list)) and len(window) == 2):
-            raise TypeError(f"window must be a (left, right) pair, got {window!r}")
-        left, right = window
-        for side, w in (("left", left), ("right", right)):
-            if w is not None and (isinstance(w, bool) or not isinstance(w, int)):
-                raise TypeError(f"window {side} must be an int or None, got {w!r}")
-    if causal:
-        right = 0 if right is None else min(right, 0)
-    scale = 1.0 / math.sqrt(Dk) if scale is None else float(scale)
+    Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[3]
+    _check_head_dims(Dk, Dv)
+    left, right = resolve_band(causal, window)
     if softcap is not None:
         softcap = float(softcap)
         if not softcap > 0:
             raise ValueError(f"softcap must be positive, got {softcap}")
-    return _Spec(B, H, Hkv, Tq, Tk, Dk, Dv, scale, left, right, softcap)
+    return _Spec(B, H, Hkv, Tq, Tk, Dk, Dv, default_scale(scale, Dk), left, right, softcap)
 
 
 def _slopes(alibi_slopes: torch.Tensor | None, spec: _Spec, device: torch.device) -> torch.Tensor:
@@ -185,11 +186,6 @@ def _slopes(alibi_slopes: torch.Tensor | None, spec: _Spec, device: torch.device
         )
     s = alibi_slopes.to(device=device, dtype=torch.float32)
     return s.expand(spec.B, spec.H).contiguous()
-
-
-def _precision(dtype: torch.dtype) -> str:
-    # float32 inputs are for testing: keep their dots in full precision, not tf32.
-    return "ieee" if dtype == torch.float32 else "tf32"
 
 
 def flash_attention_forward(
@@ -238,7 +234,7 @@ def flash_attention_forward(
     def grid(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(Tq, meta["BLOCK_M"]), B * H)
 
-    K._fwd_kernel[grid](
+    _fwd_kernel[grid](
         q, k, v, out, lse, slopes,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         H=H, G=spec.group, **spec.scalars(), HAS_ALIBI=alibi_slopes is not None,
@@ -310,11 +306,10 @@ def flash_attention_backward(
     delta = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
     dlse_arg = (delta if dlse is None
                 else dlse.to(device=q.device, dtype=torch.float32).contiguous())
-    block_dv = max(16, triton.next_power_of_2(spec.Dv))
-    pre_m = 64 if not K.interpreting() else 16
-    K._bwd_preprocess[(triton.cdiv(Tq, pre_m), B * H)](
+    pre_m = 64 if not interpreting() else 16
+    _bwd_preprocess[(triton.cdiv(Tq, pre_m), B * H)](
         out, dout, dlse_arg, delta, *out.stride(), *dout.stride(), H, Tq,
-        Dv=spec.Dv, BLOCK_DV=block_dv, HAS_DLSE=dlse is not None, BLOCK_M=pre_m,
+        Dv=spec.Dv, BLOCK_DV=_padded(spec.Dv), HAS_DLSE=dlse is not None, BLOCK_M=pre_m,
     )
     common = dict(**spec.scalars(), HAS_ALIBI=alibi_slopes is not None,
                   PRECISION=_precision(q.dtype), scale=spec.scale)
@@ -322,7 +317,7 @@ def flash_attention_backward(
     def grid_kv(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(Tk, meta["BLOCK_N"]), B * Hkv)
 
-    K._bwd_dkdv_kernel[grid_kv](
+    _bwd_dkdv_kernel[grid_kv](
         q, k, v, dout, lse, delta, dk, dv, slopes,
         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
         H=H, Hkv=Hkv, G=spec.group, **common,
@@ -331,7 +326,7 @@ def flash_attention_backward(
     def grid_q(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(Tq, meta["BLOCK_M"]), B * H)
 
-    K._bwd_dq_kernel[grid_q](
+    _bwd_dq_kernel[grid_q](
         q, k, v, dout, lse, delta, dq, slopes,
         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
         H=H, G=spec.group, **common,

@@ -22,6 +22,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from .. import numpy as an
+from ..numpy.train import train_reverse
+from .explorer import explore
 from .heatmap import PathLike, plot_attention, save_figure, show_heatmaps
 from .trace import Say, trace_shapes
 
@@ -203,4 +205,21 @@ def run_demo(out_dir: PathLike = "attnkit-out", *, seed: int = 0, say: Say = pri
         path = save_figure(make(), os.path.join(os.fspath(out_dir), name))
         say(f"  wrote {path}")
         written.append(path)
+    say("6. a trained model's attention, in the explorer (open the page in a browser)")
+    path = _explore_trained(os.path.join(os.fspath(out_dir), "06_explore_reverse.html"), seed)
+    say(f"  wrote {path}")
+    written.append(path)
     return written
+
+
+def _explore_trained(path: str, seed: int) -> str:
+    """Train the NumPy reversal model (about a second) and write the explorer page of its
+    learned self-attention: each output position reads the input digit it must emit."""
+    result = train_reverse(log=None, steps=150, batch_size=32, eval_size=200, seed=seed)
+    digits = [str(d) for d in result.tokens.tolist()]
+    title = (f"reverse {len(digits)} digits, NumPy model after 150 steps "
+             f"(held-out accuracy {result.accuracy:.2f})")
+    # Queries are output positions (the digits they emit, the input reversed); keys are the
+    # input digits: every line should join a digit to itself.
+    page = explore(result.attention, digits[::-1], k_tokens=digits, title=title)
+    return os.fspath(page.save(path))

@@ -1,10 +1,10 @@
 """``attnkit trace``: the shape of every step of one multi-head attention (NumPy only).
 
-Seed 001 printed shapes in a verbose mode from inside its attention. Here the reference
-:func:`attnkit.numpy.multi_head_attention` only computes: :func:`trace_mha` watches from
+Teaching code often prints shapes from inside its attention (a verbose flag). Here the
+reference :func:`attnkit.numpy.multi_head_attention` only computes: :func:`trace_mha` watches from
 outside, running the same named steps of :mod:`attnkit.numpy.mha` that its forward runs and
 reporting the shape between each pair. :func:`trace_shapes` (``attnkit trace``) names each
-shape in DESIGN.md's vocabulary (``B``, ``H``, ``Hkv``, ``Tq``, ``Tk``, ``Dk``, ``Dv``, ``E``).
+shape in attnkit's shape vocabulary (``B``, ``H``, ``Hkv``, ``Tq``, ``Tk``, ``Dk``, ``Dv``, ``E``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ __all__ = ["SHAPE_NAMES", "trace_mha", "trace_shapes"]
 Say = Callable[[str], None]
 Report = Callable[[str, tuple[int, ...]], None]
 
-# Symbolic shape of every step trace_mha reports, in order (DESIGN.md's vocabulary).
+# Symbolic shape of every step trace_mha reports, in order (attnkit.spec's shape legend).
 SHAPE_NAMES = {
     "query": "(B, Tq, E)",
     "W_q": "(H, E, Dk)",
@@ -42,7 +42,7 @@ SHAPE_NAMES = {
 
 
 def _print_shape(step: str, shape: tuple[int, ...]) -> None:
-    print(f"{step}.shape={shape}")  # seed 001's verbose lines
+    print(f"{step}.shape={shape}")  # the classic verbose-mode lines
 
 
 def trace_mha(
@@ -100,8 +100,8 @@ def trace_shapes(
     seed: int = 0,
     say: Say = print,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Run one multi-head attention and report the shape of every step (seed 001's verbose
-    mode), each with its symbolic name.
+    """Run one multi-head attention and report the shape of every step (a verbose mode
+    from outside), each with its symbolic name.
 
     Args:
         embed_dim: ``E``.

@@ -1,0 +1,237 @@
+"""attnkit as a transformers ``attn_implementation`` on the CPU, side by side with its peers.
+
+A Llama with 4 layers, width 256, 8 query heads and 2 key/value heads (GQA), random
+weights, batch 2, in one process and one thread:
+
+1. forward over T = 512 tokens: attnkit vs ``sdpa`` (goal: ratio <= 1.02);
+2. forward + backward of the language-model loss: attnkit vs ``sdpa`` (<= 1.02);
+3. greedy ``generate`` of 32 tokens from a 128-token prompt: attnkit vs ``sdpa`` (<= 1.02);
+4. forward with ``output_attentions=True``: attnkit vs ``eager``, the only built-in that
+   returns weights (<= 1.05);
+5. (diagnostic) 3. with attnkit's ``attention()`` swapped for plain SDPA under the same
+   glue: the integration's own cost, told apart from attnkit.torch's per-call cost.
+
+Every model holds the same weights (one is built, the others are deep copies switched with
+``set_attn_implementation``). Calls are interleaved, so background load hits all of them
+alike, and each time is the median of several runs after one warm-up. Ratios are of CPU
+time (one thread), which waiting for a core on a shared machine does not inflate; the wall
+time ratio is printed next to it. Peak memory is the
+rise of the process's resident-set high-water mark over its size before one call.
+
+Usage::
+
+    python benchmarks/transformers_cpu.py           # real sizes, appends to BENCHMARKS.md
+    python benchmarks/transformers_cpu.py --quick   # small sizes, prints only
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import ctypes
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+import transformers  # noqa: E402
+from _report import report  # noqa: E402
+
+import attnkit.integrations.transformers as integration  # noqa: E402
+from attnkit.integrations.transformers import register  # noqa: E402
+
+MiB = 2**20
+
+
+# -- measurement ---------------------------------------------------------------------------
+
+
+def side_by_side(
+    fns: dict[str, Callable[[], object]], repeats: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Median CPU seconds and median wall seconds of each function, calls interleaved, one
+    warm-up call each.
+
+    CPU time (``time.process_time``, one torch thread) is what the ratios use: on a machine
+    shared with other jobs, wall time also counts the time this process waited for a core,
+    which swung single ratios by +-10% between runs; CPU time does not.
+    """
+    for fn in fns.values():
+        fn()
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            c0, w0 = time.process_time(), time.perf_counter()
+            fn()
+            cpu[name].append(time.process_time() - c0)
+            wall[name].append(time.perf_counter() - w0)
+    med = statistics.median
+    return {n: med(ts) for n, ts in cpu.items()}, {n: med(ts) for n, ts in wall.items()}
+
+
+def _rss(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def peak_mib(fn: Callable[[], object]) -> float:
+    """Peak resident memory added by ``fn()``, in MiB (NaN where /proc is unavailable)."""
+    gc.collect()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current RSS
+        base = _rss("VmRSS")
+    except OSError:
+        return float("nan")
+    fn()
+    return (_rss("VmHWM") - base) / MiB
+
+
+def _return_freed_memory() -> None:
+    """glibc: give freed tensors back to the OS (fixed 128 KiB mmap threshold), so that the
+    resident size tracks live memory and peaks are comparable."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+    except OSError:
+        pass
+
+
+# -- models --------------------------------------------------------------------------------
+
+
+def build(impls: list[str], *, layers: int, width: int, heads: int, kv_heads: int,
+          vocab: int) -> dict[str, torch.nn.Module]:
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=width, intermediate_size=2 * width,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        max_position_embeddings=4096, pad_token_id=0, bos_token_id=None, eos_token_id=None,
+    )
+    torch.manual_seed(0)
+    base = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    models = {}
+    for impl in impls:
+        m = copy.deepcopy(base).eval()
+        m.set_attn_implementation(register() if impl == "attnkit" else impl)
+        models[impl] = m
+    return models
+
+
+def _plain_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: object = False,
+                scale: float | None = None, **_: object) -> tuple[torch.Tensor, None]:
+    """Stand-in for attnkit's ``attention()`` in the diagnostic row (unpadded causal
+    decoding only: a bottom-right causal query block, nothing else)."""
+    is_causal = causal is True and q.shape[-2] > 1 and q.shape[-2] == k.shape[-2]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=is_causal, scale=scale, enable_gqa=q.shape[-3] != k.shape[-3])
+    return out, None
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, print only")
+    ap.add_argument("--repeats", type=int, default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    _return_freed_memory()
+
+    B, T, prompt, new = (2, 512, 128, 32) if not args.quick else (2, 64, 16, 4)
+    repeats = args.repeats or (7 if not args.quick else 2)
+    shape = dict(layers=4, width=256, heads=8, kv_heads=2, vocab=1024)
+    models = build(["attnkit", "sdpa", "eager"], **shape)
+    ids = torch.randint(1, shape["vocab"], (B, T), generator=torch.Generator().manual_seed(0))
+    prompt_ids = ids[:, :prompt]
+
+    def forward(impl: str, **kw) -> Callable[[], object]:
+        def run() -> None:
+            with torch.no_grad():
+                models[impl](ids, **kw)
+        return run
+
+    def train_step(impl: str) -> Callable[[], object]:
+        def run() -> None:
+            models[impl].zero_grad(set_to_none=True)
+            models[impl](ids, labels=ids).loss.backward()
+        return run
+
+    def generate(impl: str) -> Callable[[], object]:
+        def run() -> None:
+            with torch.no_grad():
+                models[impl].generate(prompt_ids, max_new_tokens=new, min_new_tokens=new,
+                                      do_sample=False, pad_token_id=0)
+        return run
+
+    def glue_only(make: Callable[[str], Callable[[], object]]) -> Callable[[str], object]:
+        """``make`` with attnkit's ``attention()`` swapped for plain SDPA under the same
+        glue: what the integration itself costs, apart from attnkit.torch."""
+        def make_swapped(impl: str) -> Callable[[], object]:
+            run = make(impl)
+            if impl != "attnkit":
+                return run
+
+            def swapped() -> None:
+                integration.attention = _plain_sdpa
+                try:
+                    run()
+                finally:
+                    integration.attention = attention
+            return swapped
+        return make_swapped
+
+    attention = integration.attention
+    cases = [
+        (f"forward, T={T}", "sdpa", forward),
+        (f"forward+backward, T={T}", "sdpa", train_step),
+        (f"generate {new} tokens from {prompt}", "sdpa", generate),
+        (f"forward output_attentions=True, T={T}", "eager",
+         lambda impl: forward(impl, output_attentions=True)),
+        (f"(diagnostic) generate {new} from {prompt}, glue only", "sdpa", glue_only(generate)),
+    ]
+    rows = []
+    for name, peer, make in cases:
+        fns = {peer: make(peer), "attnkit": make("attnkit")}
+        t, wall = side_by_side(fns, repeats)
+        mem = {impl: peak_mib(fn) for impl, fn in fns.items()}
+        rows.append([name, peer, ms(t[peer]), ms(t["attnkit"]),
+                     f"{t['attnkit'] / t[peer]:.3f}", f"{wall['attnkit'] / wall[peer]:.3f}",
+                     f"{mem[peer]:.1f}", f"{mem['attnkit']:.1f}"])
+        print(rows[-1], flush=True)
+
+    report(
+        "attnkit as a transformers attn_implementation vs sdpa / eager (CPU, Llama)",
+        ["case", "peer", "peer CPU ms", "attnkit CPU ms", "ratio", "wall ratio",
+         "peer peak MiB", "attnkit peak MiB"],
+        rows,
+        notes=(
+            f"transformers {transformers.__version__}. LlamaConfig: {shape['layers']} layers, "
+            f"width {shape['width']}, {shape['heads']} heads / {shape['kv_heads']} KV heads, "
+            f"MLP {2 * shape['width']}, vocab {shape['vocab']}, random weights; B={B}, float32, "
+            f"no padding; one model built, the others deep copies switched with "
+            f"set_attn_implementation. Median of {repeats} interleaved runs after one "
+            "warm-up; torch.set_num_threads(1); ratio = of median CPU times (process_time), "
+            "wall ratio = of median wall times. forward+backward: loss of labels = inputs. "
+            "generate: greedy, dynamic cache; its prompt has no padding, so the diagnostic's "
+            "stand-in (causal SDPA) computes the same thing. "
+            "Peak = rise of VmHWM over RSS during one call. "
+            "The machine was shared with other jobs during the run."
+        ),
+        record=not args.quick,
+    )
+
+
+if __name__ == "__main__":
+    main()
