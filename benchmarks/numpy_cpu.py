@@ -73,11 +73,14 @@ def _op(name: str, T: int):
 
     if name == "sdpa":
         return (lambda: an.scaled_dot_product_attention(q, k, v)[0]), "BLAS threads default"
-    threads = os.cpu_count() or 1
-    # 128 x 256 tiles: the size the flash_attention docstring recommends for long T.
-    return (
-        lambda: an.flash_attention(q, k, v, block_q=128, block_k=256, num_threads=threads)
-    ), f"{threads} threads, 128x256 tiles"
+    from attnkit.numpy._plan import plan
+
+    # No arguments: the tiles and threads flash_attention picks for this machine.
+    chosen = plan(T, T, None, None, None)
+    return (lambda: an.flash_attention(q, k, v)), (
+        f"defaults (picked: {chosen.threads} threads, {chosen.block_q}x{chosen.block_k} tiles, "
+        "BLAS limited to one thread per worker by threadpoolctl)"
+    )
 
 
 def _status(field: str) -> int:
@@ -145,11 +148,6 @@ def _env(name: str) -> dict[str, str]:
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parent.parent / "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    if name == "flash":
-        # The flash thread pool already uses every core; letting NumPy's OpenBLAS start
-        # its own threads inside each worker oversubscribes the cores (measured: 3-9x
-        # slower). torch uses MKL/OpenMP, which this variable does not touch.
-        env["OPENBLAS_NUM_THREADS"] = "1"
     return env
 
 
@@ -212,8 +210,8 @@ def main() -> None:
     rounds = "3" if args.quick else "5 (3 at T=8192)"
     notes = [
         f"B={B}, H={H}, D={D}, float32, no mask. torch: {configs.get('torch', '?')}. numpy "
-        f"flash: {configs.get('flash', '?')}, OPENBLAS_NUM_THREADS=1 (the pool replaces "
-        f"BLAS threading). numpy SDPA: {configs.get('sdpa', '?')}.",
+        f"flash: {configs.get('flash', '?')}, called with no arguments. numpy SDPA: "
+        f"{configs.get('sdpa', '?')}.",
         f"time: median of {rounds} rounds after warm-up; in each round the NumPy op and "
         "torch run back to back in the same process (order alternating); vs torch = median "
         "of the per-round ratios. torch (ms) is torch's median in that same process.",

@@ -1,5 +1,8 @@
 """attnkit.torch on CPU, side by side with its peers in one run.
 
+0. attnkit vs the PyTorch call it wraps (benchmarks/_torch_overhead.py): prefill and
+   decoding vs SDPA, need_weights vs eager softmax(q k^T) v, a MultiHeadAttention decoding
+   step through a KV cache vs the same step on SDPA; and need_weights' peak memory.
 1. ``MultiHeadAttention`` forward+backward vs ``torch.nn.MultiheadAttention`` (same weights,
    same inputs), at (B=8, T=512, E=512, H=8) and (B=1, T=4096, E=512, H=8). Goal: ratio
    <= 1.05.
@@ -38,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from _report import report  # noqa: E402
+from _torch_overhead import eager_weights, functional_rows, mha_decode_rows  # noqa: E402
 
 import attnkit.torch as at  # noqa: E402
 
@@ -104,6 +108,51 @@ def side_by_side(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str
             fn()
             times[name].append(time.perf_counter() - t0)
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+# -- 0: attnkit vs the plain PyTorch call it wraps (issue 11) -----------------------------
+
+
+def bench_overhead(quick: bool, record: bool) -> None:
+    rows = functional_rows(quick) + mha_decode_rows(quick)
+    report(
+        "attnkit.torch vs the PyTorch call it wraps: prefill, decoding, need_weights (CPU)",
+        ["case", "peer", "peer ms", "attnkit ms", "ratio"],
+        rows,
+        notes=(
+            "Forward only, torch.no_grad(), float32, D=64. Ratio = median over interleaved "
+            "rounds of (attnkit / peer) per round (order alternating); times are medians "
+            "per call. Peers: SDPA with the same mask (a bool key mask for padding; no mask "
+            "for one query under causal; is_causal for a causal prefill); eager = "
+            "softmax((q * scale) @ k^T [+ padding bias]) @ v returning the weights; an SDPA "
+            "decoding step = the same four projections, a write into preallocated buffers, "
+            "SDPA over the filled part. attnkit keeps NaN/inf in masked positions out of "
+            "every output and gradient (SDPA does not), with tensor ops only: for a masked "
+            "call that costs passes over q/k/v (see docs/torch.md). " + context()
+        ),
+        record=record,
+    )
+
+
+def bench_weights_memory(T: int, record: bool) -> None:
+    B, H, D = 2, 8, 64
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, T, D, generator=g) for _ in range(3))
+    with torch.no_grad():
+        eager = peak_memory(lambda: eager_weights(q, k, v))
+        ours = peak_memory(lambda: at.attention(q, k, v, need_weights=True))
+    scores = B * H * T * T * 4 / MiB
+    report(
+        f"attnkit.torch need_weights=True vs eager softmax(q k^T) v: peak memory (CPU, T={T})",
+        ["case", "eager peak MiB", "attnkit peak MiB", "ratio", "one (B,H,T,T) f32 MiB"],
+        [[f"B={B} H={H} T={T} D={D}, forward", mib(eager), mib(ours),
+          round(ours / eager, 3), mib(scores)]],
+        notes=("torch.no_grad(). Peak = rise of VmHWM over RSS before the call, glibc's mmap "
+               "threshold pinned at 128 KiB. Eager holds the scores and their softmax at "
+               "once; attnkit forms the scores a slab of rows at a time, so the weights it "
+               "returns are its one (B, H, T, T) buffer. " + context()),
+        record=record,
+    )
 
 
 # -- 1 and 2: MultiHeadAttention vs nn.MultiheadAttention -----------------------------------
@@ -292,13 +341,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads (default: torch's own choice); on a "
                         "machine shared with other jobs, 1 avoids timing the OS scheduler")
+    parser.add_argument("--only-overhead", action="store_true",
+                        help="only section 0 (attnkit vs the PyTorch call it wraps)")
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    if not _pin_malloc():
-        print("warning: could not pin glibc's mmap threshold; peak memory may read low")
     record = not args.quick
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    # Timing first, with glibc's own malloc (pinning its mmap threshold for the memory
+    # readings makes every large allocation a fresh mmap, which would bill the side that
+    # allocates more for page faults rather than work).
+    bench_overhead(args.quick, record)
+    if args.only_overhead:
+        return
+    if not _pin_malloc():
+        print("warning: could not pin glibc's mmap threshold; peak memory may read low")
+    bench_weights_memory(512 if args.quick else 2048, record)
     if args.quick:
         bench_mha([(2, 128), (1, 512)], 128, 4, repeats=3, need_weights=False, record=record)
         bench_mha([(2, 128)], 128, 4, repeats=3, need_weights=True, record=record)

@@ -7,9 +7,10 @@ Four tables, each measured side by side in one run with ``triton.testing.do_benc
    T in {1k, 2k, 4k, 8k, 16k}, causal and not: forward and backward TFLOP/s of ours and of
    SDPA pinned to FLASH_ATTENTION and to CUDNN_ATTENTION, and the ratios.
    FLOPs: forward ``4 * B * H * Tq * Tk * D`` (halved when causal), backward 2.5x forward.
-2. What SDPA cannot fuse (sliding window, ALiBi, softcap, GQA without expansion), against
-   SDPA given the equivalent explicit mask / bias or expanded K/V (default dispatch; the
-   softcap peer is the eager PyTorch formula, as SDPA has no way to express it).
+2. What SDPA cannot fuse (sliding window, ALiBi, softcap, GQA without expansion, packed
+   documents as segment ids, attention sinks), against SDPA given the equivalent explicit
+   mask / bias or expanded K/V (default dispatch; the softcap and sinks peers are the eager
+   PyTorch formulas, as SDPA has no way to express them).
    FLOPs are counted as for the dense problem (same work for every contender).
 3. Decoding, Tq = 1, Tk from 4k to 128k: bytes of K and V read per second against the
    measured device copy bandwidth (bytes read + bytes written per second).
@@ -184,6 +185,18 @@ def _feature_cases(T: int) -> list[tuple]:
         s = s.masked_fill(~causal_keep, float("-inf"))
         return torch.softmax(s.float(), -1).to(q.dtype) @ v
 
+    # Packed documents: 8 per sequence, causal, vs SDPA with the block-diagonal causal mask.
+    ids = (torch.arange(T, device="cuda") // (T // 8))[None].expand(B, T)
+    packed_keep = (causal_keep & (ids[:, :, None] == ids[:, None, :]))[:, None]
+    # Sinks (GPT-OSS), causal: a value-less column in each softmax denominator.
+    sinks = torch.linspace(-1.0, 1.0, H, device="cuda")
+
+    def sinks_eager():
+        s = (q @ k.transpose(-1, -2)) * D**-0.5
+        s = s.masked_fill(~causal_keep, float("-inf")).float()
+        s = torch.cat([s, sinks[None, :, None, None].expand(B, H, T, 1)], -1)
+        return torch.softmax(s, -1)[..., :T].to(q.dtype) @ v
+
     # GQA, 16 query heads on 2 KV heads, causal vs SDPA on K/V expanded beforehand.
     kg, vg = (torch.randn(B, 2, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
               for _ in range(2))
@@ -200,6 +213,13 @@ def _feature_cases(T: int) -> list[tuple]:
         ("softcap 50 causal",
          lambda: flash_attention(q, k, v, causal=True, softcap=50.0),
          softcap_eager, qkv, qkv, "eager PyTorch", None),
+        ("8 packed docs causal",
+         lambda: flash_attention(q, k, v, causal=True, segment_ids=ids),
+         lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=packed_keep),
+         qkv, qkv, "SDPA-efficient + bool mask", SDPBackend.EFFICIENT_ATTENTION),
+        ("sinks causal",
+         lambda: flash_attention(q, k, v, causal=True, sinks=sinks),
+         sinks_eager, qkv, qkv, "eager PyTorch", None),
         ("GQA 16/2 causal",
          lambda: flash_attention(q, kg, vg, causal=True),
          lambda: F.scaled_dot_product_attention(q, ke, ve, is_causal=True),

@@ -40,6 +40,7 @@ __all__ = [
     "check_window",
     "check_window_side",
     "default_scale",
+    "merge_by_lse",
     "resolve_band",
     "shape_of",
     "stats_dtype_name",
@@ -375,3 +376,51 @@ def stats_dtype_name(dtype: object) -> str:
 def is_half(dtype: object) -> bool:
     """float16 or bfloat16 (NumPy or torch dtype, or its name)."""
     return str(dtype).removeprefix("torch.") in _HALF_NAMES
+
+
+# -- merging partial results -------------------------------------------------------------
+
+
+def merge_by_lse(out_a: Any, lse_a: Any, out_b: Any, lse_b: Any, xp: Any) -> tuple[Any, Any]:
+    """Attention over two disjoint key sets merged into attention over their union.
+
+    The one rule :func:`attnkit.numpy.merge_partials` and
+    :func:`attnkit.distributed.merge_partials` (and so ring attention) share; ``xp`` is the
+    array namespace (``numpy`` or ``torch``; only ``maximum``, ``minimum``, ``where``,
+    ``exp``, ``log1p`` and ``isneginf`` are used). Shapes are the caller's to check.
+
+    Each side's weight is taken relative to the larger LSE ``m``: ``w = exp(lse - m)``, so
+    the larger side's weight is exactly 1 and the other's lies in ``[0, 1]``, and the output
+    is normalised by the sum of the weights::
+
+        out = (w_a * out_a + w_b * out_b) / (w_a + w_b),   lse = m + log1p(min(w_a, w_b))
+
+    Nothing here rounds at the magnitude of the LSE: the weights depend on ``lse_a - lse_b``
+    alone, and merging two identical partials returns them unchanged (``(x + x) / 2 == x``)
+    at any finite LSE, in any dtype. (``exp(lse_a - logaddexp(lse_a, lse_b))`` instead
+    inherits the rounding of the merged LSE: at 1e8 in float32 it doubled the output.)
+
+    A side with ``lse = -inf`` (no allowed key) has weight 0 and its output, NaN included,
+    never reaches the result; both sides ``-inf`` give output 0 and ``lse = -inf``. NaN in
+    an LSE propagates.
+
+    Args:
+        out_a, out_b: ``(..., Tq, Dv)``.
+        lse_a, lse_b: ``(..., Tq)``, natural log.
+        xp: ``numpy`` or ``torch``.
+
+    Returns:
+        ``(out, lse)``; ``out`` in the promotion of the weights' and outputs' dtypes (the
+        caller casts), ``lse`` in the LSEs' dtype.
+    """
+    m = xp.maximum(lse_a, lse_b)
+    empty = xp.isneginf(m)
+    m_safe = xp.where(empty, 0.0, m)
+    w_a = xp.exp(lse_a - m_safe)  # exp(-inf) = 0 for an empty side; exactly 1 for the larger
+    w_b = xp.exp(lse_b - m_safe)
+    lse = xp.where(empty, -math.inf, m + xp.log1p(xp.minimum(w_a, w_b)))
+    total = xp.where(empty, 1.0, w_a + w_b)[..., None]  # in [1, 2] unless both are empty
+    w_a, w_b = w_a[..., None], w_b[..., None]
+    # where(), not a bare product: an empty side's output (even NaN) never leaks in.
+    num = xp.where(w_a != 0, w_a * out_a, 0.0) + xp.where(w_b != 0, w_b * out_b, 0.0)
+    return num / total, lse

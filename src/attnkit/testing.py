@@ -1,8 +1,8 @@
-"""Judging a backend: the one float64 reference, and the error rule (DESIGN.md, "Tests").
+"""Judging a backend: the one float64 reference, and the error rule every backend is judged by.
 
 :func:`reference_attention` is the float64 reference every attention test compares with:
-written from the definitions in DESIGN.md, row by row, without calling any attnkit
-backend, so it can judge the NumPy oracle too. It returns the output, the weights, the
+written from the definitions (masks, variants and their order), row by row, without calling
+any attnkit backend, so it can judge the NumPy oracle too. It returns the output, the weights, the
 log-sum-exp and, given a cotangent, the gradients, and covers every option of every backend
 (mask, bias, valid_lens, causal (either alignment), window, scale, softcap, sinks,
 segment_ids, ALiBi, GQA).
@@ -31,6 +31,7 @@ __all__ = [
     "as_float64",
     "assert_close_by_rule",
     "band_keep",
+    "large_logit_inputs",
     "lengths_keep",
     "max_mean_error",
     "reference_attention",
@@ -114,7 +115,7 @@ def assert_close_by_rule(
 
 
 def allowed(i: int, j: int, Tq: int, Tk: int, causal: bool | str, window: Any) -> bool:
-    """DESIGN.md: causal (True or ``"bottom_right"``) keeps ``j <= i + Tk - Tq``,
+    """Causal (True or ``"bottom_right"``) keeps ``j <= i + Tk - Tq``,
     ``"top_left"`` keeps ``j <= i``; window ``(left, right)`` keeps
     ``diag - left <= j <= diag + right`` around the bottom-right diagonal ``diag`` (with
     either causal alignment); None = unbounded."""
@@ -251,7 +252,7 @@ def reference_attention(
         bias: float, broadcastable, added to the (capped) scores.
         valid_lens: ``(B,)`` or ``(B, Tq)``, ``B`` the first leading dim.
         causal: True/``"bottom_right"`` or ``"top_left"``; window: the band around the
-            bottom-right diagonal (DESIGN.md).
+            bottom-right diagonal.
         scale: None = ``1/sqrt(Dk)``.
         softcap: None = off.
         sinks: ``(H,)``, one logit per query head (q's axis -3; ``(1,)`` without one).
@@ -331,3 +332,34 @@ def reference_attention(
     if not grads:
         return ReferenceResult(out, weights, lse)
     return ReferenceResult(out, weights, lse, dq, dk, dv, dz)
+
+
+# -- inputs that break LSE precision -----------------------------------------------------
+
+
+def large_logit_inputs(
+    B: int = 1, H: int = 2, Hkv: int | None = None, Tq: int = 16, Tk: int = 45,
+    Dv: int = 16, *, logit: float = 1e4, seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(q, k, v, d_out)``, float64, whose scaled scores are ``logit + O(1)`` and exact in
+    float32, at ``Dk = 64`` and scale ``1/8`` (the default ``1/sqrt(Dk)``, a power of two).
+
+    q and k are multiples of 1/8 (so every product and partial sum is exact in float32),
+    with one large common component: every score carries the offset ``logit``, as in a
+    sequence whose logits drift far from 0, while the softmax itself is O(1). Plain float32
+    math is then exact up to its O(1) rounding, so a backend that rounds anything at the
+    LSE's magnitude (5e-4 at 1e4 in float32) fails the error rule against it
+    (:func:`assert_close_by_rule`).
+
+    Shapes: q ``(B, H, Tq, 64)``, k ``(B, Hkv, Tk, 64)``, v ``(B, Hkv, Tk, Dv)``, d_out
+    ``(B, H, Tq, Dv)`` (``Hkv`` defaults to ``H``).
+    """
+    Hkv = H if Hkv is None else Hkv
+    g = np.random.default_rng(seed)
+    q = np.round(g.uniform(-2, 2, (B, H, Tq, 64)) * 8) / 8
+    k = np.round(g.uniform(-2, 2, (B, Hkv, Tk, 64)) * 8) / 8
+    q[..., 0] = 256.0
+    k[..., 0] = np.round(logit * 8 / 256.0 * 8) / 8  # scale 1/8: 256 * k0 / 8 ~ logit
+    v = g.standard_normal((B, Hkv, Tk, Dv))
+    d_out = g.standard_normal((B, H, Tq, Dv))
+    return q, k, v, d_out

@@ -52,21 +52,29 @@ def reference(
     causal: bool = False,
     valid_lens: torch.Tensor | None = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
+    segment_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Single-process attention, differentiable; a row with no allowed key gives 0.
 
     float64 inputs get the float64 reference (``attnkit.testing.reference_attention``);
-    any other dtype gets plain math in that dtype, the baseline of the 2x/3x/5x rule.
+    any other dtype gets plain math in that dtype, the baseline of the 2x/3x/5x rule
+    (differentiable in ``sinks`` too).
     q ``(B, H, Tq, Dk)``, k ``(B, Hkv, Tk, Dk)``, v ``(B, Hkv, Tk, Dv)``; causal is
-    bottom-right aligned; ``valid_lens`` ``(B,)`` keeps keys ``j < valid_lens[b]``.
+    bottom-right aligned; ``valid_lens`` ``(B,)`` keeps keys ``j < valid_lens[b]``;
+    ``segment_ids`` ``(B, T)`` (``Tq == Tk``) keeps equal ids ``>= 0``.
     """
-    if q.dtype == torch.float64:
-        options = dict(causal=causal, valid_lens=valid_lens, scale=scale)
+    if q.dtype == torch.float64 and sinks is None:
+        options = dict(causal=causal, valid_lens=valid_lens, scale=scale, softcap=softcap,
+                       segment_ids=segment_ids)
         return _Float64Reference.apply(q, k, v, options)
     G = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = q @ k.transpose(-1, -2) * scale
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
     T, S = s.shape[-2:]
     keep = torch.ones(T, S, dtype=torch.bool)
     if causal:
@@ -74,10 +82,18 @@ def reference(
     keep = keep.expand(q.shape[0], 1, T, S)
     if valid_lens is not None:
         keep = keep & (torch.arange(S)[None, :] < valid_lens[:, None])[:, None, None, :]
+    if segment_ids is not None:
+        ids = segment_ids[:, :, None]
+        keep = keep & ((ids == segment_ids[:, None, :]) & (ids >= 0))[:, None]
     s = torch.where(keep, s, -math.inf)
     m = s.amax(-1, keepdim=True)
+    if sinks is not None:
+        m = torch.maximum(m, sinks.to(s.dtype)[None, :, None, None])
     p = torch.exp(s - torch.where(torch.isneginf(m), 0.0, m))
     l = p.sum(-1, keepdim=True)
+    if sinks is not None:
+        l = l + torch.exp(sinks.to(s.dtype)[None, :, None, None] - torch.where(
+            torch.isneginf(m), 0.0, m))
     return (p / torch.where(l == 0, 1.0, l)) @ v
 
 
@@ -174,11 +190,30 @@ def _cases() -> list[dict]:
     # bf16 K/V travel in bf16, dK/dV accumulators in float32.
     cases.append(dict(dtype="bfloat16", causal=True, layout="zigzag", B=2, H=4, Hkv=2,
                       Dk=16, Dv=16, chunk=8))
+    # Logits ~1e4, exact in float32: the float64 LSE and the merge keep the rule.
+    for causal, layout in ((False, "zigzag"), (True, "zigzag"), (True, "contiguous")):
+        cases.append(dict(dtype="float32", causal=causal, layout=layout, B=1, H=2, Hkv=2,
+                          Dk=64, Dv=8, chunk=4, logit=1e4))
+    # NaN at causally masked (future) positions: only what the reference makes NaN is.
+    for layout in ("zigzag", "contiguous"):
+        cases.append(dict(dtype="float64", causal=True, layout=layout, B=1, H=2, Hkv=2,
+                          Dk=8, Dv=8, chunk=3, nan=True))
+    # Variants: packed documents (with padding) sharded like q/k/v, softcap, sinks.
+    for dtype, causal, layout in (("float64", True, "zigzag"), ("float64", False, "contiguous"),
+                                  ("float32", True, "zigzag")):
+        chunk = 3 if dtype == "float64" else 8
+        cases.append(dict(dtype=dtype, causal=causal, layout=layout, B=2, H=4, Hkv=2, Dk=7,
+                          Dv=5, chunk=chunk, segments=True, softcap=3.0, sinks=True))
+    cases.append(dict(dtype="float64", causal=True, layout="zigzag", B=2, H=4, Hkv=2, Dk=7,
+                      Dv=5, chunk=3, segments=True, valid_lens=[7, 30]))
     # Also run on a 3-rank subgroup inside the 4-process launch.
     for c in cases:
         c["subgroup"] = c["dtype"] == "float64" and c["H"] != c["Hkv"] and c["layout"] == "zigzag"
     for i, c in enumerate(cases):
         vl = "" if "valid_lens" not in c else "-valid" + "_".join(map(str, c["valid_lens"]))
+        vl += f"-logit{c['logit']:g}" if "logit" in c else ""
+        vl += "-nan_future" if c.get("nan") else ""
+        vl += "".join(f"-{name}" for name in ("segments", "softcap", "sinks") if c.get(name))
         c["id"] = (f"{c['dtype']}-{'causal' if c['causal'] else 'full'}-{c['layout']}-"
                    f"H{c['H']}kv{c['Hkv']}-d{c['Dk']}x{c['Dv']}{vl}")
         c["seed"] = 1000 + i

@@ -20,21 +20,34 @@ import torch
 import torch.distributed as dist
 
 from attnkit.distributed import gather_sequence, ring_attention, shard_sequence
-from attnkit.testing import max_mean_error, reference_attention
+from attnkit.testing import large_logit_inputs, max_mean_error, reference_attention
 from conftest import reference  # the script's folder is on sys.path
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def ref_grads(q, k, v, dout, **kw):
-    """``(out, dq, dk, dv)``: the float64 reference's for float64 inputs, else those of
-    plain math in the inputs' dtype (the baseline)."""
+def ref_grads(q, k, v, dout, sinks=None, **kw):
+    """``(out, dq, dk, dv[, dsinks])``: the float64 reference's for float64 inputs, else
+    those of plain math in the inputs' dtype (the baseline)."""
     if q.dtype == torch.float64:
-        r = reference_attention(q, k, v, d_out=dout, **kw)
-        return tuple(torch.from_numpy(x) for x in (r.out, r.dq, r.dk, r.dv))
-    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    out = reference(q, k, v, **kw)
-    return (out.detach(), *torch.autograd.grad(out, (q, k, v), dout))
+        r = reference_attention(q, k, v, d_out=dout, sinks=sinks, **kw)
+        grads = (r.out, r.dq, r.dk, r.dv) + (() if sinks is None else (r.dsinks,))
+        return tuple(torch.from_numpy(x) for x in grads)
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    if sinks is not None:
+        leaves.append(sinks.detach().clone().requires_grad_(True))
+    out = reference(*leaves[:3], sinks=None if sinks is None else leaves[3], **kw)
+    return (out.detach(), *torch.autograd.grad(out, leaves, dout))
+
+
+def packed_ids(B: int, T: int, gen: torch.Generator) -> torch.Tensor:
+    """Packed documents of random lengths, with right padding (id -1) in row 0."""
+    ids = torch.zeros(B, T, dtype=torch.int64)
+    for b in range(B):
+        for cut in torch.randint(1, T, (4,), generator=gen).tolist():
+            ids[b, cut:] += 1
+    ids[0, T - T // 5 :] = -1
+    return ids
 
 
 def run_case(case: dict, group: dist.ProcessGroup | None = None) -> dict | None:
@@ -50,14 +63,26 @@ def run_case(case: dict, group: dist.ProcessGroup | None = None) -> dict | None:
         "v": torch.randn(B, Hkv, T, Dv, generator=gen, dtype=torch.float64),
         "dout": torch.randn(B, H, T, Dv, generator=gen, dtype=torch.float64),
     }
+    if "logit" in case:  # logits logit + O(1), exact in float32 (Dk = 64)
+        arrays = large_logit_inputs(B, H, Hkv, T, T, Dv, logit=case["logit"], seed=case["seed"])
+        full = dict(zip(("q", "k", "v", "dout"), (torch.from_numpy(x) for x in arrays)))
+    if case.get("nan"):  # NaN at future positions: attended only by later queries
+        full["v"][:, :, T // 2, Dv // 2] = float("nan")
+        full["k"][:, -1, (3 * T) // 4, :] = float("nan")
     valid = case.get("valid_lens")
     valid_lens = None if valid is None else torch.tensor([min(x, T) for x in valid])
     dtype, layout, causal = DTYPES[case["dtype"]], case["layout"], case["causal"]
+    ids = packed_ids(B, T, gen) if case.get("segments") else None
+    sinks = torch.randn(H, generator=gen, dtype=torch.float64) if case.get("sinks") else None
+    variants = dict(softcap=case.get("softcap"), segment_ids=ids)
 
     shards = {n: shard_sequence(t.to(dtype), layout=layout, group=group) for n, t in full.items()}
     q, k, v = (shards[n].clone().requires_grad_(True) for n in ("q", "k", "v"))
+    z = None if sinks is None else sinks.to(dtype).requires_grad_(True)
+    ids_shard = None if ids is None else shard_sequence(ids, dim=1, layout=layout, group=group)
     out = ring_attention(
-        q, k, v, causal=causal, layout=layout, valid_lens=valid_lens, group=group
+        q, k, v, causal=causal, layout=layout, valid_lens=valid_lens, group=group,
+        softcap=case.get("softcap"), sinks=z, segment_ids=ids_shard,
     )
     # Through gather_sequence, so its backward is exercised too: every rank's loss covers
     # the full output, so each shard's gradient is P times the true one.
@@ -69,24 +94,38 @@ def run_case(case: dict, group: dist.ProcessGroup | None = None) -> dict | None:
         "dk": gather_sequence(k.grad / P, layout=layout, group=group),
         "dv": gather_sequence(v.grad / P, layout=layout, group=group),
     }
+    names = ("out", "dq", "dk", "dv")
+    if z is not None:  # each rank holds its rows' share, of P times the true gradient
+        dsinks = z.grad.clone()
+        dist.all_reduce(dsinks, group=group)
+        got["dsinks"] = dsinks / P
+        names += ("dsinks",)
     if rank != 0:
         return None
-    kw = dict(causal=causal, valid_lens=valid_lens)
-    ref = dict(zip(("out", "dq", "dk", "dv"), ref_grads(*full.values(), **kw)))
+    kw = dict(causal=causal, valid_lens=valid_lens, **variants)
+    ref = dict(zip(names, ref_grads(*full.values(), sinks=sinks, **kw)))
     low = {n: t.to(dtype) for n, t in full.items()}
-    base = dict(zip(("out", "dq", "dk", "dv"), ref_grads(*low.values(), **kw)))
+    base = dict(zip(names, ref_grads(*low.values(), sinks=None if sinks is None
+                                     else sinks.to(dtype), **kw)))
     res = {}
     for name in got:
+        fin = ~torch.isnan(ref[name])  # NaN cases: compare values where the reference has some
         res[name] = {
-            "err": max_mean_error(got[name], ref[name]),
-            "base": max_mean_error(base[name], ref[name]),
-            "nan": bool(torch.isnan(got[name]).any()),
+            "err": max_mean_error(got[name][fin], ref[name][fin]),
+            "base": max_mean_error(base[name][fin], ref[name][fin]),
+            "nan": bool(torch.isnan(got[name][fin]).any()),
+            "nan_match": bool(torch.equal(torch.isnan(got[name]), ~fin)),
             "shape_ok": tuple(got[name].shape) == tuple(ref[name].shape),
         }
     if valid_lens is not None:
         dead = valid_lens == 0  # batch rows with no allowed key at all
         res["dead_rows_zero"] = all(
             bool((got[n][dead] == 0).all()) for n in ("out", "dq", "dk", "dv")
+        )
+    if ids is not None:  # padding attends and is attended by nothing
+        pad = ids < 0
+        res["padding_zero"] = all(
+            bool((got[n].transpose(1, 2)[pad] == 0).all()) for n in ("out", "dq", "dk", "dv")
         )
     return res
 
@@ -121,6 +160,38 @@ def check_sharding(rank: int) -> dict:
     return ok
 
 
+def check_agreement(rank: int) -> dict:
+    """Shards that disagree between ranks raise one ValueError on every rank, naming every
+    rank's shapes, before any transfer; the group stays usable. Returns this rank's
+    messages (or what happened instead)."""
+
+    def attempt(q, k, v, **kw):
+        try:
+            ring_attention(q, k, v, **kw)
+        except ValueError as e:
+            return str(e)
+        return "no error"
+
+    z = torch.zeros
+    msgs = {
+        # The same byte count: before, the ring ran to completion on misread data.
+        "same_bytes": attempt(*(z(1, 2, 8, 8) if rank == 0 else z(1, 2, 4, 16),) * 3),
+        # Different sizes: before, gloo aborted rank 0 (SIGABRT) instead of raising.
+        "sizes": attempt(*(z(1, 2, 4 * (1 + (rank == 1)), 8),) * 3),
+        "dtypes": attempt(*(z(1, 2, 4, 8, dtype=torch.float64 if rank else torch.float32),) * 3),
+        "heads": attempt(z(1, 4, 4, 8), *(z(1, 2 if rank else 4, 4, 8),) * 2),
+        "causal": attempt(*(z(1, 2, 4, 8),) * 3, causal=rank == 0),
+        "valid_lens": attempt(*(z(1, 2, 4, 8),) * 3, valid_lens=torch.tensor([1 + rank])),
+    }
+    # A rank that fails its own check (T = 3 is not a multiple of the chunk count) fails
+    # after the exchange, so every rank raises it: nobody waits on a transfer.
+    msgs["local"] = attempt(*(z(1, 2, 3, 8),) * 3)
+    # Still usable afterwards.
+    ok = ring_attention(*(torch.ones(1, 2, 4, 8),) * 3)
+    msgs["usable"] = bool(torch.allclose(ok, torch.ones_like(ok)))
+    return msgs
+
+
 def main() -> None:
     rank, world, init, cases_path, out_dir = sys.argv[1:6]
     rank, world = int(rank), int(world)
@@ -134,6 +205,9 @@ def main() -> None:
         raise RuntimeError(f"rank {rank} fails on purpose")
     cases = json.loads(Path(cases_path).read_text())
     results = {"errors": check_sharding(rank)}
+    agreement = [None] * world
+    dist.all_gather_object(agreement, check_agreement(rank))
+    results["agreement"] = agreement
     for case in cases:
         results[case["id"]] = run_case(case)
     if world == 4:

@@ -252,3 +252,46 @@ def test_nan_in_masked_keys_and_values_does_not_leak_into_gradients() -> None:
     for name, clean, dirty in zip(("dq", "dk", "dv"), *grads):
         assert not torch.isnan(dirty).any(), name
         torch.testing.assert_close(dirty, clean, rtol=0, atol=0)
+
+
+VARIANTS = {  # options of block_forward beyond causal/scale; "ids" picks segment ids
+    "softcap": dict(softcap=2.5),
+    "sinks": dict(sinks=True),
+    "segments": dict(ids="pair"),
+    "top_left": dict(causal="top_left"),
+    "all": dict(causal="top_left", softcap=4.0, sinks=True, ids="pair"),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS), ids=list(VARIANTS))
+@pytest.mark.parametrize("shape", SHAPES[1:], ids=str)
+def test_block_variants_match_the_float64_reference(shape, variant, row_tile) -> None:
+    """Softcap, sinks, segment ids (padding and an id no key has included) and top-left
+    causal in the torch path, forward and backward (and the sinks' gradient), against
+    attnkit.testing.reference_attention."""
+    from attnkit.testing import reference_attention
+    from attnkit.torch.lse import sinks_backward
+
+    H, Hkv, Tq, Tk, Dk, Dv = shape
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = _qkv(gen, 2, H, Hkv, Tq, Tk, Dk, Dv)
+    opts = dict(VARIANTS[variant])
+    if opts.pop("sinks", False):
+        opts["sinks"] = torch.randn(H, generator=gen, dtype=torch.float64) * 2
+    if opts.pop("ids", None):
+        q_ids = torch.randint(-1, 3, (2, Tq), generator=gen)
+        kv_ids = torch.sort(torch.randint(-1, 2, (2, Tk), generator=gen), dim=1).values
+        opts["segment_ids"] = (q_ids, kv_ids)  # id 2: queries with no key
+    opts.setdefault("causal", True)
+    dout = torch.randn(2, H, Tq, Dv, generator=gen, dtype=torch.float64)
+    out, lse = block_forward(q, k, v, scale=0.4, **opts)
+    sinks = opts.pop("sinks", None)
+    dq, dk, dv = block_backward(dout, q, k, v, out, lse, scale=0.4, **opts)
+    ref = reference_attention(q, k, v, scale=0.4, sinks=sinks, d_out=dout, **opts)
+    for name, got, want in zip(("out", "lse", "dq", "dk", "dv"), (out, lse, dq, dk, dv),
+                               (ref.out, ref.lse, ref.dq, ref.dk, ref.dv)):
+        np.testing.assert_array_equal(np.isneginf(got.numpy()), np.isneginf(want), name)
+        np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12, err_msg=name)
+    if sinks is not None:
+        np.testing.assert_allclose(sinks_backward(dout, out, lse, sinks).numpy(), ref.dsinks,
+                                   rtol=0, atol=1e-11)

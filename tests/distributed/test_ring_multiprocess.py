@@ -1,4 +1,5 @@
-"""Ring attention on 2, 3 and 4 gloo processes equals single-process attention.
+"""Ring attention on 2, 3 and 4 gloo processes equals single-process attention (variants
+included: packed documents with padding, softcap, sinks).
 
 One launch per world size (fixture ``ring_results`` in conftest.py, cached per session)
 runs every case: spawning costs seconds, a case milliseconds. Each case is then judged by
@@ -13,16 +14,17 @@ import time
 
 import pytest
 
-FACTOR = {"out": 2.0, "dq": 5.0, "dk": 3.0, "dv": 3.0}
+FACTOR = {"out": 2.0, "dq": 5.0, "dk": 3.0, "dv": 3.0, "dsinks": 5.0}
 WORLD_SIZES = (2, 3, 4)
 
 
 def _judge(res: dict, ring_case: dict) -> None:
-    for name in ("out", "dq", "dk", "dv"):
+    for name in ("out", "dq", "dk", "dv") + (("dsinks",) if ring_case.get("sinks") else ()):
         r = res[name]
         (err, err_mean), (base, base_mean) = r["err"], r["base"]
         assert r["shape_ok"], f"{name}: gathered shape differs from the reference"
-        assert not r["nan"], f"{name}: NaN in the ring result"
+        assert not r["nan"], f"{name}: NaN in the ring result where the reference has none"
+        assert r["nan_match"], f"{name}: finite where the reference is NaN"
         if ring_case["dtype"] == "float64":
             assert err <= 1e-10, f"{name}: max error {err:.3e} (mean {err_mean:.3e}) > 1e-10"
         else:
@@ -33,6 +35,8 @@ def _judge(res: dict, ring_case: dict) -> None:
             )
     if "valid_lens" in ring_case:
         assert res["dead_rows_zero"], "fully masked rows must give output 0 and zero grads"
+    if ring_case.get("segments"):
+        assert res["padding_zero"], "padding (segment id < 0) must give output 0, zero grads"
 
 
 @pytest.mark.timeout(120)
@@ -65,3 +69,23 @@ def test_failing_rank_fails_fast_instead_of_hanging(launch_ranks, ring_cases, tm
     with pytest.raises(rank_failure, match="rank 1 fails on purpose"):
         launch(2, tmp_path, ring_cases[:1], timeout=40.0, fail_rank=1)
     assert time.monotonic() - t0 < 30.0
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("P", WORLD_SIZES, ids=lambda p: f"P{p}")
+def test_ranks_that_disagree_raise_the_same_error_everywhere(ring_results, P: int) -> None:
+    per_rank = ring_results(P)["agreement"]
+    assert len(per_rank) == P
+    for rank, msgs in enumerate(per_rank):
+        for what in ("same_bytes", "sizes", "dtypes", "heads", "causal", "valid_lens"):
+            msg = msgs[what]
+            assert msg.startswith("ring_attention: every rank must pass"), (rank, what, msg)
+            assert msg == per_rank[0][what], f"rank {rank} raised another {what} error"
+            assert all(f"rank {r}:" in msg for r in range(P)), msg
+        assert "q (1, 2, 8, 8) float32" in msgs["same_bytes"]
+        assert "rank 1: q (1, 2, 4, 16) float32" in msgs["same_bytes"]
+        assert "rank 1: q (1, 2, 8, 8)" in msgs["sizes"]
+        assert "rank 1: q (1, 2, 4, 8) float64" in msgs["dtypes"]
+        assert "valid_lens in [2, 2]" in msgs["valid_lens"]
+        assert "multiple of" in msgs["local"]
+        assert msgs["usable"] is True

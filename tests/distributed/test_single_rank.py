@@ -106,3 +106,39 @@ def test_errors_name_the_shapes() -> None:
         ring_attention(kv, kv, kv, valid_lens=torch.tensor([1.0]))
     with pytest.raises(ValueError, match="layout must be one of"):
         ring_attention(kv, kv, kv, layout="striped")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_one_rank_variants_equal_reference_float64(causal) -> None:
+    """Softcap, sinks and packed segment ids (with padding) on one rank; the sinks'
+    gradient is the whole gradient there."""
+    from attnkit.testing import reference_attention
+
+    q, k, v, dout = _inputs(CASES[1], seed=4)
+    B, T = q.shape[0], q.shape[2]
+    ids = (torch.arange(T) // 7).expand(B, T).clone()
+    ids[:, -3:] = -1
+    sinks = torch.linspace(-1.0, 1.0, q.shape[1], dtype=torch.float64)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v, sinks)]
+    out = ring_attention(*leaves[:3], causal=causal, softcap=2.0, sinks=leaves[3],
+                         segment_ids=ids)
+    grads = torch.autograd.grad(out, leaves, dout)
+    ref = reference_attention(q, k, v, causal=causal, softcap=2.0, sinks=sinks,
+                              segment_ids=ids, d_out=dout)
+    for name, g, w in zip(("out", "dq", "dk", "dv", "dsinks"), (out, *grads),
+                          (ref.out, ref.dq, ref.dk, ref.dv, ref.dsinks)):
+        err = (g - torch.from_numpy(w)).abs().max().item()
+        assert err <= 1e-10, f"{name}: max error {err:.3e}"
+    assert (out.transpose(1, 2)[ids < 0] == 0).all()
+
+
+def test_bad_variant_arguments_name_the_shard() -> None:
+    x = torch.zeros(1, 2, 4, 8)
+    with pytest.raises(ValueError, match=r"segment_ids shard.*T/P = 4.*\(1, 4\).*\(1, 5\)"):
+        ring_attention(x, x, x, segment_ids=torch.zeros(1, 5, dtype=torch.int64))
+    with pytest.raises(TypeError, match="segment_ids shard.*integers"):
+        ring_attention(x, x, x, segment_ids=torch.zeros(1, 4))
+    with pytest.raises(ValueError, match=r"sinks must have shape \(H,\) = \(2,\)"):
+        ring_attention(x, x, x, sinks=torch.zeros(3))
+    with pytest.raises(ValueError, match="softcap"):
+        ring_attention(x, x, x, softcap=-1.0)

@@ -32,7 +32,7 @@ def via_triton(monkeypatch):
     """Route every unmasked float block to the Triton kernels, CPU tensors included."""
     monkeypatch.setattr(
         lse_op, "_use_triton",
-        lambda q, k, v, key_mask: (
+        lambda q, k, v, key_mask, masked: (
             ops if key_mask is None and q.dtype in lse_op._TRITON_DTYPES else None
         ),
     )
@@ -57,7 +57,7 @@ def test_block_ops_on_triton_match_torch_path(shape, causal, via_triton) -> None
     ref_out, ref_lse = block_forward(q, k, v, causal=causal, scale=0.25)  # float64 torch path
     ref_g = block_backward(dout, q, k, v, ref_out, ref_lse, causal=causal, scale=0.25)
     f32 = [t.float().to(DEVICE) for t in (q, k, v, dout)]
-    lse_op._use_triton, orig = (lambda q, k, v, key_mask: None), lse_op._use_triton
+    lse_op._use_triton, orig = (lambda q, k, v, key_mask, masked: None), lse_op._use_triton
     try:
         b_out, b_lse = block_forward(*f32[:3], causal=causal, scale=0.25)
         b_g = block_backward(f32[3], *f32[:3], b_out, b_lse, causal=causal, scale=0.25)
@@ -72,21 +72,30 @@ def test_block_ops_on_triton_match_torch_path(shape, causal, via_triton) -> None
         assert_close_by_rule(got, r, b, factor=f, name=name)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_one_rank_ring_on_triton_blocks(causal, via_triton) -> None:
+@pytest.mark.parametrize("causal, variants", [(False, False), (True, False), (True, True)],
+                         ids=["full", "causal", "causal-softcap-sinks-segments"])
+def test_one_rank_ring_on_triton_blocks(causal, variants, via_triton) -> None:
+    """Plain, and with softcap, sinks and packed segment ids handed to the kernels."""
     q, k, v, dout = _qkv((1, 4, 2, 24, 24, 16, 16), 1)
+    ids = torch.tensor([[0] * 7 + [1] * 11 + [-1] * 6]).to(DEVICE)
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64)
+    opts = dict(softcap=3.0, segment_ids=ids) if variants else {}
 
     def run(dtype, triton: bool):
         leaves = [t.to(DEVICE, dtype).requires_grad_(True) for t in (q, k, v)]
+        if variants:
+            leaves.append(sinks.to(DEVICE, dtype).requires_grad_(True))
         saved = lse_op._use_triton
         if not triton:
-            lse_op._use_triton = lambda q, k, v, key_mask: None
+            lse_op._use_triton = lambda q, k, v, key_mask, masked: None
         try:
-            out = ring_attention(*leaves, causal=causal)
+            out = ring_attention(*leaves[:3], causal=causal, sinks=leaves[3] if variants
+                                 else None, **opts)
             return (out, *torch.autograd.grad(out, leaves, dout.to(DEVICE, dtype)))
         finally:
             lse_op._use_triton = saved
 
     ref, base, got = run(torch.float64, False), run(torch.float32, False), run(torch.float32, True)
-    for name, g, r, b, f in zip(("out", "dq", "dk", "dv"), got, ref, base, (2, 5, 3, 3)):
+    names = ("out", "dq", "dk", "dv", "dsinks")
+    for name, g, r, b, f in zip(names, got, ref, base, (2, 5, 3, 3, 5)):
         assert_close_by_rule(g, r, b, factor=f, name=name)

@@ -92,7 +92,7 @@ def test_structure_means_the_dense_mask(case):
     q = torch.randn(B, 4, case[2], 8, generator=g, dtype=torch.float64)
     k = torch.randn(B, 2, case[3], 8, generator=g, dtype=torch.float64)
     v = torch.randn(B, 2, case[3], 8, generator=g, dtype=torch.float64)
-    from attnkit.integrations._compat import attention
+    from attnkit.torch import attention
 
     out, w = attention(q, k, v, **got.attention_kwargs(), need_weights=True)
     ref, ref_w = at.attention(q, k, v, mask=want, need_weights=True)
@@ -176,7 +176,7 @@ def test_offset_left_on_the_device_becomes_a_band_mask():
     g = torch.Generator().manual_seed(2)
     q = torch.randn(B, 2, 1, 4, generator=g, dtype=torch.float64)
     k, v = (torch.randn(B, 2, 16, 4, generator=g, dtype=torch.float64) for _ in range(2))
-    from attnkit.integrations._compat import attention
+    from attnkit.torch import attention
 
     torch.testing.assert_close(attention(q, k, v, **kw)[0],
                                attention(q, k, v, **host.attention_kwargs())[0])

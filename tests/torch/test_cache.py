@@ -188,3 +188,29 @@ def test_failing_forward_leaves_cache_unchanged(cross):
     full, _ = m(x[:, :3], key, causal=not cross)
     assert cache.length == (6 if cross else 3)
     torch.testing.assert_close(out, full, rtol=1e-12, atol=1e-13)
+
+
+def test_cache_keeps_masked_nan_out_and_attended_nan_in():
+    """NaN written into the cache is stored as 0 with a code, so that no step's kernel
+    meets it where a mask excludes it (no pass over the cache per step), and a query that
+    may attend it still gets NaN: decoding equals the full forward, NaN pattern included."""
+    m = _model()
+    x = torch.randn(2, 6, 12, dtype=torch.float64)
+    x[0, 2] = float("nan")  # batch 0: a padded position (valid_len 2)
+    x[1, 4] = float("nan")  # batch 1: attended by queries 4 and 5
+    cache = m.init_cache(2, 8)
+    outs = []
+    with torch.no_grad():
+        outs.append(m(x[:, :3], causal=True, cache=cache, valid_lens=torch.tensor([2, 3]))[0])
+        for t in range(3, 6):
+            outs.append(m(x[:, t:t + 1], causal=True, cache=cache,
+                          valid_lens=torch.tensor([2, t + 1]))[0])
+        full, _ = m(x, causal=True, valid_lens=torch.tensor([[2] * 6, [6] * 6]))
+    got = torch.cat(outs, dim=1)
+    assert torch.isnan(got[1, 4:]).all() and not torch.isnan(got[1, :4]).any()
+    assert not torch.isnan(got[0, [0, 1, 3, 4, 5]]).any()  # row 2's own query is NaN
+    torch.testing.assert_close(got, full, rtol=1e-12, atol=1e-13, equal_nan=True)
+    assert torch.isfinite(cache.k).all() and torch.isfinite(cache.v).all()
+    codes = cache.codes()
+    assert torch.isnan(codes[0, :, :, 2]).all() and torch.isnan(codes[1, :, :, 4]).all()
+    assert (codes[0, :, :, [0, 1, 3, 4, 5]] == 0).all()

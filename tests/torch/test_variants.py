@@ -4,6 +4,7 @@ weights and gradients (d_sinks included); lower precision by DESIGN.md's rule; g
 
 from __future__ import annotations
 
+import sys
 import zlib
 
 import numpy as np
@@ -319,7 +320,40 @@ def test_bad_variants_raise_naming_shapes() -> None:
     for kw, err, match in cases:
         with pytest.raises(err, match=match):
             at.attention(q, k, v, **kw)
-    with pytest.raises(ValueError, match="Triton kernel does not take sinks"):
-        at.attention(q, k, v, sinks=torch.zeros(3), backend="triton")
-    assert "softcap, top_left" in triton_reason(q, False, False, 0.0,
-                                                 variants=("softcap", "top_left"))
+    # A variant the kernels do not list is declined by name (the kernels take all four).
+    assert "does not take future_variant" in triton_reason(q, False, False, 0.0,
+                                                           variants=("future_variant",))
+
+
+def test_every_variant_reaches_the_triton_kernel(monkeypatch) -> None:
+    """The kernels take softcap, sinks, segment_ids and top-left causal: a CUDA half call
+    with all of them goes to attnkit.triton with each passed on, not to another path."""
+    import types
+
+    import attnkit
+    from attnkit.torch import _triton_path as tp
+
+    seen = {}
+
+    def fake_flash(q, k, v, **kw):
+        seen.update(kw)
+        return torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+
+    fake = types.ModuleType("attnkit.triton")
+    fake.is_available = lambda: True
+    fake.flash_attention = fake_flash
+    monkeypatch.setitem(sys.modules, "attnkit.triton", fake)
+    monkeypatch.setattr(attnkit, "triton", fake, raising=False)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    q = torch.randn(2, 4, 4, 8, dtype=torch.float16)  # Tq < Tk: the alignments differ
+    k = torch.randn(2, 2, 6, 8, dtype=torch.float16)
+    q_ids = torch.tensor([[0, 1, 1, -1]] * 2)
+    ids = torch.tensor([[0, 0, 0, 1, 1, -1]] * 2)
+    variants = ("softcap", "sinks", "segment_ids", "top_left")
+    assert tp.triton_reason(q, False, False, 0.0, k, k, variants=variants) is None
+    at.attention(q, k, k, causal="top_left", softcap=30.0, sinks=torch.zeros(4),
+                 segment_ids=(q_ids, ids), backend="triton")
+    assert seen["causal"] == "top_left" and seen["softcap"] == 30.0
+    assert seen["sinks"].shape == (4,)
+    got_q, got_kv = seen["segment_ids"]
+    assert torch.equal(got_q, q_ids) and torch.equal(got_kv, ids)

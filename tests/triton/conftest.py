@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from attnkit.spec import resolve_band
 from attnkit.testing import ReferenceResult, reference_attention
 
 ON_GPU = torch.cuda.is_available()
@@ -43,11 +44,13 @@ class Case:
     Tk: int = 17
     Dk: int = 32
     Dv: int | None = None
-    causal: bool = False
+    causal: bool | str = False
     window: tuple[int | None, int | None] | None = None
     scale: float | None = None
     softcap: float | None = None
     alibi: str | None = None  # None, "h" for (H,) slopes, "bh" for (B, H)
+    sinks: bool = False  # one random logit per query head
+    segments: str | None = None  # None, or a layout of make_segment_ids
 
     @property
     def dv(self) -> int:
@@ -68,13 +71,11 @@ class Reference:
         return reference_attention(q, k, v, d_out=dout, d_lse=dlse, **options)
 
     @staticmethod
-    def keep(Tq: int, Tk: int, causal: bool, window, device) -> torch.Tensor:
+    def keep(Tq: int, Tk: int, causal: bool | str, window, device) -> torch.Tensor:
         i = torch.arange(Tq, device=device)[:, None] + (Tk - Tq)  # diagonal key of query i
         j = torch.arange(Tk, device=device)[None, :]
         keep = torch.ones(Tq, Tk, dtype=torch.bool, device=device)
-        left, right = (None, None) if window is None else window
-        if causal:
-            right = 0 if right is None else min(right, 0)
+        left, right = resolve_band(causal, window, Tq, Tk)
         if left is not None:
             keep &= j >= i - left
         if right is not None:
@@ -83,9 +84,9 @@ class Reference:
 
     @staticmethod
     def baseline(q, k, v, *, causal=False, window=None, scale=None, softcap=None,
-                 alibi_slopes=None):
+                 alibi_slopes=None, sinks=None, segment_ids=None):
         """Plain (unfused) attention in the inputs' dtype, autograd-friendly: ``(out, lse)``;
-        fully masked rows give 0 and -inf with finite gradients."""
+        fully masked rows give 0 and -inf (the sink with sinks) with finite gradients."""
         B, H, Tq, Dk = q.shape
         Hkv, Tk = k.shape[1], k.shape[2]
         G = H // Hkv
@@ -102,16 +103,26 @@ class Reference:
             slopes = alibi_slopes.to(s.dtype).expand(B, H)
             s = s - slopes[:, :, None, None] * dist
         keep = Reference.keep(Tq, Tk, causal, window, q.device)
-        any_row = keep.any(-1)[:, None]  # (Tq, 1)
-        # Rows with no key: softmax over zeros, then zeroed, so no NaN reaches autograd.
+        if segment_ids is not None:
+            q_ids, kv_ids = (segment_ids if isinstance(segment_ids, tuple)
+                             else (segment_ids, segment_ids))
+            qi, kj = q_ids.to(q.device)[:, :, None], kv_ids.to(q.device)[:, None, :]
+            keep = keep & ((qi == kj) & (qi >= 0))[:, None]  # (B, 1, Tq, Tk)
+        zero = torch.zeros((), dtype=s.dtype, device=s.device)
         s = torch.where(keep, s, float("-inf"))
-        s = torch.where(any_row, s, torch.zeros((), dtype=s.dtype, device=s.device))
-        p = torch.where(keep, torch.softmax(s, dim=-1), torch.zeros((), dtype=s.dtype,
-                                                                    device=s.device))
-        out = p @ v
+        if sinks is not None:  # one more column, with no value
+            z = sinks.to(s.dtype)[None, :, None, None].expand(B, H, Tq, 1)
+            s = torch.cat([s, z], dim=-1)
+            keep = torch.cat([keep.expand(B, H, Tq, Tk),
+                              torch.ones(B, H, Tq, 1, dtype=torch.bool, device=q.device)], -1)
+        any_row = keep.any(-1, keepdim=True)
+        # Rows with no key: softmax over zeros, then zeroed, so no NaN reaches autograd.
+        s = torch.where(any_row, s, zero)
+        p = torch.where(keep, torch.softmax(s, dim=-1), zero)
         lse = torch.logsumexp(s, dim=-1)
-        lse = torch.where(any_row[:, 0], lse, torch.full((), float("-inf"), dtype=lse.dtype,
-                                                          device=lse.device))
+        lse = torch.where(any_row[..., 0], lse, torch.full((), float("-inf"), dtype=lse.dtype,
+                                                           device=lse.device))
+        out = p[..., :Tk] @ v
         return out, lse
 
 
@@ -157,6 +168,45 @@ def make_inputs(case: Case, dtype: torch.dtype, seed: int = 0):
     return q, k, v, slopes, dout, dlse.to(DEVICE, torch.float32)
 
 
+def make_segment_ids(layout: str, B: int, Tq: int, Tk: int, seed: int = 0):
+    """Segment ids for the tests: ``"packed"`` (self-attention, ``Tq == Tk``: documents of
+    random lengths, padding (-1) at the end of row 0 and the start of row 1), ``"pair"``
+    (queries and keys with ids of their own, a query id no key has), ``"interleaved"``
+    (ids that alternate in runs of 3: every segment is scattered)."""
+    g = torch.Generator().manual_seed(seed)
+    if layout == "interleaved":
+        ids = (torch.arange(Tk) // 3) % 2
+        return ids.expand(B, Tk).contiguous()
+    if layout == "pair":
+        q_ids = torch.sort(torch.randint(0, 4, (B, Tq), generator=g), dim=1).values
+        kv_ids = torch.sort(torch.randint(0, 3, (B, Tk), generator=g), dim=1).values
+        return q_ids, kv_ids  # queries of id 3 see no key
+    assert layout == "packed" and Tq == Tk
+    ids = torch.empty(B, Tk, dtype=torch.int64)
+    for b in range(B):
+        cuts = torch.sort(torch.randperm(Tk - 1, generator=g)[:3] + 1).values.tolist()
+        doc = torch.zeros(Tk, dtype=torch.int64)
+        for c in cuts:
+            doc[c:] += 1
+        ids[b] = doc
+    ids[0, -5:] = -1  # right padding
+    ids[-1, :4] = -1  # left padding (of the same row when B = 1)
+    return ids
+
+
+def variant_inputs(case: Case, seed: int = 0):
+    """``(sinks (H,) float32 or None, segment_ids or None)`` for ``case``, on DEVICE."""
+    g = torch.Generator().manual_seed(seed + 7)
+    sinks = None
+    if case.sinks:
+        sinks = (torch.randn(case.H, generator=g) * 2.0).to(DEVICE, torch.float32)
+    seg = None
+    if case.segments is not None:
+        seg = make_segment_ids(case.segments, case.B, case.Tq, case.Tk, seed)
+        seg = tuple(x.to(DEVICE) for x in seg) if isinstance(seg, tuple) else seg.to(DEVICE)
+    return sinks, seg
+
+
 @pytest.fixture
 def inputs():
     return make_inputs
@@ -165,3 +215,15 @@ def inputs():
 @pytest.fixture
 def case_type() -> type[Case]:
     return Case
+
+
+@pytest.fixture
+def variants():
+    """``variant_inputs``: the sinks and segment ids of a :class:`Case`."""
+    return variant_inputs
+
+
+@pytest.fixture
+def segment_ids():
+    """``make_segment_ids``: segment ids of a named layout."""
+    return make_segment_ids

@@ -110,7 +110,7 @@ def test_decode_rejects_bad_arguments(at):
 def test_batch_beyond_the_grid_y_cap_is_launched_in_slices(at, monkeypatch):
     """B * Hkv programs sit on CUDA grid axis 1 (cap 65535, none in the interpreter, so
     the cap is lowered): slices of the batch must give the single launch's result."""
-    import attnkit.triton.flash as flash
+    import attnkit.triton._launch as flash
 
     k_cache, v_cache = _cache(3, 2, 32, 32, seed=9)
     q = torch.randn(3, 4, 2, 32, generator=torch.Generator().manual_seed(10)).to(DEVICE, DTYPE)
@@ -119,3 +119,47 @@ def test_batch_beyond_the_grid_y_cap_is_launched_in_slices(at, monkeypatch):
     split = at.decode_attention(q, k_cache, v_cache, 41, return_lse=True, num_splits=3)
     for a, b in zip(whole, split):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "H, Hkv, Tq, lens, options",
+    [
+        (4, 2, 1, [37, 5, CAPACITY], dict(softcap=3.0)),  # ragged batch, (B,) tensor
+        (4, 1, 2, [CAPACITY - 3, 0, 1], dict(sinks=True)),  # an empty row: LSE = sink
+        (2, 2, 3, [60, 9, 31], dict(window=(7, None))),  # sliding window of 7 + 1 keys
+        (4, 2, 2, 50, dict(window=(12, -1), softcap=5.0, sinks=True)),  # int, all at once
+    ],
+    ids=["softcap_ragged", "sinks_empty_row", "window_ragged", "all_int_len"],
+)
+def test_decode_variants_match_the_reference(H, Hkv, Tq, lens, options, at, reference):
+    """softcap, sinks, a window and per-row cache lengths: each batch row equals causal
+    attention over its own valid part of the cache, by the 2x rule against float64."""
+    B, D = 3, 32
+    k_cache, v_cache = _cache(B, Hkv, D, D, seed=11)
+    for b, n in enumerate(lens if isinstance(lens, list) else [lens] * B):
+        k_cache[b, :, n:] = float("nan")  # never read
+    q = torch.randn(B, H, Tq, D, generator=torch.Generator().manual_seed(12)).to(DEVICE, DTYPE)
+    opts = dict(options)
+    if opts.pop("sinks", False):
+        opts["sinks"] = torch.linspace(-1.0, 2.0, H, device=DEVICE)
+    cache_len = torch.tensor(lens, device=DEVICE) if isinstance(lens, list) else lens
+    out, lse = at.decode_attention(q, k_cache, v_cache, cache_len, return_lse=True,
+                                   num_splits=3, **opts)
+    for b in range(B):
+        n = lens[b] if isinstance(lens, list) else lens
+        kv = [x[b : b + 1, :, :n] for x in (k_cache, v_cache)]
+        ref = reference.float64(q[b : b + 1], *kv, causal=True, **opts)
+        base_out, base_lse = reference.baseline(q[b : b + 1], *kv, causal=True, **opts)
+        assert_close_by_rule(out[b : b + 1], ref.out, base_out, factor=2, name=f"out[{b}]")
+        assert_close_by_rule(lse[b : b + 1], ref.lse, base_lse, factor=2, name=f"lse[{b}]")
+
+
+def test_decode_rejects_bad_cache_lengths(at):
+    k_cache, v_cache = _cache(2, 2, 32, 32, seed=13)
+    q = torch.ones(2, 2, 1, 32, device=DEVICE, dtype=DTYPE)
+    with pytest.raises(ValueError, match=r"\(B,\) = \(2,\).*\(3,\)"):
+        at.decode_attention(q, k_cache, v_cache, torch.tensor([1, 2, 3], device=DEVICE))
+    with pytest.raises(TypeError, match="integer tensor"):
+        at.decode_attention(q, k_cache, v_cache, torch.tensor([1.0, 2.0], device=DEVICE))
+    with pytest.raises(ValueError, match=r"\(H,\) = \(2,\)"):
+        at.decode_attention(q, k_cache, v_cache, 3, sinks=torch.zeros(4, device=DEVICE))

@@ -1,15 +1,18 @@
 """Merge attention partials over disjoint key sets by their log-sum-exps (torch).
 
-Same semantics as :func:`attnkit.numpy.merge_partials`: with
-``lse = logaddexp(lse_a, lse_b)`` each side carries the share ``exp(lse_side - lse)`` of the
-softmax mass, so ``out = exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b``. A side with
-``lse = -inf`` (no allowed key) contributes nothing; both sides ``-inf`` give output 0 and
-``lse = -inf``; nothing becomes NaN unless an input already is NaN in an attended position.
+The rule is :func:`attnkit.spec.merge_by_lse`, the one :func:`attnkit.numpy.merge_partials`
+uses too: weights ``exp(lse_side - m)`` relative to the larger LSE ``m``, output normalised
+by their sum, so the merge is stable at any finite LSE in any dtype and merging identical
+partials returns them unchanged. A side with ``lse = -inf`` (no allowed key) contributes
+nothing; both sides ``-inf`` give output 0 and ``lse = -inf``; nothing becomes NaN unless an
+input already is NaN in an attended position.
 """
 
 from __future__ import annotations
 
 import torch
+
+from ..spec import merge_by_lse
 
 __all__ = ["merge_partials"]
 
@@ -32,12 +35,5 @@ def merge_partials(
             f"out_b {tuple(out_b.shape)}, lse_b {tuple(lse_b.shape)}; expected out "
             "(..., Tq, Dv), lse (..., Tq)"
         )
-    lse = torch.logaddexp(lse_a, lse_b)  # logaddexp(-inf, -inf) = -inf
-    finite = ~torch.isneginf(lse)
-    safe = torch.where(finite, lse, torch.zeros_like(lse))
-    zero = torch.zeros_like(lse)
-    w_a = torch.where(finite & ~torch.isneginf(lse_a), torch.exp(lse_a - safe), zero)[..., None]
-    w_b = torch.where(finite & ~torch.isneginf(lse_b), torch.exp(lse_b - safe), zero)[..., None]
-    # where(), not a bare product: an empty side's output (even NaN) never leaks in.
-    out = torch.where(w_a != 0, w_a * out_a, 0.0) + torch.where(w_b != 0, w_b * out_b, 0.0)
+    out, lse = merge_by_lse(out_a, lse_a, out_b, lse_b, torch)
     return out.to(torch.promote_types(out_a.dtype, out_b.dtype)), lse

@@ -15,6 +15,24 @@ the sum over every rank's queries.
 
 Under a causal mask, blocks that lie wholly above the diagonal are skipped; with the
 default zigzag layout every rank then does the same work at every step.
+
+Before the first transfer the ranks exchange one small int64 vector each (shapes, dtypes,
+layout, causal, the valid_lens range): shards that disagree raise the same ``ValueError``,
+naming every rank's shapes, on every rank. Otherwise a rank would send a buffer of another
+size or layout than its peer expects: gloo aborts the process, or, when only the byte
+counts agree, the ring runs to completion on misread data.
+
+Precision: the running LSE is float64 (the blocks' float32 row max and sum added without
+rounding at the LSE's magnitude) and merges normalise by the sum of their weights, so
+float32 results match plain float32 math at logits ~1e4, where a float32 LSE is only good to
+5e-4. NaN/inf in a causally masked (future) position reaches no output or gradient
+(:mod:`attnkit.torch.lse`).
+
+Variants: ``softcap`` and ``segment_ids`` apply inside every block (the segment ids of
+all ranks are gathered once per pass, a few bytes per token, so each rank knows the ids
+of the K/V block visiting it); ``sinks`` join once per row, as one more partial (output 0,
+LSE ``sink``) merged after the last step, and their gradient is each rank's share
+(:func:`attnkit.torch.lse.sinks_backward`).
 """
 
 from __future__ import annotations
@@ -25,10 +43,18 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
-from ..spec import check_length_range, default_scale
+from ..spec import (
+    check_causal,
+    check_length_range,
+    check_segment_ids,
+    check_sinks,
+    check_softcap,
+    default_scale,
+)
 from ..torch._checks import check_qkv
 from ..torch._dtypes import stats_dtype
-from ..torch.lse import attention_with_lse, attention_with_lse_backward
+from ..torch.lse import attention_with_lse, attention_with_lse_backward, sinks_backward
+from .agreement import agree
 from .merge import merge_partials
 from .schedule import Layout, check_layout, chunk_ids, num_chunks, step_blocks
 from .sharding import group_info
@@ -93,8 +119,11 @@ def _check_inputs(
     layout: str,
     world_size: int,
     valid_lens: torch.Tensor | None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
+    segment_ids: object = None,
 ) -> int:
-    """Validate shards; return the chunk length ``c``."""
+    """Validate shards (and the variants' arguments); return the chunk length ``c``."""
     check_layout(layout)
     shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
     try:
@@ -104,6 +133,14 @@ def _check_inputs(
     B, T = q.shape[0], q.shape[2]
     if k.shape[2] != T:
         raise ValueError(f"q and k/v shards must have the same length T/P: {shapes}")
+    check_softcap(softcap)
+    check_sinks(sinks, q.shape[1])
+    if segment_ids is not None:
+        try:
+            check_segment_ids(segment_ids, (B, q.shape[1], T, T))
+        except (ValueError, TypeError) as e:  # say that these are shards of the ids
+            raise type(e)(f"ring_attention segment_ids shard (this rank's T/P = {T} "
+                          f"positions, from shard_sequence(ids, dim=1)): {e}") from None
     n_local = len(chunk_ids(layout, world_size, 0))  # type: ignore[arg-type]
     if T % n_local:
         n = num_chunks(layout, world_size)  # type: ignore[arg-type]
@@ -137,17 +174,45 @@ def _key_mask(
     return pos[None, :] < valid_lens.to(device)[:, None]
 
 
+def _segment_ids_by_rank(
+    segment_ids: object, ring: _Ring, device: torch.device
+) -> tuple[torch.Tensor, list[torch.Tensor]] | None:
+    """``(q_ids (B, T/P), [kv_ids of rank r for r in the group])`` from this rank's shard
+    of the ids (one ``(B, T/P)`` tensor, or a pair for queries and keys): the key ids of
+    every rank come from one all-gather, since the K/V blocks visit every rank."""
+    if segment_ids is None:
+        return None
+    pair = segment_ids if isinstance(segment_ids, (tuple, list)) else (segment_ids,) * 2
+    q_ids, kv_ids = (torch.as_tensor(x, device=device) for x in pair)
+    if ring.size == 1:
+        return q_ids, [kv_ids]
+    kv_ids = kv_ids.contiguous()
+    every = [torch.empty_like(kv_ids) for _ in range(ring.size)]
+    dist.all_gather(every, kv_ids, group=ring.group)
+    return q_ids, every
+
+
+def _block_ids(ids: tuple[torch.Tensor, list[torch.Tensor]] | None, src: int, blk) -> object:
+    """The segment ids of one block: its query rows' and the visiting keys'."""
+    if ids is None:
+        return None
+    return ids[0][:, blk.q0 : blk.q1], ids[1][src][:, blk.k0 : blk.k1]
+
+
 @torch.no_grad()
 def ring_attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
     scale: float | None = None,
     group: dist.ProcessGroup | None = None,
     layout: Layout = "zigzag",
     valid_lens: torch.Tensor | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
+    segment_ids: object = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward ring pass returning this rank's output shard and its LSE (not differentiable).
 
@@ -155,16 +220,23 @@ def ring_attention_forward(
 
     Returns:
         ``(out (B, H, T/P, Dv) in q's dtype, lse (B, H, T/P))``: ``lse`` is natural-log,
-        float32 (float64 for float64 input), ``-inf`` where a row has no allowed key.
+        float64 (the float32 row statistics carried without rounding them at the LSE's
+        magnitude: what :func:`ring_attention_backward` needs at large logits), ``-inf``
+        where a row has no allowed key.
     """
     ring = _Ring(group)
     P, rank = ring.size, ring.rank
-    c = _check_inputs(q, k, v, layout, P, valid_lens)
+    agree(ring.group, ring.size, q, k, v, layout, causal, valid_lens, softcap, sinks,
+          segment_ids)
+    c = _check_inputs(q, k, v, layout, P, valid_lens, softcap, sinks, segment_ids)
+    causal = check_causal(causal) is not None  # Tq == Tk: both alignments agree
     scale = default_scale(scale, q.shape[-1])
+    ids = _segment_ids_by_rank(segment_ids, ring, q.device)
     B, H, T, _ = q.shape
     dt = stats_dtype(q.dtype)
     out = torch.zeros(B, H, T, v.shape[-1], dtype=dt, device=q.device)
-    lse = torch.full((B, H, T), -math.inf, dtype=dt, device=q.device)
+    # float64 LSE: see the module notes (a float32 one is only good to 5e-4 at 1e4).
+    lse = torch.full((B, H, T), -math.inf, dtype=torch.float64, device=q.device)
 
     kv = _pack(k, v)
     for s in range(P):
@@ -180,13 +252,19 @@ def ring_attention_forward(
                 causal=blk.causal,
                 scale=scale,
                 key_mask=None if km is None else km[:, blk.k0 : blk.k1],
+                softcap=softcap,
+                segment_ids=_block_ids(ids, src, blk),
+                lse_dtype=torch.float64,
             )
             rows = slice(blk.q0, blk.q1)
             out[:, :, rows], lse[:, :, rows] = merge_partials(
-                out[:, :, rows], lse[:, :, rows], o.to(dt), l.to(dt)
+                out[:, :, rows], lse[:, :, rows], o.to(dt), l
             )
         if pending is not None:
             kv = pending.wait()
+    if sinks is not None:  # once per row: a partial with output 0 and LSE sink[h]
+        z = sinks.to(device=q.device, dtype=dt)[None, :, None].expand(B, H, T)
+        out, lse = merge_partials(out, lse, torch.zeros_like(out), z)
     return out.to(q.dtype), lse
 
 
@@ -199,19 +277,24 @@ def ring_attention_backward(
     out: torch.Tensor,
     lse: torch.Tensor,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
     scale: float | None = None,
     group: dist.ProcessGroup | None = None,
     layout: Layout = "zigzag",
     valid_lens: torch.Tensor | None = None,
+    softcap: float | None = None,
+    segment_ids: object = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward ring pass: gradients of this rank's q, k, v shards.
 
     Args:
         dout: ``(B, H, T/P, Dv)`` gradient of this rank's output shard.
         q, k, v: this rank's shards, as given to :func:`ring_attention_forward`.
-        out, lse: what :func:`ring_attention_forward` returned for them.
-        causal, scale, group, layout, valid_lens: as in the forward.
+        out, lse: what :func:`ring_attention_forward` returned for them (``lse`` in
+            float64 keeps the gradients exact at large logits; float32 is accepted).
+        causal, scale, group, layout, valid_lens, softcap, segment_ids: as in the forward.
+            Sinks need no argument: ``lse`` holds them (their own gradient:
+            :func:`attnkit.torch.lse.sinks_backward`).
 
     Returns:
         ``(dq, dk, dv)`` shaped and typed like ``q, k, v``. dK/dV are accumulated in
@@ -219,8 +302,12 @@ def ring_attention_backward(
     """
     ring = _Ring(group)
     P, rank = ring.size, ring.rank
-    c = _check_inputs(q, k, v, layout, P, valid_lens)
+    agree(ring.group, ring.size, q, k, v, layout, causal, valid_lens, softcap, None,
+          segment_ids)
+    c = _check_inputs(q, k, v, layout, P, valid_lens, softcap, None, segment_ids)
+    causal = check_causal(causal) is not None
     scale = default_scale(scale, q.shape[-1])
+    ids = _segment_ids_by_rank(segment_ids, ring, q.device)
     dt = stats_dtype(q.dtype)
     dq = torch.zeros(q.shape, dtype=dt, device=q.device)
 
@@ -245,6 +332,8 @@ def ring_attention_backward(
                 causal=blk.causal,
                 scale=scale,
                 key_mask=None if km is None else km[:, keys],
+                softcap=softcap,
+                segment_ids=_block_ids(ids, src, blk),
             )
             dq[:, :, rows] += dq_p
             dk_blk[:, :, keys] += dk_p
@@ -266,23 +355,27 @@ def ring_attention_backward(
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, group, layout, valid_lens):  # type: ignore[override]
+    def forward(ctx, q, k, v, sinks, causal, scale, group, layout, valid_lens, softcap,  # type: ignore[override]
+                segment_ids):
         out, lse = ring_attention_forward(
             q, k, v, causal=causal, scale=scale, group=group, layout=layout,
-            valid_lens=valid_lens,
+            valid_lens=valid_lens, softcap=softcap, sinks=sinks, segment_ids=segment_ids,
         )
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.opts = dict(
-            causal=causal, scale=scale, group=group, layout=layout, valid_lens=valid_lens
-        )
+        ctx.save_for_backward(q, k, v, out, lse, sinks)
+        ctx.opts = dict(causal=causal, scale=scale, group=group, layout=layout,
+                        valid_lens=valid_lens, softcap=softcap, segment_ids=segment_ids)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout):  # type: ignore[override]
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = ring_attention_backward(dout.contiguous(), q, k, v, out, lse, **ctx.opts)
-        return dq, dk, dv, None, None, None, None, None
+        q, k, v, out, lse, sinks = ctx.saved_tensors
+        dout = dout.contiguous()
+        dq, dk, dv = ring_attention_backward(dout, q, k, v, out, lse, **ctx.opts)
+        dsinks = None
+        if sinks is not None and ctx.needs_input_grad[3]:
+            dsinks = sinks_backward(dout, out, lse, sinks)  # this rank's rows' share
+        return dq, dk, dv, dsinks, None, None, None, None, None, None, None
 
 
 def ring_attention(
@@ -290,11 +383,14 @@ def ring_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
     scale: float | None = None,
     group: dist.ProcessGroup | None = None,
     layout: Layout = "zigzag",
     valid_lens: torch.Tensor | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
+    segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Exact attention over a sequence sharded across ``group``; differentiable.
 
@@ -306,19 +402,30 @@ def ring_attention(
         q: ``(B, H, T/P, Dk)`` this rank's queries.
         k: ``(B, Hkv, T/P, Dk)`` this rank's keys (GQA/MQA when ``Hkv < H``).
         v: ``(B, Hkv, T/P, Dv)`` this rank's values.
-        causal: causal mask over *global* positions (query ``i`` sees key ``j <= i``).
+        causal: causal mask over *global* positions (query ``i`` sees key ``j <= i``;
+            ``"top_left"`` and ``"bottom_right"`` agree, since ``Tq == Tk``).
         scale: defaults to ``1/sqrt(Dk)``.
         group: process group (default: the world).
         layout: ``"zigzag"`` (balanced under causal) or ``"contiguous"``.
         valid_lens: optional integer ``(B,)``: only global key positions ``j < valid_lens[b]``
             may be attended (for padded sequences). A row left with no allowed key gets
             output 0 and zero gradients.
+        softcap: ``softcap * tanh(s / softcap)`` on the scaled scores (None = off).
+        sinks: ``(H,)`` float logits, the same on every rank (a replicated parameter): a
+            value-less column in each softmax denominator. Each rank's ``sinks.grad`` is
+            its own rows' share; sum it over the group (as for any replicated weight under
+            sequence parallelism, e.g. by the data-parallel all-reduce).
+        segment_ids: this rank's shard of the ids, int ``(B, T/P)`` (or a pair for
+            queries and keys), cut like q/k/v: ``shard_sequence(ids, dim=1, layout=...)``.
+            Equal ids attend each other (packed documents); an id < 0 attends nothing.
 
     Returns:
         ``(B, H, T/P, Dv)``: this rank's output shard, in q's dtype.
 
     Raises:
-        ValueError: shapes disagree, ``H % Hkv != 0``, or ``T`` is not a multiple of the
-            layout's chunk count (``2P`` zigzag, ``P`` contiguous).
+        ValueError: shapes disagree (on one rank, or between ranks: every rank raises,
+            naming every rank's shapes), ``H % Hkv != 0``, or ``T`` is not a multiple of
+            the layout's chunk count (``2P`` zigzag, ``P`` contiguous).
     """
-    return _RingAttention.apply(q, k, v, causal, scale, group, layout, valid_lens)
+    return _RingAttention.apply(q, k, v, sinks, causal, scale, group, layout, valid_lens,
+                                softcap, segment_ids)

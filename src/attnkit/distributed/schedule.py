@@ -154,7 +154,7 @@ def flops_per_rank(
 
     ``4 * B * H * D`` per allowed (query, key) pair (two matmuls, 2 FLOPs per
     multiply-add). With ``exact=False`` a causal block counts half of ``L^2`` pairs (the
-    DESIGN.md convention) instead of ``L(L+1)/2``. Backward is 2.5x this.
+    usual convention for causal FLOPs) instead of ``L(L+1)/2``. Backward is 2.5x this.
 
     Returns:
         One entry per rank.

@@ -4,7 +4,8 @@ Layouts are described in :mod:`attnkit.distributed.schedule`. The sequence lengt
 divisible by the number of chunks (``2P`` for zigzag, ``P`` for contiguous); anything else
 is rejected with a ``ValueError`` rather than padded, so no hidden padding can change a
 result. Pad the sequence yourself and pass ``valid_lens`` to :func:`ring_attention` to
-mask the padded keys.
+mask the padded keys. An empty sequence (length 0) is divisible by anything: every rank
+gets an empty shard, and gathering empty shards gives the empty sequence back.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def _split(x: torch.Tensor, dim: int, n: int) -> list[torch.Tensor]:
             f"sequence length {T} (dim {dim} of shape {tuple(x.shape)}) is not divisible by "
             f"{n} chunks; pad it to a multiple of {n} and mask the padding (valid_lens)"
         )
+    if T == 0:  # torch.split cannot cut chunks of length 0: n empty ones, by hand
+        return [x.narrow(dim, 0, 0)] * n
     return list(torch.split(x, T // n, dim=dim))
 
 
@@ -54,7 +57,8 @@ def shard_sequence(
             ``"contiguous"`` (rank ``r`` holds chunk ``r`` of ``P``).
 
     Returns:
-        ``x`` with ``T/P`` entries along ``dim`` (a new tensor; ``x`` is not modified).
+        ``x`` with ``T/P`` entries along ``dim`` (a new tensor; ``x`` is not modified);
+        empty along ``dim`` when ``T = 0``.
     """
     rank, P = group_info(group)
     chunks = _split(x, dim, num_chunks(layout, P))
@@ -120,4 +124,6 @@ def gather_sequence(
         )
     if P == 1:
         return x_shard
+    if x_shard.shape[dim] == 0:  # an empty sequence: nothing to gather (same on every rank)
+        return x_shard.clone()
     return _GatherSequence.apply(x_shard, dim, group, layout)

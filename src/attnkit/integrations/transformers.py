@@ -37,7 +37,7 @@ except ModuleNotFoundError as _err:
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
-from ._compat import attention
+from ..torch import attention
 from ._transformers_mask import StructuredMask, mask_function
 
 __all__ = [

@@ -11,6 +11,13 @@ computed relative to ``m_old``; multiplying them by ``alpha = exp(m_old - m_new)
 them. At the end ``out = acc / l_i`` and ``lse = m_i + log(l_i)``. Only a
 ``block_q x block_k`` tile of scores exists at any time, so memory is linear in T.
 
+Precision at large logits: the scores stay in natural units and ``score - m_i`` is formed
+before anything is rounded at their magnitude (a score of 1e4 has a float32 spacing of
+1e-3, which would become a 1e-3 relative error in every probability). The backward needs
+the row's LSE to that precision too: ask for it in float64 (``lse_dtype``; :func:`attnkit.
+numpy.vjp` does) and :func:`flash_attention_backward` recomputes ``P`` as exactly as the
+forward had it, whatever the magnitude of the logits.
+
 Key blocks that lie entirely outside the causal/window band, or whose keys share no
 segment id with the block's queries, are skipped, not masked. With ``softcap`` each tile's
 scores pass through ``softcap * tanh(s / softcap)``; with ``sinks`` the sink logit joins
@@ -28,8 +35,6 @@ from typing import NamedTuple
 import numpy as np
 
 from ..spec import (
-    LN2,
-    LOG2E,
     Window,
     check_qkv,
     check_sinks,
@@ -38,9 +43,11 @@ from ..spec import (
     resolve_band,
     scores_shape,
 )
+from ._plan import blas_threads_limited, plan
 from .attention import _floats
 from .groups import fold_grouped, grouped, kv_grouped, sum_to_shape, ungrouped
 from .masks import segment_mask
+from .merge import merge_partials
 from .nonfinite import finite_or_zero, weighted_values
 from .softmax import compute_dtype, result_dtype
 from .variants import sinks_backward
@@ -62,6 +69,13 @@ def _band(
     return None if keep.all() else keep
 
 
+def _scaled_queries(qg: np.ndarray, i0: int, i1: int, scale: float) -> np.ndarray:
+    """Query rows ``[i0, i1)`` times the scale: the one way the forward and the backward
+    form the scores (``_scaled_queries(...) @ k^T``), so that the backward's recomputed
+    scores are the forward's bit for bit, and so its probabilities match the saved LSE."""
+    return qg[..., i0:i1, :] * qg.dtype.type(scale)
+
+
 class _Problem(NamedTuple):
     """What the blockwise forward and backward share, checked once."""
 
@@ -75,18 +89,16 @@ class _Problem(NamedTuple):
     vg: np.ndarray  # (..., Hkv, 1, Tk, Dv)
     lead: tuple[int, ...]  # broadcast leading dims of qg and kg, (..., Hkv, G)
     softcap: float | None
-    sink: np.ndarray | None  # sinks in base 2, (..., Hkv, G, 1) against lead, or None
+    sink: np.ndarray | None  # sinks (natural units), (..., Hkv, G, 1) against lead, or None
     same_segment: np.ndarray | None  # bool (B, 1, ..., Tq, Tk) against lead + (Tq, Tk)
 
 
 def _problem(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool | str, window: Window | None,
-    scale: float | None, block_q: int, block_k: int, softcap: float | None = None,
+    scale: float | None, softcap: float | None = None,
     sinks: np.ndarray | None = None, segment_ids: object = None,
 ) -> _Problem:
     G = check_qkv(q, k, v)
-    if block_q < 1 or block_k < 1:
-        raise ValueError(f"block sizes must be positive, got block_q={block_q}, block_k={block_k}")
     dt = compute_dtype(np.result_type(q.dtype, k.dtype, v.dtype))
     Tq, Tk = q.shape[-2], k.shape[-2]
     left, right = resolve_band(causal, window, Tq, Tk)
@@ -100,7 +112,7 @@ def _problem(
         H = shape[-3] if len(shape) >= 3 else 1
         check_sinks(sinks, H)
         # (H,) -> (Hkv, G, 1) with GQA, (H, 1) without: the head axes of lead, one column.
-        z = np.asarray(sinks).astype(dt, copy=False) * dt.type(LOG2E)
+        z = np.asarray(sinks).astype(dt, copy=False)  # natural units, as the scores
         sink = z.reshape((H // G, G, 1) if G > 1 else (H, 1) if len(shape) >= 3 else (1,))
     same_segment = None
     if segment_ids is not None:
@@ -129,12 +141,12 @@ def _tile_keep(
     return False, (None if keep.all() else keep)
 
 
-def _capped(s: np.ndarray, softcap: float | None, to_base2: float) -> np.ndarray:
-    """A tile of natural-log scores ``s`` soft-capped in place, then times ``to_base2``."""
+def _capped(s: np.ndarray, softcap: float | None) -> np.ndarray:
+    """A tile of natural-log scores ``s`` soft-capped in place."""
     if softcap is None:
         return s
     np.tanh(np.divide(s, softcap, out=s), out=s)
-    return np.multiply(s, softcap * to_base2, out=s)
+    return np.multiply(s, softcap, out=s)
 
 
 def flash_attention(
@@ -148,10 +160,11 @@ def flash_attention(
     softcap: float | None = None,
     sinks: np.ndarray | None = None,
     segment_ids: object = None,
-    block_q: int = 64,
-    block_k: int = 64,
-    num_threads: int = 1,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    num_threads: int | None = None,
     return_lse: bool = False,
+    lse_dtype: np.dtype | type | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Attention computed block by block; equal to :func:`scaled_dot_product_attention`.
 
@@ -164,17 +177,24 @@ def flash_attention(
         window: ``(left, right)`` band around the bottom-right diagonal; None = unbounded.
         scale: defaults to ``1/sqrt(Dk)``.
         softcap, sinks, segment_ids: as :func:`scaled_dot_product_attention`.
-        block_q, block_k: tile sizes. A tile holds every head's ``block_q x block_k``
-            scores. The 64 x 64 default shows the algorithm at small sizes; for speed
-            at long T pass 128 x 256, which amortises the per-tile Python and ufunc
-            overhead (64 x 64 costs ~45% more CPU time at T=4096) while staying
-            cache-sized.
+        block_q, block_k: tile sizes; a tile holds every head's ``block_q x block_k``
+            scores. None (the default) picks 128 x 256, clipped to the lengths: larger
+            tiles amortise the per-tile Python and ufunc overhead (64 x 64 costs ~45%
+            more CPU time at T=4096) while staying cache-sized (see
+            :mod:`attnkit.numpy._plan`).
         num_threads: query blocks run on this many threads (NumPy releases the GIL in
-            BLAS and ufuncs). With more than one, limit BLAS to one thread per caller
-            (``OPENBLAS_NUM_THREADS=1`` or threadpoolctl): BLAS threads started inside
-            each worker oversubscribe the cores (measured 3-9x slower on a busy 2-core box).
+            BLAS and ufuncs). None (the default) uses one per usable core, at most one
+            per query block. With more than one, BLAS runs one thread per worker for the
+            call (through threadpoolctl; its own threads inside each worker would
+            oversubscribe the cores, measured 3-9x slower on a busy 2-core box); without
+            threadpoolctl the default is one thread.
         return_lse: also return the log-sum-exp (as :func:`attnkit.triton.flash_attention`
             does: ``out`` alone by default, ``(out, lse)`` on request).
+        lse_dtype: the returned LSE's dtype, never narrower than the statistics dtype
+            (float32, float64 for float64 input, the default). ``np.float64`` carries the
+            float32 row max and sum without rounding them together at the LSE's
+            magnitude: what :func:`flash_attention_backward` and :func:`merge_partials`
+            need for float32 gradients and merges that are exact at logits ~1e4.
 
     Returns:
         ``out (..., H, Tq, Dv)`` in the input dtype, or ``(out, lse (..., H, Tq))`` with
@@ -183,12 +203,15 @@ def flash_attention(
         With ``sinks`` the LSE includes the sink (a row with no allowed key: the sink).
     """
     q, k, v = _floats("q", q), _floats("k", k), _floats("v", v)
-    prob = _problem(q, k, v, causal, window, scale, block_q, block_k, softcap, sinks, segment_ids)
+    prob = _problem(q, k, v, causal, window, scale, softcap, sinks, segment_ids)
+    work = plan(q.shape[-2], k.shape[-2], block_q, block_k, num_threads)
+    block_q, block_k = work.block_q, work.block_k
     G, dt, scale, left, right, qg, kg, vg, lead = prob[:9]
     Tq, Tk, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
     offset = Tk - Tq  # bottom-right alignment: query i's diagonal key is i + offset
     out = np.zeros(lead + (Tq, Dv), dtype=dt)
-    lse = np.full(lead + (Tq,), -np.inf, dtype=dt)
+    lse_dt = np.result_type(dt, dt if lse_dtype is None else lse_dtype)
+    lse = np.full(lead + (Tq,), -np.inf, dtype=lse_dt)
 
     # K^T laid out once (one K-sized copy, linear in T): each tile's q @ k^T then reads
     # contiguous rows, BLAS's fast path.
@@ -198,11 +221,10 @@ def flash_attention(
 
     def one_query_block(i0: int) -> None:
         i1 = min(i0 + block_q, Tq)
-        # Scores in base 2 (log2(e) folded into the scale): NumPy's exp2 loop is ~1.5x
-        # faster than its exp, and exp2(s*log2(e) - m) is the same softmax. m_i is in
-        # base-2 units too; lse goes back to natural log at the end.
-        # With softcap, tanh needs the natural-log score: base 2 comes after the cap.
-        qi = qg[..., i0:i1, :] * dt.type(scale * (LOG2E if prob.softcap is None else 1.0))
+        # Natural units throughout: scores folded into base 2 (log2(e) in the scale) are
+        # rounded at their magnitude before the max is taken off, 1e-3 at 1e4 in float32.
+        # (NumPy's float32 exp is as fast as exp2 here: no reason for base 2.)
+        qi = _scaled_queries(qg, i0, i1, scale)
         m_i = np.full(lead + (i1 - i0,), -np.inf, dtype=dt)
         l_i = np.zeros(lead + (i1 - i0,), dtype=dt)
         acc = np.zeros(lead + (i1 - i0, Dv), dtype=dt)
@@ -218,15 +240,15 @@ def flash_attention(
             if skip:
                 continue
             s = np.matmul(qi, kT[..., j0:j1], out=tile[..., : j1 - j0])  # (..., bq, bk)
-            s = _capped(s, prob.softcap, LOG2E)
+            s = _capped(s, prob.softcap)
             if keep is not None:
                 np.copyto(s, -np.inf, where=~keep)
             m_new = np.maximum(m_i, s.max(axis=-1))
             # A row with nothing allowed yet keeps m = -inf; rebase against 0 instead.
             m_safe = np.where(np.isneginf(m_new), 0.0, m_new).astype(dt, copy=False)
             s -= m_safe[..., None]
-            p = np.exp2(s, out=s)  # exp(score - m), in the score buffer
-            alpha = np.exp2(m_i - m_safe)  # exp(-inf) = 0 on the first allowed block
+            p = np.exp(s, out=s)  # exp(score - m), in the score buffer
+            alpha = np.exp(m_i - m_safe)  # exp(-inf) = 0 on the first allowed block
             l_i *= alpha
             l_i += p @ ones[: j1 - j0]  # row sums; a BLAS matvec reads p ~3x faster than sum()
             acc *= alpha[..., None]
@@ -235,20 +257,22 @@ def flash_attention(
         if prob.sink is not None:  # the sink's column joins the sums once, rebased
             m_new = np.maximum(m_i, prob.sink)
             m_safe = np.where(np.isneginf(m_new), 0.0, m_new).astype(dt, copy=False)
-            alpha = np.exp2(m_i - m_safe)
-            l_i = l_i * alpha + np.exp2(prob.sink - m_safe)
+            alpha = np.exp(m_i - m_safe)
+            l_i = l_i * alpha + np.exp(prob.sink - m_safe)
             acc *= alpha[..., None]
             m_i = m_new
         # l_i == 0 exactly when a row saw no allowed key (and no sink): output 0, lse -inf.
         out[..., i0:i1, :] = np.divide(
             acc, l_i[..., None], out=np.zeros_like(acc), where=l_i[..., None] != 0
         )
+        # m_i and l_i are summed in the LSE's dtype: in float64 nothing is lost.
+        m_w, l_w = m_i.astype(lse.dtype), l_i.astype(lse.dtype)
         with np.errstate(divide="ignore"):
-            lse[..., i0:i1] = np.where(l_i != 0, m_i * dt.type(LN2) + np.log(l_i), -np.inf)
+            lse[..., i0:i1] = np.where(l_i != 0, m_w + np.log(l_w), -np.inf)
 
     starts = range(0, Tq, block_q)
-    if num_threads > 1 and len(starts) > 1:
-        with ThreadPoolExecutor(max_workers=num_threads) as pool:
+    if work.threads > 1 and len(starts) > 1:
+        with blas_threads_limited(work.limit_blas), ThreadPoolExecutor(work.threads) as pool:
             list(pool.map(one_query_block, starts))
     else:
         for i0 in starts:
@@ -259,44 +283,19 @@ def flash_attention(
     return (out, lse.reshape(out.shape[:-1])) if return_lse else out
 
 
-def merge_partials(
-    out_a: np.ndarray, lse_a: np.ndarray, out_b: np.ndarray, lse_b: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Combine attention over two disjoint key sets into attention over their union.
-
-    With ``lse = log(exp(lse_a) + exp(lse_b))`` each side carries the share
-    ``exp(lse_side - lse)`` of the total softmax mass, so
-    ``out = exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b``.
-    ``np.logaddexp`` is stable for large LSE; a side with ``lse = -inf`` (no allowed key)
-    contributes nothing, and both sides ``-inf`` give output 0 and ``lse = -inf``.
-
-    Args:
-        out_a, out_b: ``(..., Tq, Dv)``.
-        lse_a, lse_b: ``(..., Tq)``.
-
-    Returns:
-        ``(out (..., Tq, Dv), lse (..., Tq))``.
-    """
-    out_a, out_b = np.asarray(out_a), np.asarray(out_b)
-    lse_a, lse_b = np.asarray(lse_a), np.asarray(lse_b)
-    if out_a.shape != out_b.shape or lse_a.shape != lse_b.shape or out_a.shape[:-1] != lse_a.shape:
-        raise ValueError(
-            f"partials do not match: out_a {out_a.shape}, lse_a {lse_a.shape}, out_b "
-            f"{out_b.shape}, lse_b {lse_b.shape}; expected out (..., Tq, Dv), lse (..., Tq)"
-        )
-    lse = np.logaddexp(lse_a, lse_b)
-    finite = ~np.isneginf(lse)
-    safe = np.where(finite, lse, 0.0)
-    w_a = np.where(finite & ~np.isneginf(lse_a), np.exp(lse_a - safe), 0.0)[..., None]
-    w_b = np.where(finite & ~np.isneginf(lse_b), np.exp(lse_b - safe), 0.0)[..., None]
-    # where(), not a bare product: an empty side's output never leaks into the result
-    # (its 0 * nan / 0 * inf products are discarded, so they need not warn either).
-    with np.errstate(invalid="ignore"):
-        out = np.where(w_a != 0, w_a * out_a, 0.0) + np.where(w_b != 0, w_b * out_b, 0.0)
-    return out.astype(np.result_type(out_a.dtype, out_b.dtype), copy=False), lse
-
-
 # -- backward -----------------------------------------------------------------------------
+
+
+def _split_lse(lse: np.ndarray, dt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """``lse`` as ``hi + lo`` in ``dt``: ``hi`` its rounding, ``lo`` the rest (0 when
+    ``lse`` is no wider than ``dt``). An empty row (``-inf``) gets ``hi = +inf``, ``lo = 0``,
+    so that ``exp((s - hi) - lo)`` is 0 there with no ``inf - inf``."""
+    hi = lse.astype(dt)
+    lo = np.zeros_like(hi)
+    if np.dtype(lse.dtype).itemsize > dt.itemsize:
+        fin = np.isfinite(lse)
+        lo = np.where(fin, lse - np.where(fin, hi, 0), 0).astype(dt)
+    return np.where(np.isneginf(hi), np.inf, hi), lo
 
 
 def flash_attention_backward(
@@ -313,13 +312,18 @@ def flash_attention_backward(
     softcap: float | None = None,
     sinks: np.ndarray | None = None,
     segment_ids: object = None,
-    block_q: int = 64,
-    block_k: int = 64,
+    block_q: int | None = None,
+    block_k: int | None = None,
 ) -> tuple[np.ndarray, ...]:
     """VJP of :func:`flash_attention`, block by block, from the saved ``out`` and ``lse``.
 
     The probabilities are recomputed tile by tile as ``P = exp(S - lse)`` (exactly the
-    normalised softmax, since ``lse`` is each row's log normaliser). For ``O = P V``:
+    normalised softmax, since ``lse`` is each row's log normaliser), from the forward's
+    scores bit for bit. ``S - lse`` is formed as ``(S - hi) - lo`` with ``hi + lo`` the LSE
+    split into the compute dtype, so a float64 ``lse`` (``flash_attention(...,
+    lse_dtype=np.float64)``) keeps float32 probabilities exact at any magnitude; a float32
+    one bounds their relative error by its own rounding, ``eps * |lse|`` (5e-4 at 1e4).
+    For ``O = P V``:
     ``dV = P^T dO`` and ``dP = dO V^T``; the softmax backward
     ``dS = P * (dP - rowsum(dP * P))`` needs one number per row,
     ``D_i = rowsum(dP * P) = rowsum(dO * (P V)) = rowsum(dO * O)``, computed once up front.
@@ -334,7 +338,7 @@ def flash_attention_backward(
     Args:
         d_out: cotangent of ``out``, ``(..., H, Tq, Dv)``.
         q, k, v: the forward's inputs.
-        out, lse: the forward's outputs.
+        out, lse: the forward's outputs (``lse`` best in float64, see above).
         causal, window, scale, softcap, sinks, segment_ids, block_q, block_k: as given to
             the forward.
 
@@ -343,7 +347,9 @@ def flash_attention_backward(
         ``sinks``, ``(dq, dk, dv, d_sinks (H,))``.
     """
     q, k, v = _floats("q", q), _floats("k", k), _floats("v", v)
-    prob = _problem(q, k, v, causal, window, scale, block_q, block_k, softcap, sinks, segment_ids)
+    prob = _problem(q, k, v, causal, window, scale, softcap, sinks, segment_ids)
+    tiles = plan(q.shape[-2], k.shape[-2], block_q, block_k, 1)
+    block_q, block_k = tiles.block_q, tiles.block_k
     G, dt, scale, left, right, qg, kg, vg, lead = prob[:9]
     Tq, Tk = q.shape[-2], k.shape[-2]
     heads = lead if G == 1 else lead[:-2] + (lead[-2] * G,)
@@ -357,23 +363,23 @@ def flash_attention_backward(
     dog = grouped(d_out.astype(dt, copy=False), G)  # (..., Hkv, G, Tq, Dv)
     # D_i = rowsum(dO * O), one number per query row.
     delta = np.sum(dog * grouped(out.astype(dt, copy=False), G), axis=-1)  # (..., Hkv, G, Tq)
-    # An empty row has lse = -inf; using +inf there makes exp(S - lse) = 0 with no inf - inf.
-    lse_g = grouped(lse.astype(dt, copy=False)[..., None], G)[..., 0]
-    lse_g = np.where(np.isneginf(lse_g), np.inf, lse_g)
+    hi, lo = (grouped(x[..., None], G)[..., 0] for x in _split_lse(lse, dt))
     offset = Tk - Tq
     dq = np.zeros(lead + (Tq, q.shape[-1]), dtype=dt)
     dk = np.zeros(k.shape, dtype=dt)
     dv = np.zeros(v.shape, dtype=dt)
     s_scale = dt.type(scale)
+    kT = np.ascontiguousarray(np.swapaxes(kg, -1, -2))  # as in the forward
     # The dS matmuls use copies with NaN/inf zeroed (see finite_or_zero); the scores use
     # the originals, so an attended NaN still reaches dS.
     q_mm, k_mm, v_mm = finite_or_zero(qg), finite_or_zero(kg), finite_or_zero(vg)
+    nan_rows = not np.all(np.isfinite(delta))
 
     for i0 in range(0, Tq, block_q):
         i1 = min(i0 + block_q, Tq)
-        qi = qg[..., i0:i1, :]
+        qi = _scaled_queries(qg, i0, i1, scale)
         do_i = dog[..., i0:i1, :]
-        lse_i = lse_g[..., i0:i1, None]
+        hi_i, lo_i = hi[..., i0:i1, None], lo[..., i0:i1, None]
         delta_i = delta[..., i0:i1, None]
         dq_i = np.zeros(lead + (i1 - i0, q.shape[-1]), dtype=dt)
         j_lo = 0 if left is None else max(0, i0 + offset - left)
@@ -383,17 +389,18 @@ def flash_attention_backward(
             skip, keep = _tile_keep(prob, i0, i1, j0, j1, offset)
             if skip:
                 continue
-            kj = kg[..., j0:j1, :]
-            s = (qi * s_scale) @ np.swapaxes(kj, -1, -2)  # (..., bq, bk), as in the forward
+            s = np.matmul(qi, kT[..., j0:j1])  # (..., bq, bk), the forward's scores
             tanh = None
-            if prob.softcap is not None:
+            if prob.softcap is not None:  # as _capped does it in the forward
                 tanh = np.tanh(s / dt.type(prob.softcap))
                 s = tanh * dt.type(prob.softcap)
             if keep is not None:
                 s = np.where(keep, s, -np.inf)
-            p = np.exp(s - lse_i)  # the forward's probabilities, recomputed
+            p = np.exp((s - hi_i) - lo_i)  # the forward's probabilities, recomputed
             dp = do_i @ np.swapaxes(v_mm[..., j0:j1, :], -1, -2)
             ds = p * (dp - delta_i)
+            if nan_rows:  # a row attending a NaN value: its NaN delta stays on its own keys
+                ds = np.where(p != 0, ds, 0.0)
             if tanh is not None:
                 ds = ds * (1.0 - tanh * tanh)  # through the cap; masked entries have p = 0
             dq_i += ds @ k_mm[..., j0:j1, :]
@@ -407,8 +414,8 @@ def flash_attention_backward(
     dq = sum_to_shape(ungrouped(dq * s_scale, G), q.shape)
     if prob.sink is None:
         return dq, dk * s_scale, dv
-    # exp(z - lse) per row; lse_g is +inf only where a row had neither key nor sink.
-    sink_weight = np.exp(prob.sink * dt.type(LN2) - lse_g)
+    # exp(z - lse) per row; hi is +inf only where a row had neither key nor sink.
+    sink_weight = np.exp((prob.sink - hi) - lo)
     H = len(sinks)  # type: ignore[arg-type]
     d_sinks = sinks_backward(
         ungrouped(sink_weight[..., None], G), ungrouped(delta[..., None], G), H

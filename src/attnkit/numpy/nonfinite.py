@@ -1,5 +1,5 @@
 """The masked-NaN guard: NaN/inf in a *masked* position never leaks, in an attended one it
-propagates (DESIGN.md).
+propagates (attnkit's rule on every backend).
 
 A masked weight is exactly 0, but ``0 * nan = nan``: a plain ``p @ v`` would carry a NaN
 from a value row no query may see into every output row. Both guards below only do extra

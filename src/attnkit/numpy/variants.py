@@ -1,7 +1,7 @@
 """Two score modifiers of today's model families, forward and backward: logit soft-capping
 (Gemma 2, Grok) and attention sinks (GPT-OSS, StreamingLLM).
 
-Order on every backend (DESIGN.md): ``scale``, then ``softcap``, then bias/ALiBi, then
+Order on every backend: ``scale``, then ``softcap``, then bias/ALiBi, then
 masks; the sinks join the softmax last.
 
 **softcap** ``c``: ``s -> c * tanh(s / c)`` bounds every score to ``(-c, c)``. Its

@@ -174,7 +174,9 @@ def _additive_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
 def _flash_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
     q, k, v = args["q"], args["k"], args["v"]
     band = _options(args, "causal", "window", "scale", "block_q", "block_k", *_VARIANTS)
-    out, lse = flash_attention(q, k, v, num_threads=args["num_threads"], return_lse=True, **band)
+    # The backward gets the LSE in float64: float32 gradients stay exact at large logits.
+    out, lse = flash_attention(q, k, v, num_threads=args["num_threads"], return_lse=True,
+                               lse_dtype=np.float64, **band)
 
     def back(d_out: np.ndarray) -> dict[str, Any]:
         dq, dk, dv, *d_sinks = flash_attention_backward(d_out, q, k, v, out, lse, **band)
@@ -183,7 +185,11 @@ def _flash_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:
             grads["sinks"] = _like(d_sinks[0], args["sinks"])
         return grads
 
-    return ((out, lse) if args["return_lse"] else out), back
+    if not args["return_lse"]:
+        return out, back
+    stats = compute_dtype(np.result_type(*(np.asarray(x).dtype for x in (q, k, v))))
+    want = stats if args["lse_dtype"] is None else args["lse_dtype"]
+    return (out, lse.astype(np.result_type(stats, want))), back
 
 
 def _mha_rule(args: dict[str, Any]) -> tuple[Any, _Backward]:

@@ -1,13 +1,24 @@
 """Checks that only tensors need (type, floating dtype, device); shapes are
-:mod:`attnkit.spec`'s, so arrays and tensors are held to one rule with one message."""
+:mod:`attnkit.spec`'s, so arrays and tensors are held to one rule with one message.
+
+The shape rule is a pure function of three shapes, so its answer is memoised: a decoding
+loop calls :func:`attention` with the same shapes thousands of times, and re-deriving the
+broadcast each time would cost more than a small attention call itself.
+"""
 
 from __future__ import annotations
+
+import functools
+from typing import NamedTuple
 
 import torch
 
 from .. import spec
 
-__all__ = ["check_bias", "check_qkv", "check_segment_ids", "check_sinks", "check_tensor"]
+__all__ = [
+    "check_bias", "check_call", "check_qkv", "check_segment_ids", "check_sinks", "check_tensor",
+    "qkv_shapes",
+]
 
 
 def check_tensor(name: str, x: object) -> torch.Tensor:
@@ -19,6 +30,31 @@ def check_tensor(name: str, x: object) -> torch.Tensor:
     return x
 
 
+class _Shape(NamedTuple):
+    """A bare shape with the ``.shape`` that :func:`attnkit.spec.check_qkv` reads."""
+
+    shape: tuple[int, ...]
+
+
+@functools.lru_cache(maxsize=1024)
+def _qkv_rule(
+    qs: tuple[int, ...], ks: tuple[int, ...], vs: tuple[int, ...], batched: bool
+) -> tuple[int, tuple[int, ...]]:
+    q, k, v = _Shape(qs), _Shape(ks), _Shape(vs)
+    G = spec.check_qkv(q, k, v, batched=batched)
+    return G, spec.scores_shape(q, k, G)
+
+
+def qkv_shapes(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, batched: bool = False
+) -> tuple[int, tuple[int, ...]]:
+    """``(G, scores shape (..., H, Tq, Tk))`` of q, k, v that pass :func:`check_qkv`."""
+    qs, ks, vs = tuple(q.shape), tuple(k.shape), tuple(v.shape)
+    if torch.compiler.is_compiling():  # traced once per graph: no cache to consult
+        return _qkv_rule.__wrapped__(qs, ks, vs, batched)
+    return _qkv_rule(qs, ks, vs, batched)
+
+
 def check_qkv(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, batched: bool = False
 ) -> int:
@@ -28,13 +64,34 @@ def check_qkv(
     ``(B, H, T, D)`` with one ``B``); this adds what only tensors have: one floating dtype
     and one device. Returns the group size ``G = H // Hkv``.
     """
+    _check_tensors(q, k, v)
+    return qkv_shapes(q, k, v, batched=batched)[0]
+
+
+def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """q, k, v are floating tensors of one dtype on one device."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, x)
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must share a device, got {q.device}, {k.device}, {v.device}")
-    return spec.check_qkv(q, k, v, batched=batched)
+
+
+def check_call(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[int, tuple[int, ...]]:
+    """:func:`check_qkv` and the scores' shape in one step: ``(G, (..., H, Tq, Tk))``.
+
+    Written for the hot path (a decoding step calls it for a few microseconds of work):
+    the common case is one chain of cheap tests; any failure takes the path that names
+    what is wrong."""
+    Tensor = torch.Tensor
+    if not (isinstance(q, Tensor) and isinstance(k, Tensor) and isinstance(v, Tensor)
+            and q.is_floating_point() and q.dtype == k.dtype == v.dtype
+            and q.device == k.device == v.device):
+        _check_tensors(q, k, v)
+    return qkv_shapes(q, k, v)
 
 
 def check_bias(

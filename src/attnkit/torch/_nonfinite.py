@@ -1,163 +1,358 @@
-"""NaN in a masked position must not leak: the one place that keeps it out.
+"""NaN in a masked position must not leak: the one place that keeps it out, branch-free.
 
 A masked weight is exactly 0, but ``0 * nan = nan``: a NaN or inf in a key/value row that
-no query may attend (padding, say) would still reach the output through the ``w @ v``
-matmul, and every gradient through the backward's matmuls. NaN in an *attended* position
-must propagate. The helpers here separate the two; each is paid only when some entry is
-non-finite, which one reduction finds.
+a query may not attend would still reach that query's output through the ``w @ v``
+matmul, and every gradient through the backward's matmuls (``dQ = dS K``, ``dK = dS^T Q``,
+``dW = dY^T X`` of a projection). NaN in an *attended* position must propagate.
+
+Nothing here reads a tensor back to Python: every step runs whatever the data holds, as
+tensor ops whose cost is fixed by the shapes. What it costs (passes over q, k, v of
+``O(T * D)``, never ``O(Tq * Tk * D)``), by the structure of the mask
+(:class:`attnkit.torch._keep.Keep`):
+
+- **key masks** (padding, 1-D ``valid_lens``; also one query, as in decoding): a key row no
+  query may attend is zeroed (:func:`zero_rows`), and so is a query row with no key.
+  Exact: the rows that stay are attended, so their NaN propagates through the kernel.
+- **band / per-query lengths** (causal, window, 2-D ``valid_lens``): a key row can be
+  attended by some queries and masked for others, so the kernel gets k and v with every
+  non-finite entry zeroed, and :func:`restore` adds back, per query, what its attended
+  entries hold: their IEEE sum (NaN, or +-inf when all of one sign), per feature for values
+  and as a whole-row NaN for keys (a NaN or inf key spoils its score). Prefix sums over the
+  keys compute it; a window with a left edge counts by kind instead.
+- **dense masks** (any other pattern): as the band, but per query row: a query that may
+  attend a non-finite value gets it in every feature (one small ``(Tq, Tk) @ (Tk, 1)``
+  product per head finds which).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
-from ..spec import is_half
-from ._scores import group, ungroup
+from ._keep import Keep
 
 __all__ = [
+    "Guarded",
     "all_finite",
-    "attends",
-    "finite_safe_linear",
-    "guard_masked_nonfinite",
-    "without_masked_nonfinite",
+    "finite_safe",
+    "guard_inputs",
+    "restore",
     "zero_masked_keys",
-    "zero_unattended_nonfinite",
+    "zero_rows",
 ]
 
-Outputs = tuple[torch.Tensor, "torch.Tensor | None"]
+_BITS = {torch.float16: torch.int16, torch.bfloat16: torch.int16,
+         torch.float32: torch.int32, torch.float64: torch.int64}
+
+
+def _bitmask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``keep`` as all-ones (True) / all-zeros (False) integers as wide as ``dtype``."""
+    return keep.to(_BITS[dtype]).neg_()
+
+
+class _ZeroRows(torch.autograd.Function):
+    """``x`` where ``keep``, else +0.0, as a bitwise AND of the float's bits.
+
+    A select that NaN cannot pass through (``x * 0`` is NaN for NaN ``x``), and the one
+    that runs at the speed of a multiply on the CPU (``torch.where`` with a bool mask is
+    3-4x slower there). +0.0 is the all-zero bit pattern, so AND-ing with 0 gives +0.0
+    whatever ``x`` held; AND-ing with all ones gives ``x`` bit for bit.
+    """
+
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(bits)  # type: ignore[attr-defined]
+        return x.view(bits.dtype).bitwise_and(bits).view(x.dtype)
+
+    @staticmethod
+    def backward(ctx: object, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (bits,) = ctx.saved_tensors  # type: ignore[attr-defined]
+        return _ZeroRows.apply(g, bits), None
+
+
+def zero_rows(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """``x`` with the entries where ``keep`` (bool, broadcastable) is False set to +0.0 —
+    NaN and inf included — in a new tensor, and the same for its gradient."""
+    return _ZeroRows.apply(x, _bitmask(keep, x.dtype))
 
 
 def all_finite(*xs: torch.Tensor) -> bool:
-    """True when every entry of every tensor is finite. One reduction each and one host
-    sync in all: a finite sum implies finite entries (inf or NaN anywhere makes the sum inf
-    or NaN); a sum that overflows merely sends the caller down its slower, still exact,
-    path."""
-    total = sum(torch.sum(x, dtype=torch.float32 if is_half(x.dtype) else None) for x in xs)
+    """True when every entry of every tensor is finite: one reduction each and one host
+    sync in all (a finite sum implies finite entries; a sum that overflows merely sends the
+    caller down its slower, still exact, path).
+
+    Only :mod:`attnkit.torch.lse` (ring attention's blocks) uses it, to choose a path per
+    masked block; :func:`attnkit.torch.attention` and the modules never read a tensor back.
+    """
+    total = sum(torch.sum(x, dtype=torch.float32 if x.dtype in (torch.float16, torch.bfloat16)
+                          else None) for x in xs)
     return bool(torch.isfinite(torch.as_tensor(total)))
-
-
-def zero_unattended_nonfinite(
-    k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, shape: tuple[int, ...], G: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``k`` and ``v`` with NaN/inf zeroed in the key rows no query may attend (new
-    tensors; the caller's are untouched). Only called when some entry is non-finite."""
-    used = keep.expand(shape).any(dim=-2)  # (..., H, Tk)
-    if G > 1:
-        used = used.unflatten(-2, (used.shape[-2] // G, G)).any(dim=-2)  # (..., Hkv, Tk)
-    while used.ndim > k.ndim - 1:  # leading dims q broadcast over k's
-        used = used.any(dim=0)
-    for i, n in enumerate(k.shape[:-2]):
-        if n == 1 and used.shape[i] != 1:
-            used = used.any(dim=i, keepdim=True)
-    used = used[..., None]  # (..., Hkv, Tk, 1)
-    return (
-        torch.where(used | torch.isfinite(k), k, 0.0),
-        torch.where(used | torch.isfinite(v), v, 0.0),
-    )
 
 
 def zero_masked_keys(x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
     """Keys or values ``x (B, Hkv, Tk, D)`` with the positions a key mask ``(B, Tk)`` (True =
-    may attend) excludes zeroed, whatever they hold; a new tensor. Branch-free: for callers
-    whose mask is per key, so that no query attends a masked row."""
+    may attend) excludes zeroed, whatever they hold; a new tensor."""
     if key_mask is None:
         return x
-    return torch.where(key_mask[:, None, :, None], x, torch.zeros_like(x))
+    return zero_rows(x, key_mask[:, None, :, None])
 
 
-def attends(
-    keep: torch.Tensor, bad: torch.Tensor, G: int, out_shape: tuple[int, ...]
+# -- which rows the kernel may see -------------------------------------------------------
+
+
+def _fold(m: torch.Tensor, G: int, like: tuple[int, ...]) -> torch.Tensor:
+    """A bool ``m (..., H|1, Tk)`` over query heads as ``(..., Hkv|1, Tk)``: True where any
+    of a group's ``G`` heads is True; leading axes reduced where ``like`` (k's shape
+    without its last axis) has size 1 or none, so that the result broadcasts onto k."""
+    if G > 1 and m.ndim >= 2 and m.shape[-2] > 1:
+        m = m.unflatten(-2, (m.shape[-2] // G, G)).any(dim=-2)
+    while m.ndim > len(like):
+        m = m.any(dim=0)
+    for i, (n, target) in enumerate(zip(m.shape, like[len(like) - m.ndim:])):
+        if target == 1 and n != 1:
+            m = m.any(dim=i, keepdim=True)
+    return m
+
+
+def _used_keys(keep: Keep, k: torch.Tensor, G: int) -> torch.Tensor | None:
+    """``(..., Hkv, Tk, 1)``: keys some query may attend; None when every key is."""
+    left, right = keep.band if keep.band is not None else (None, None)
+    if keep.only_band and left is None and (right is None or right >= 0):
+        return None  # a band open to the left: the last query reaches every key
+    used = keep.full()
+    used = used.any(dim=-2) if used.shape[-2] > 1 else used.squeeze(-2)  # (..., H|1, Tk)
+    return _fold(used, G, tuple(k.shape[:-1]))[..., None]
+
+
+# -- partial masks: what the attended non-finite entries add up to -------------------------
+
+
+def _bad(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x with non-finite entries zeroed, x - that)``: the second is 0 where ``x`` is
+    finite and NaN/+-inf where it is not. It only carries those values into the forward
+    (detached: a gradient through ``x - clean`` would cancel against the kernel's in
+    rounding, and the non-finite entries have none to give)."""
+    clean = torch.nan_to_num(x, 0.0, 0.0, 0.0)
+    return clean, (x.detach() - clean.detach())
+
+
+def _last_key(keep: Keep) -> torch.Tensor:
+    """Index of the last key each query may attend (``(..., Tq, 1)``; -1 when none),
+    under the band and the per-query lengths."""
+    Tq, Tk = keep.shape[-2], keep.shape[-1]
+    right = keep.band[1] if keep.band is not None else None
+    i = torch.arange(Tq, device=keep.device)[:, None]
+    hi = (i + (Tk - Tq) + (Tk if right is None else right)).clamp(max=Tk - 1)
+    if keep.limits is not None:
+        hi = torch.minimum(hi, keep.limits - 1)
+    return hi.clamp(min=-1)
+
+
+def _first_key(keep: Keep) -> torch.Tensor:
+    """Index of the first key of each query's band (``(Tq, 1)``, >= 0)."""
+    Tq, Tk = keep.shape[-2], keep.shape[-1]
+    left = keep.band[0] if keep.band is not None else None
+    i = torch.arange(Tq, device=keep.device)[:, None]
+    return (i + (Tk - Tq) - (Tk if left is None else left)).clamp(min=0)
+
+
+def _gather_rows(prefix: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``prefix (..., Hkv, Tk + 1, X)`` at key rows ``index (..., Tq, 1)`` (per query,
+    possibly per batch row) -> ``(..., Hkv, Tq, X)``."""
+    if index.ndim == 2:  # the same rows for every batch row and head
+        return prefix.index_select(-2, index[:, 0])
+    lead = torch.broadcast_shapes(prefix.shape[:-2], index.shape[:-2])
+    idx = index.expand(lead + (index.shape[-2], prefix.shape[-1]))
+    return torch.gather(prefix.expand(lead + prefix.shape[-2:]), -2, idx)
+
+
+def _with_zero_row(x: torch.Tensor) -> torch.Tensor:
+    """``x (..., Tk, X)`` with a row of zeros in front (so that index -1 + 1 reads 0)."""
+    return F.pad(x, (0, 0, 1, 0))
+
+
+def _kind_codes(bad: torch.Tensor, Tk: int) -> torch.Tensor:
+    """``bad`` (0 or NaN/+-inf) as float64 codes whose sums count each kind exactly:
+    NaN = 1, +inf = S, -inf = S^2 with S = Tk + 1 (so S^3 stays below 2^53 for Tk up to
+    2e5)."""
+    S = float(Tk + 1)
+    return torch.nan_to_num(bad.detach().to(torch.float64), 1.0, S, S * S)
+
+
+def _from_counts(n: torch.Tensor, Tk: int, dtype: torch.dtype) -> torch.Tensor:
+    """Sums of :func:`_kind_codes` back to the IEEE sum of what they counted: NaN if any
+    NaN or both infinities, +-inf if only one, else 0."""
+    S = float(Tk + 1)
+    nan, pos, neg = n % S, (n // S) % S, n // (S * S)
+    inf = torch.tensor(float("inf"), dtype=dtype, device=n.device)
+    zero = torch.zeros((), dtype=dtype, device=n.device)
+    signed = torch.where(pos > 0, inf, zero) - torch.where(neg > 0, inf, zero)  # nan if both
+    return torch.where(nan > 0, inf - inf, signed)
+
+
+def _interval_sum(bad: torch.Tensor, keep: Keep) -> torch.Tensor:
+    """IEEE sum of ``bad (..., Hkv, Tk, X)`` over each query's band of keys ->
+    ``(..., Hkv, Tq, X)``."""
+    left, right = keep.band if keep.band is not None else (None, None)
+    if left is None:  # prefix sums carry NaN and +-inf exactly: 0 + inf = inf, inf - inf...
+        prefix = bad.cumsum_(-2)  # bad is the caller's scratch
+        Tq, Tk = keep.shape[-2], keep.shape[-1]
+        first = Tk - Tq + (right if right is not None else Tk)  # last key of query 0
+        if keep.limits is None and right is not None and 0 <= first and first + Tq <= Tk:
+            return prefix[..., first:first + Tq, :]  # query i: prefix up to first + i
+        return _gather_rows(_with_zero_row(prefix), _last_key(keep) + 1)
+    hi = _last_key(keep)
+    Tk = keep.shape[-1]
+    counts = _with_zero_row(_kind_codes(bad, Tk).cumsum(-2))
+    lo = torch.minimum(_first_key(keep), hi + 1)  # empty band: lo = hi + 1, count 0
+    n = _gather_rows(counts, hi + 1) - _gather_rows(counts, lo)
+    return _from_counts(n, Tk, bad.dtype)
+
+
+def _dense_sum(bad_rows: torch.Tensor, keep: Keep, G: int) -> torch.Tensor:
+    """IEEE sum of ``bad_rows (..., Hkv, Tk)`` (0 or NaN/+-inf per key) over each query's
+    allowed keys -> ``(..., H, Tq, 1)``, or ``(..., Hkv, G, Tq, 1)`` with GQA. A select and a
+    sum over the mask's own shape: NaN and +-inf add up exactly as they should."""
+    allowed = keep.full()  # (..., H|1, Tq|1, Tk)
+    if G > 1:
+        lead, (Hm, Tqm, Tk) = allowed.shape[:-3], allowed.shape[-3:]
+        allowed = allowed.reshape(lead + ((Hm // G, G) if Hm > 1 else (1, 1)) + (Tqm, Tk))
+        bad_rows = bad_rows[..., None, None, :]  # (..., Hkv, 1, 1, Tk)
+    else:
+        bad_rows = bad_rows[..., None, :]  # (..., H, 1, Tk)
+    return torch.where(allowed, bad_rows.detach(), 0.0).sum(dim=-1, keepdim=True)
+
+
+# -- the guard -----------------------------------------------------------------------------
+
+
+class Guarded(NamedTuple):
+    """Inputs the kernel may multiply by a masked 0 freely, and what to add back.
+
+    ``out_fix`` goes onto the output and ``weight_fix`` onto the weights (by
+    :func:`restore`): ``(..., H, Tq, Dv|1)``, or ``(..., Hkv, G|1, Tq, Dv|1)`` with GQA;
+    None when nothing needs adding back.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    out_fix: torch.Tensor | None
+    weight_fix: torch.Tensor | None
+
+
+def guard_inputs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: Keep | None, G: int,
+    *, keys_by_select: bool = False, rows_zeroed: bool = False, grad: bool | None = None,
+    codes: torch.Tensor | None = None,
+) -> Guarded:
+    """q, k, v for a dot-product attention under ``keep`` (group size ``G``), with every
+    entry that a masked position could read zeroed, and the fix-ups that put back what
+    attended non-finite entries contribute (see the module docstring).
+
+    ``keys_by_select``: the caller masks its scores with a select (``masked_fill``), so a
+    NaN in a masked key cannot reach the forward; keys are then cleaned only when a
+    gradient could carry it (``dQ = dS K``). ``rows_zeroed``: the caller zeroes the
+    weights of a row with no key after its softmax, so a NaN query there cannot reach the
+    forward; it is then cleaned only for the gradient (``dK = dS^T Q``). ``grad``: by
+    default, whether autograd records q, k or v.
+
+    ``codes``: k and v hold no NaN/inf (a KV cache's buffers) and ``codes (..., Hkv, 2,
+    Tk)`` say what each position held (:meth:`attnkit.torch.KVCache.codes`).
+    """
+    if grad is None:
+        grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    rows = None if keep is None else keep.rows()
+    if rows is not None and (grad or not rows_zeroed):  # a NaN query with no key
+        q = zero_rows(q, rows)
+    if codes is not None:
+        return _guard_clean(q, k, v, keep, G, codes)
+    if keep is None:
+        return Guarded(q, k, v, None, None)
+    clean_k = not keys_by_select or grad
+    used = _used_keys(keep, k, G)
+    if used is not None:
+        v = zero_rows(v, used)
+        k = zero_rows(k, used) if clean_k else k
+    keys = keep.keys
+    heads_differ = G > 1 and keys is not None and keys.ndim >= 3 and keys.shape[-3] > 1
+    if not keep.partial and not heads_differ:
+        return Guarded(q, k, v, None, None)  # every key row left is attended by all
+    v, bad_v = _bad(v)
+    k_fix = None
+    if keep.dense is not None or heads_differ:
+        out_fix = _dense_sum(bad_v.sum(-1), keep, G)
+        if clean_k:
+            k, bad_k = _bad(k)
+            k_fix = _dense_sum(bad_k.sum(-1) * 0.0, keep, G)  # NaN: a key with NaN/inf
+    else:
+        out_fix = _interval_sum(bad_v, keep)
+        if clean_k:
+            k, bad_k = _bad(k)
+            k_fix = _interval_sum(bad_k.sum(-1, keepdim=True) * 0.0, keep)
+        if G > 1:  # one band for every head of a group
+            out_fix = out_fix.unsqueeze(-3)
+            k_fix = None if k_fix is None else k_fix.unsqueeze(-3)
+    return Guarded(q, k, v, out_fix if k_fix is None else out_fix + k_fix, k_fix)
+
+
+def _guard_clean(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: Keep | None, G: int,
+    codes: torch.Tensor,
+) -> Guarded:
+    """:func:`guard_inputs` for k and v free of NaN/inf, whose positions held ``codes``:
+    nothing to zero (the queries with no key are done), and the codes of the positions
+    each query may attend to add back (a whole-row NaN or +-inf: the cache keeps one code per
+    position)."""
+    key_codes = codes[..., 0, :]  # (..., Hkv, Tk)
+    both = key_codes + codes[..., 1, :]
+    if keep is None:  # every query attends every position
+        out_fix, k_fix = both.sum(-1)[..., None, None], key_codes.sum(-1)[..., None, None]
+    elif keep.keys is None and keep.dense is None:
+        out_fix = _interval_sum(both[..., None], keep)
+        k_fix = _interval_sum(key_codes[..., None].clone(), keep)
+    else:
+        return Guarded(q, k, v, _dense_sum(both, keep, G), _dense_sum(key_codes, keep, G))
+    if G > 1:
+        out_fix, k_fix = out_fix.unsqueeze(-3), k_fix.unsqueeze(-3)
+    return Guarded(q, k, v, out_fix, k_fix)
+
+
+def restore(x: torch.Tensor, fix: torch.Tensor | None, G: int) -> torch.Tensor:
+    """``x (..., H, Tq, X)`` plus ``fix`` (a :class:`Guarded` fix-up): 0 except where a
+    query attends a non-finite entry (then NaN or +-inf, as IEEE sums them). ``x`` must be
+    a buffer of the caller's own (a kernel's output): without autograd it is added to in
+    place."""
+    if fix is None:
+        return x
+    *lead, H, Tq, X = x.shape
+    grouped = x if G == 1 else x.reshape(*lead, H // G, G, Tq, X)
+    if x.requires_grad:
+        return (grouped + fix).reshape(x.shape)
+    return grouped.add_(fix).reshape(x.shape)  # x is the kernel's fresh output
+
+
+# -- projections of padded inputs ----------------------------------------------------------
+
+
+def finite_safe(
+    linear: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, masked: bool
 ) -> torch.Tensor:
-    """Bool ``out_shape = (..., H, Tq, X)``: True where a query may attend a key whose
-    entry ``bad (..., Hkv, Tk, X)`` is set (``X`` is ``Dv``, or 1 for whole key rows)."""
-    allowed = keep.to(torch.float32)  # counts of 0/1 products: exact
-    allowed = allowed.expand(tuple(out_shape[:-1]) + (bad.shape[-2],))  # (..., H, Tq, Tk)
-    hits = group(allowed, G) @ bad.to(allowed.dtype)  # (..., Hkv, G*Tq, X)
-    return ungroup(hits, G, out_shape[-2]) > 0
+    """``linear(x)`` (an ``nn.Linear`` or the like) whose weight gradient reads NaN/inf in
+    ``x`` as 0, when ``masked`` (some rows of ``x`` may end up unattended) and autograd
+    records.
 
-
-def without_masked_nonfinite(
-    out: torch.Tensor, clean: torch.Tensor, v: torch.Tensor, keep: torch.Tensor
-) -> torch.Tensor:
-    """Keep NaN/inf from *masked* value rows out of the output.
-
-    Rows of ``out`` that attend a non-finite value keep it (NaN in an attended position
-    propagates); the others take ``clean``, the output recomputed with non-finite values
-    zeroed. Only called when ``v`` has non-finite entries.
+    ``dW = dy^T x``: a padded key/value row that no query may attend, or a query row with no
+    key, has ``dy = 0``, but ``0 * nan = nan`` would still spoil the whole weight gradient
+    (as the NumPy reference does not). So ``linear`` gets ``x`` with its non-finite entries
+    zeroed, and a row of ``x`` that held one becomes NaN in the output, as ``linear(x)``
+    would make it: where the row matters, its NaN propagates. Costs a ``nan_to_num`` of
+    ``x``, a row sum and an add; ``linear`` itself is called as usual (hooks run).
     """
-    return torch.where(attends(keep, ~torch.isfinite(v), 1, out.shape), out, clean)
-
-
-def guard_masked_nonfinite(
-    run: Callable[[torch.Tensor, torch.Tensor], Outputs],
-    k: torch.Tensor,
-    v: torch.Tensor,
-    keep: torch.Tensor | None,
-    shape: tuple[int, ...],
-    G: int,
-) -> Outputs:
-    """``run(k, v) -> (out, weights)``, a dot-product attention under every constraint
-    ``keep`` (scores ``shape``, group size ``G``), with masked NaN/inf kept out.
-
-    Garbage in key/value rows no query may attend is zeroed up front, so that no
-    ``0 * nan`` reaches the output or, in the backward, any gradient. A non-finite entry
-    that some queries attend and others may not costs a second run: those that attend it
-    keep its NaN/inf; the others take the result computed with it zeroed.
-    """
-    if keep is None or all_finite(k, v):
-        return run(k, v)
-    k, v = zero_unattended_nonfinite(k, v, keep, shape, G)
-    if all_finite(k, v):
-        return run(k, v)
-    out, weights = run(k, v)
-    clean_out, clean_w = run(
-        torch.nan_to_num(k, 0.0, 0.0, 0.0), torch.nan_to_num(v, 0.0, 0.0, 0.0)
-    )
-    bad_k = (~torch.isfinite(k)).any(dim=-1, keepdim=True)  # (..., Hkv, Tk, 1)
-    bad = bad_k | ~torch.isfinite(v)  # a non-finite key spoils its whole score
-    out = torch.where(attends(keep, bad, G, out.shape), out, clean_out)
-    if weights is not None and clean_w is not None:
-        rows = attends(keep, bad_k, G, out.shape[:-1] + (1,))  # (..., H, Tq, 1)
-        weights = torch.where(rows, weights, clean_w)
-    return out, weights
-
-
-class _FiniteSafeLinear(torch.autograd.Function):
-    """``F.linear(x, weight, bias)`` whose weight gradient reads NaN/inf in ``x`` as 0.
-
-    ``dW = dy^T x``: a padded key/value row that no query may attend has ``dy = 0``, but
-    ``0 * nan = nan`` would still spoil the whole weight gradient (as the NumPy reference
-    does not). Where the row is attended, ``dy`` carries the NaN itself, so NaN still
-    propagates. Used only when ``x`` has a non-finite entry.
-    """
-
-    @staticmethod
-    def forward(
-        ctx: object, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-    ) -> torch.Tensor:
-        ctx.save_for_backward(x, weight)  # type: ignore[attr-defined]
-        ctx.has_bias = bias is not None  # type: ignore[attr-defined]
-        return F.linear(x, weight, bias)
-
-    @staticmethod
-    def backward(
-        ctx: object, g: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        x, weight = ctx.saved_tensors  # type: ignore[attr-defined]
-        g2 = g.reshape(-1, g.shape[-1])  # (N, out)
-        x2 = torch.where(torch.isfinite(x), x, 0.0).reshape(-1, x.shape[-1])  # (N, in)
-        d_bias = g2.sum(dim=0) if ctx.has_bias else None  # type: ignore[attr-defined]
-        return g @ weight, g2.T @ x2, d_bias
-
-
-def finite_safe_linear(lin: nn.Linear, x: torch.Tensor, masked: bool) -> torch.Tensor:
-    """``lin(x)``; through :class:`_FiniteSafeLinear` when ``x`` holds NaN/inf and a mask
-    may leave some of its rows unattended (only then is the finiteness check, a host sync
-    on GPU, paid)."""
-    if not masked or all_finite(x):
-        return lin(x)
-    return _FiniteSafeLinear.apply(x, lin.weight, lin.bias)
+    if not masked or not torch.is_grad_enabled():
+        return linear(x)
+    clean = torch.nan_to_num(x, 0.0, 0.0, 0.0)
+    return linear(clean) + (x - clean).sum(dim=-1, keepdim=True) * 0.0

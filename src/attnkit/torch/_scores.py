@@ -1,5 +1,5 @@
-"""The scores ``q k^T * scale`` for every head layout, and attention weights rebuilt from
-a fused kernel's log-sum-exp.
+"""The scores ``q k^T * scale`` for every head layout, and the attention weights built
+from them.
 
 GQA is served without repeating K/V: the ``G = H // Hkv`` query heads that share one
 key/value head are viewed as one taller matrix (:func:`group`), so one plain matmul
@@ -8,13 +8,25 @@ computes all their scores.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from ._bias import KernelMask
 from ._dtypes import stats_dtype
+from ._nonfinite import zero_rows
 from .masks import causal_mask
-from .softmax import softmax_from_lse
+from .softmax import sink_column, sink_softmax, softmax_from_lse
 
-__all__ = ["group", "scaled_scores", "softcap_scores", "ungroup", "weights_from_lse"]
+__all__ = [
+    "attention_weights", "group", "scaled_scores", "softcap_scores", "ungroup",
+    "weights_from_lse",
+]
+
+# Without autograd, the weights are built in slabs of query rows holding about this many
+# scores, so that a slab's scores and softmax stay in cache and only the weights
+# themselves take (..., H, Tq, Tk) memory.
+_SLAB_ELEMS = 1 << 18
 
 
 def group(x: torch.Tensor, G: int) -> torch.Tensor:
@@ -37,14 +49,13 @@ def ungroup(x: torch.Tensor, G: int, T: int) -> torch.Tensor:
 def scaled_scores(q: torch.Tensor, k: torch.Tensor, G: int, scale: float) -> torch.Tensor:
     """Scaled scores ``(..., H, Tq, Tk)`` in the statistics dtype, in a buffer of their own.
 
-    float16 q and k are multiplied in float32: a float16 ``q . k`` overflows to inf past
-    65504 (``Dk=64`` entries of 32 suffice) even when the scaled score is small. Only q and
-    k are cast; the ``Tq x Tk`` result is wanted in float32 anyway. bfloat16 has float32's
-    range, so it keeps its faster half-precision matmul.
+    Half-precision q and k are multiplied in float32: a float16 ``q . k`` overflows to inf
+    past 65504 (``Dk=64`` entries of 32 suffice), and bfloat16 scores carry 8 bits, so
+    weights normalised from them would not sum to 1 within 1e-2. Only q and k are cast;
+    the ``Tq x Tk`` result is wanted in float32 anyway.
     """
-    mm = torch.float32 if q.dtype == torch.float16 else q.dtype
-    s = ungroup(group(q.to(mm), G) @ k.to(mm).transpose(-1, -2), G, q.shape[-2])
-    s = s.to(stats_dtype(s.dtype))  # a no-op unless bfloat16 (then a new float32 buffer)
+    dt = stats_dtype(q.dtype)
+    s = ungroup(group(q.to(dt), G) @ k.to(dt).transpose(-1, -2), G, q.shape[-2])
     return s.mul_(scale)  # in place: the matmul's backward does not read its output
 
 
@@ -52,6 +63,58 @@ def softcap_scores(s: torch.Tensor, softcap: float | None) -> torch.Tensor:
     """``softcap * tanh(s / softcap)`` (logit soft-capping, after the scale and before the
     bias); ``s`` itself when ``softcap`` is None."""
     return s if softcap is None else torch.tanh(s / softcap) * softcap
+
+
+def _masked_softmax(
+    s: torch.Tensor, km: KernelMask, select: bool, softcap: float | None,
+    sink: torch.Tensor | None,
+) -> torch.Tensor:
+    """Weights from scores ``s`` (a buffer the caller owns) under ``km``: ``softcap``,
+    then masked entries ``-inf`` by adding ``km.add``, and also by a select when
+    ``select`` (a NaN in a masked key may still sit in ``s``: ``nan + -inf`` is NaN); the
+    softmax (with ``sink`` in its denominators); empty rows zeroed."""
+    s = softcap_scores(s, softcap)
+    if km.add is not None:
+        s = s.add_(km.add)
+    if select and km.allowed is not None:
+        s = s.masked_fill_(~km.allowed, float("-inf"))
+    if not s.shape[-1]:
+        return s  # no keys: nothing to normalise
+    w = torch.softmax(s, dim=-1) if sink is None else sink_softmax(s, sink)
+    return w if km.rows is None else zero_rows(w, km.rows)
+
+
+def attention_weights(
+    q: torch.Tensor, k: torch.Tensor, G: int, scale: float, km: KernelMask,
+    shape: tuple[int, ...], *, select: bool = False, softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Softmax weights of the scores ``shape = (..., H, Tq, Tk)``, in the statistics dtype,
+    under ``km``, with the score variants ``softcap`` and ``sinks (H,)``.
+
+    With autograd: one scores buffer and one weights buffer (the softmax's backward keeps
+    the weights). Without: the weights are the only ``Tq x Tk`` allocation; the scores are
+    formed a slab of query rows at a time and normalised while in cache.
+    """
+    Tq = shape[-2]
+    per_row = max(1, math.prod(shape) // max(1, Tq))
+    rows = max(1, _SLAB_ELEMS // per_row)
+    grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad
+                                           for x in (q, k, km.add, sinks))
+    sink = None if sinks is None else sink_column(sinks, len(shape))
+    if grad or rows >= Tq:
+        return _masked_softmax(scaled_scores(q, k, G, scale), km, select, softcap, sink)
+    w = torch.empty(shape, dtype=stats_dtype(q.dtype), device=q.device)
+    for r0 in range(0, Tq, rows):
+        part = KernelMask(*(None if x is None else _rows_of(x, r0, rows) for x in km))
+        s = scaled_scores(q[..., r0:r0 + rows, :], k, G, scale)
+        w[..., r0:r0 + rows, :] = _masked_softmax(s, part, select, softcap, sink)
+    return w
+
+
+def _rows_of(x: torch.Tensor, r0: int, n: int) -> torch.Tensor:
+    """Query rows ``[r0, r0 + n)`` of a mask that broadcasts over them or has them."""
+    return x if x.ndim < 2 or x.shape[-2] == 1 else x[..., r0:r0 + n, :]
 
 
 def weights_from_lse(
@@ -64,7 +127,8 @@ def weights_from_lse(
     lse: torch.Tensor | None,
     softcap: float | None = None,
 ) -> torch.Tensor:
-    """Attention weights ``(..., H, Tq, Tk)`` (statistics dtype) next to a fused output.
+    """Attention weights ``(..., H, Tq, Tk)`` (statistics dtype) next to a fused kernel's
+    output, normalised by the kernel's log-sum-exp (computed here when None).
 
     Costs one extra ``q k^T`` and one pass over the scores; the scores are built in a single
     buffer (scale, bias and mask applied in place, which autograd allows because nothing

@@ -3,12 +3,16 @@ semantics.
 
 SDPA's ``is_causal`` is top-left aligned, so it is used only where that is the call's one
 constraint (``causal="top_left"``, or bottom-right with ``Tq == Tk``); otherwise the mask
-comes in as ``keep``. Rows with no allowed key are un-masked for the kernel (some backends
-return NaN for an empty softmax) and their output zeroed afterwards, so they get zero
-gradients. GQA goes through ``enable_gqa``; K and V are never repeated here.
+goes in as a bool mask (a float one when there is a bias). A row with no allowed key:
+PyTorch's CPU kernel returns 0 for it (with zero gradients); elsewhere it is un-masked for
+the kernel and zeroed afterwards. GQA goes through ``enable_gqa``; K and V are never
+repeated here. NaN/inf in masked positions are kept out by
+:mod:`attnkit.torch._nonfinite`.
 
 Attention sinks ride along as one more key (:func:`_with_sink_key`): exact, so SDPA's
-fused kernels and autograd serve them too.
+fused kernels and autograd serve them too. Only public ``torch.nn.functional`` is called;
+``need_weights`` computes the weights beside the kernel
+(:func:`attnkit.torch._scores.attention_weights`).
 """
 
 from __future__ import annotations
@@ -16,9 +20,13 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from ._scores import weights_from_lse
+from ._bias import kernel_mask
+from ._dtypes import stats_dtype
+from ._keep import Keep
+from ._nonfinite import guard_inputs, restore, zero_rows
+from ._scores import attention_weights
 
-__all__ = ["sdpa_path"]
+__all__ = ["plain_sdpa", "sdpa_path"]
 
 
 def sdpa_path(
@@ -27,80 +35,80 @@ def sdpa_path(
     v: torch.Tensor,
     *,
     G: int,
-    keep: torch.Tensor | None,
+    shape: tuple[int, ...],
+    keep: Keep | None,
     bias: torch.Tensor | None,
-    only_causal: bool,
     scale: float,
     dropout_p: float,
     need_weights: bool,
     sinks: torch.Tensor | None = None,
+    codes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """As :func:`attnkit.torch._math.math_path`. ``only_causal``: SDPA's own top-left
-    ``is_causal`` is exactly the call's one constraint and replaces the mask ``keep``
-    (the dispatcher decides; ``keep`` is then None)."""
-    causal_top_left = only_causal
-    if causal_top_left:
-        keep = None
-    attn_mask: torch.Tensor | None = None
-    empty: torch.Tensor | None = None
-    if bias is not None:
-        b = _bias_as(bias, q.dtype)
-        attn_mask = b if keep is None else b.masked_fill(~keep, float("-inf"))
-        if sinks is None:  # with a sink no row is empty: it always sees the sink
-            empty = (attn_mask == float("-inf")).all(dim=-1, keepdim=True)
-            # Un-mask empty rows for the kernel (its softmax would be 0/0); zeroed below.
-            attn_mask = attn_mask.masked_fill(empty, 0.0)
-    elif keep is not None:
-        if sinks is None:
-            empty = ~keep.any(dim=-1, keepdim=True)
-            attn_mask = keep | empty
-        else:
-            attn_mask = keep
-    Tq, Tk, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
+    """As :func:`attnkit.torch._math.math_path` (no softcap: SDPA applies no score
+    function), with the output from SDPA."""
+    is_causal = keep is not None and keep.sdpa_causal
+    # is_causal masks the scores by a select (a NaN in a future key stays out of the
+    # forward); an attn_mask is added, so keys are cleaned for it.
+    g = guard_inputs(q, k, v, keep, G, keys_by_select=is_causal, codes=codes)
+    # PyTorch's CPU kernels give an empty row 0; with a sink no row is empty.
+    unmask = q.device.type != "cpu" and sinks is None
+    km = kernel_mask(None if is_causal else keep, bias, q.dtype, additive=False,
+                     unmask_empty=unmask)
+    mask = km.add if km.add is not None else km.allowed
+    qs, ks, vs = g.q, g.k, g.v
     if sinks is not None:
-        q, k, v, attn_mask = _with_sink_key(q, k, v, sinks, scale, attn_mask, causal_top_left)
-    gqa = {"enable_gqa": True} if G > 1 else {}
-
-    weights = None
-    if not need_weights:
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=causal_top_left,
-            scale=scale, **gqa,
-        )
-    else:
-        lse = None
-        if (
-            q.device.type == "cpu" and q.ndim == 4 and q.shape[-1] == v.shape[-1]
-            and dropout_p == 0.0 and not (bias is not None and bias.requires_grad)
-            and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
-        ):
-            # The CPU flash kernel returns the row log-sum-exp next to the output. It is a
-            # private op (what SDPA itself calls on CPU); without it, lse is computed below.
-            fmask = attn_mask
-            if fmask is not None and fmask.dtype == torch.bool:
-                fmask = torch.zeros(fmask.shape, dtype=q.dtype, device=q.device).masked_fill(
-                    ~fmask, float("-inf")
-                )
-            if fmask is not None and fmask.ndim not in (2, 4):  # the op takes 2-D or 4-D
-                fmask = fmask.reshape((1,) * (4 - fmask.ndim) + tuple(fmask.shape))
-            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                q, k, v, 0.0, causal_top_left, attn_mask=fmask, scale=scale
-            )[:2]
-        else:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
-                is_causal=causal_top_left, scale=scale, **gqa,
-            )
-        weights = weights_from_lse(q, k, G, scale, attn_mask, causal_top_left, lse)
-        if empty is not None:
-            weights = weights.masked_fill(empty, 0.0)
-        weights = weights.to(q.dtype)
+        qs, ks, vs, mask = _with_sink_key(qs, ks, vs, sinks, scale, mask, is_causal)
+    out = F.scaled_dot_product_attention(
+        qs, ks, vs, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
+        scale=scale, **({"enable_gqa": True} if G > 1 else {}),
+    )
     if sinks is not None:  # drop the sink's key (and the causal path's extra query)
-        out = out[..., -Tq:, :Dv]
-        weights = None if weights is None else weights[..., -Tq:, -Tk:]
-    if empty is not None:
-        out = out.masked_fill(empty, 0.0)
-    return out, weights
+        out = out[..., -shape[-2]:, :v.shape[-1]]
+    if km.rows is not None:
+        out = zero_rows(out, km.rows)
+    out = restore(out, g.out_fix, G)
+    if torch.is_grad_enabled() and out.requires_grad:
+        out = _FirstOrderOnly.apply(out)
+    if not need_weights:
+        return out, None
+    wkm = kernel_mask(keep, bias, stats_dtype(q.dtype), additive=True)
+    w = attention_weights(g.q, g.k, G, scale, wkm, shape, select=is_causal, sinks=sinks)
+    return out, restore(w, g.weight_fix, G).to(q.dtype)
+
+
+def plain_sdpa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, G: int, scale: float, dropout_p: float
+) -> torch.Tensor:
+    """SDPA for a call with no mask, no bias, no variant and no weights (a decoding step,
+    say): nothing to guard, so nothing but the kernel."""
+    if G > 1:
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale,
+                                             enable_gqa=True)
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+    if out.requires_grad and torch.is_grad_enabled():
+        out = _FirstOrderOnly.apply(out)
+    return out
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    """Identity on the output of SDPA, whose fused backward has no derivative of its own:
+    a backward that builds a graph (``create_graph=True``) stops here with a message that
+    says which path has one, instead of PyTorch's internal op name later on."""
+
+    @staticmethod
+    def forward(ctx: object, out: torch.Tensor) -> torch.Tensor:
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx: object, g: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            raise RuntimeError(
+                "attnkit.torch.attention: the SDPA path has no double backward (its fused "
+                "kernel's backward is not differentiable); for create_graph=True call "
+                "attention(..., backend='math')"
+            )
+        return g
 
 
 def _with_sink_key(
@@ -149,13 +157,3 @@ def _with_sink_key(
             else attn_mask.new_zeros(col)  # allowed, or bias 0
         attn_mask = torch.cat([first, attn_mask], dim=-1)
     return q, k, v, attn_mask
-
-
-def _bias_as(bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``bias`` in the kernel's dtype without overflow: finite values beyond float16's
-    range saturate at its largest finite value instead of becoming +-inf (which would turn
-    "very unlikely" into "excluded" and could empty a row). +-inf stays +-inf."""
-    if dtype != torch.float16 or bias.dtype == torch.float16:
-        return bias.to(dtype)
-    big = torch.finfo(torch.float16).max
-    return torch.where(torch.isinf(bias), bias, bias.clamp(-big, big)).to(dtype)

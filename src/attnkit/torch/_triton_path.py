@@ -41,7 +41,7 @@ def triton_kernels(*names: str) -> ModuleType | None:
 
 # The variants (issue 12) the Triton kernels take; until a kernel takes one, calls that use
 # it are declined here and run on another path.
-TRITON_VARIANTS: frozenset[str] = frozenset()
+TRITON_VARIANTS: frozenset[str] = frozenset({"softcap", "sinks", "segment_ids", "top_left"})
 
 
 def triton_reason(

@@ -17,8 +17,9 @@ from ..numpy.attention import check_additive
 from ..spec import check_dropout
 from ._checks import check_bias, check_tensor
 from ._dtypes import stats_dtype
-from ._nonfinite import all_finite, without_masked_nonfinite, zero_unattended_nonfinite
-from .masks import Window, attention_mask
+from ._keep import build_keep
+from ._nonfinite import guard_inputs, restore
+from .masks import Window
 from .softmax import safe_softmax
 
 __all__ = ["additive_attention", "additive_scores"]
@@ -120,7 +121,7 @@ def additive_attention(
     causal: bool = False,
     window: Window | None = None,
     dropout_p: float = 0.0,
-    training: bool = False,
+    training: bool = True,
     chunk_size: int | None = None,
     max_chunk_elements: int = 1 << 22,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,22 +151,22 @@ def additive_attention(
     dropout_p = check_dropout(dropout_p)
     shape = lead + (q.shape[-2], k.shape[-2])
     check_bias(bias, shape)
-    keep = attention_mask(
-        shape, mask=mask, valid_lens=valid_lens, causal=causal, window=window, device=q.device
-    )
-    if keep is not None and not all_finite(k, v):
-        # Garbage in padding rows: zeroed so that no 0 * nan reaches a gradient.
-        k, v = zero_unattended_nonfinite(k, v, keep, shape, 1)
+    keep = None
+    if mask is not None or valid_lens is not None or causal or window is not None:
+        keep = build_keep(shape, mask=mask, valid_lens=valid_lens, causal=causal,
+                          window=window, device=q.device)
+    # NaN/inf in masked key/value rows must reach no output and no gradient; the scores are
+    # masked by a select, so keys are cleaned only when a gradient is recorded.
+    grad = torch.is_grad_enabled() and any(
+        x.requires_grad for x in (q, k, v, w_q, w_k, w_v))
+    g = guard_inputs(q, k, v, keep, 1, keys_by_select=True, rows_zeroed=True, grad=grad)
     scores = additive_scores(
-        q @ w_q, k @ w_k, w_v, chunk_size=chunk_size, max_chunk_elements=max_chunk_elements
+        g.q @ w_q, g.k @ w_k, w_v, chunk_size=chunk_size, max_chunk_elements=max_chunk_elements
     )
     if bias is not None:
         scores = scores.to(stats_dtype(scores.dtype)) + bias.to(stats_dtype(scores.dtype))
-    w = safe_softmax(scores, keep)
+    w = restore(safe_softmax(scores, None if keep is None else keep.full()), g.weight_fix, 1)
     p = dropout_p if training else 0.0
     dropped = F.dropout(w, p, training=True) if p > 0.0 else w
-    out = dropped.to(v.dtype) @ v
-    if keep is not None and not all_finite(v):
-        clean = dropped.to(v.dtype) @ torch.nan_to_num(v, 0.0, 0.0, 0.0)
-        out = without_masked_nonfinite(out, clean, v, keep)
+    out = restore(dropped.to(v.dtype) @ g.v, g.out_fix, 1)
     return out, w.to(q.dtype)

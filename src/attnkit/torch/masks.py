@@ -31,6 +31,7 @@ only if their ids are equal; an id < 0 attends and is attended by nothing. The h
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 
 import torch
 
@@ -59,23 +60,50 @@ __all__ = [
     "segment_ids_from_padding_mask",
     "segment_mask",
     "sequence_mask",
+    "valid_lens_limits",
     "valid_lens_mask",
     "window_mask",
 ]
 
 
+def _require(ok: torch.Tensor, error: Callable[[], Exception]) -> None:
+    """Raise ``error()`` unless the bool tensor ``ok`` is True, without a host sync.
+
+    ``torch._assert_async`` checks on the device: on the CPU at once, on a GPU as a
+    device-side assert, and under ``torch.compile`` as a node of the graph (no graph
+    break). Only once it has failed is the tensor read back, to write the message.
+    """
+    try:
+        torch._assert_async(ok, "attnkit: invalid argument")
+    except RuntimeError:
+        raise error() from None
+
+
 def _check_lengths(valid_lens: torch.Tensor, maxlen: int) -> torch.Tensor:
-    """Integer lengths in ``[0, maxlen]`` (integral floats accepted, as d2l passes them)."""
+    """Integer lengths in ``[0, maxlen]`` (integral floats accepted, as d2l passes them).
+
+    Dtype and shape are checked in Python; the values on the device (:func:`_require`), so
+    that a valid call costs no host synchronisation."""
     if not isinstance(valid_lens, torch.Tensor):
         valid_lens = torch.as_tensor(valid_lens)
     if valid_lens.dtype == torch.bool or valid_lens.is_complex():
         raise TypeError(f"valid_lens must hold integers, got dtype {valid_lens.dtype}")
     if valid_lens.is_floating_point():
-        if not bool(torch.all(valid_lens == torch.round(valid_lens))):
-            raise TypeError(f"valid_lens must hold whole numbers, got {valid_lens.tolist()}")
+        vl = valid_lens
+        _require(torch.all(vl == torch.round(vl)),
+                 lambda: TypeError(f"valid_lens must hold whole numbers, got {vl.tolist()}"))
         valid_lens = valid_lens.long()
     if valid_lens.numel():
-        check_length_range(int(valid_lens.min()), int(valid_lens.max()), maxlen)
+        vl = valid_lens
+
+        def out_of_range() -> Exception:
+            try:
+                check_length_range(int(vl.min()), int(vl.max()), maxlen)
+            except ValueError as err:
+                return err
+            return ValueError(f"valid_lens must lie in [0, {maxlen}]")
+
+        _require((vl.clamp(0, maxlen) == vl).all(), out_of_range)
     return valid_lens
 
 
@@ -97,12 +125,10 @@ def sequence_mask(valid_lens: torch.Tensor, maxlen: int) -> torch.Tensor:
     return torch.arange(int(maxlen), device=vl.device) < vl[..., None]
 
 
-def valid_lens_mask(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -> torch.Tensor:
-    """d2l ``valid_lens`` as a bool mask broadcastable to ``scores_shape = (B, ..., Tq, Tk)``.
-
-    ``(B,)``: one length per batch row, for every query and head. ``(B, Tq)``: one length
-    per query.
-    """
+def valid_lens_limits(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -> torch.Tensor:
+    """d2l ``valid_lens`` as key counts broadcastable to ``scores_shape = (B, ..., Tq, Tk)``
+    with its key axis 1: ``(B, 1, ..., 1, 1)`` for ``(B,)``, ``(B, 1, ..., Tq, 1)`` for
+    ``(B, Tq)``. Key ``j`` is valid for a query iff ``j < count``."""
     shape = tuple(scores_shape)
     if not isinstance(valid_lens, torch.Tensor):
         valid_lens = torch.as_tensor(valid_lens)
@@ -113,15 +139,25 @@ def valid_lens_mask(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -> 
     B, Tq, Tk = shape[0], shape[-2], shape[-1]
     vl = tuple(valid_lens.shape)
     if vl == (B,):
-        view = (B,) + (1,) * (len(shape) - 2)
+        view = (B,) + (1,) * (len(shape) - 1)
     elif vl == (B, Tq):
-        view = (B,) + (1,) * (len(shape) - 3) + (Tq,)
+        view = (B,) + (1,) * (len(shape) - 3) + (Tq, 1)
     else:
         raise ValueError(
             f"valid_lens of shape {vl} does not fit scores of shape {shape}: expected "
             f"(B,) = ({B},) or (B, Tq) = ({B}, {Tq})"
         )
-    return sequence_mask(valid_lens.reshape(-1), Tk).reshape(view + (Tk,))
+    return _check_lengths(valid_lens, Tk).reshape(view)
+
+
+def valid_lens_mask(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -> torch.Tensor:
+    """d2l ``valid_lens`` as a bool mask broadcastable to ``scores_shape = (B, ..., Tq, Tk)``.
+
+    ``(B,)``: one length per batch row, for every query and head. ``(B, Tq)``: one length
+    per query.
+    """
+    limits = valid_lens_limits(valid_lens, scores_shape)
+    return torch.arange(scores_shape[-1], device=limits.device) < limits
 
 
 def window_mask(

@@ -8,13 +8,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from ..numpy.mha_params import MultiHeadParams, head_sizes
 from ..spec import check_dropout, check_softcap
-from ._nonfinite import all_finite, finite_safe_linear
+from ._nonfinite import finite_safe, guard_inputs, restore
 from ._triton_path import triton_decode
 from .cache import KVCache
-from .functional import attention
+from .functional import attend
 from .interop import Projections, batch_major, to_torch, torch_mha_parts
 from .masks import Window
 
@@ -125,10 +126,9 @@ class MultiHeadAttention(nn.Module):
         self_attention = (key is None or key is query) and (value is None or value is query)
         # Stacking the weights costs a copy of them per call: worth it for a training or
         # prefill batch (one GEMM, one input gradient), not for a one-token decoding step.
-        if self_attention and cache is None and self.kdim == self.vdim == self.embed_dim \
-                and not (masked and not all_finite(query)):
-            return self._packed_qkv(query)
-        q = self._heads(self.q_proj(query), H, Dk)
+        if self_attention and cache is None and self.kdim == self.vdim == self.embed_dim:
+            return self._packed_qkv(query, masked)
+        q = self._heads(finite_safe(self.q_proj, query, masked), H, Dk)
         if cache is not None and cache.cross:
             if cache.length > 0:
                 if key is not None and (key.ndim != 3 or key.shape[:2] != (B, cache.length)):
@@ -148,13 +148,16 @@ class MultiHeadAttention(nn.Module):
                 f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
                 f"{tuple(value.shape)} must share B, and key/value must share Tk"
             )
-        k = self._heads(finite_safe_linear(self.k_proj, key, masked), Hkv, Dk)
-        v = self._heads(finite_safe_linear(self.v_proj, value, masked), Hkv, Dv)
+        k = self._heads(finite_safe(self.k_proj, key, masked), Hkv, Dk)
+        v = self._heads(finite_safe(self.v_proj, value, masked), Hkv, Dv)
         return q, k, v
 
-    def _packed_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _packed_qkv(
+        self, x: torch.Tensor, masked: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Self-attention projections as one matmul against the stacked weights (one GEMM
         and one input gradient instead of three; the stacking copies only the weights).
+        ``masked``: NaN in rows of ``x`` must not reach the weight gradient.
 
         Returns q ``(B, H, T, Dk)``, k ``(B, Hkv, T, Dk)``, v ``(B, Hkv, T, Dv)`` (views).
         """
@@ -162,7 +165,7 @@ class MultiHeadAttention(nn.Module):
         projs = (self.q_proj, self.k_proj, self.v_proj)
         w = torch.cat([p.weight for p in projs])
         b = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
-        qkv = torch.nn.functional.linear(x, w, b)  # (B, T, H*Dk + Hkv*Dk + Hkv*Dv)
+        qkv = finite_safe(lambda x: F.linear(x, w, b), x, masked)  # (B, T, H*Dk + Hkv*Dk + Hkv*Dv)
         q, k, v = qkv.split([H * Dk, Hkv * Dk, Hkv * Dv], dim=-1)
         return self._heads(q, H, Dk), self._heads(k, Hkv, Dk), self._heads(v, Hkv, Dv)
 
@@ -264,10 +267,9 @@ class MultiHeadAttention(nn.Module):
         plain = self.softcap is None and self.sinks is None and segment_ids is None \
             and causal != "top_left"  # what the decoding kernel takes
         q, k, v = self._project(query, key, value, cache, masked)  # (B, H|Hkv, T, Dk|Dv)
+        codes = None
         if cache is not None:
-            if not (cache.cross and cache.length > 0):
-                cache.append(k, v)  # every step of a self cache; a cross cache once
-            k, v = cache.keys(), cache.values()  # (B, Hkv, positions cached, D)
+            k, v, codes = self._through_cache(cache, k, v)  # (B, Hkv, positions cached, D)
 
         out = None
         if cache is not None and not cache.cross and not need_weights and mask is None \
@@ -275,13 +277,16 @@ class MultiHeadAttention(nn.Module):
                 and (causal or Tq == 1) and not (self.training and self.dropout > 0):
             # Decoding: the Triton kernel reads the cache buffers in place (None elsewhere).
             out = triton_decode(q, cache.k, cache.v, cache.length)
+            if out is not None:
+                out = restore(out, guard_inputs(q, k, v, None, H // self.num_kv_heads,
+                                                codes=codes).out_fix, H // self.num_kv_heads)
         weights = None
         if out is None:
-            out, weights = attention(
+            out, weights = attend(
                 q, k, v, mask=mask, bias=bias, valid_lens=valid_lens, causal=causal,
-                window=window, dropout_p=self.dropout, training=self.training,
-                need_weights=need_weights, softcap=self.softcap, sinks=self.sinks,
-                segment_ids=segment_ids,
+                window=window, need_weights=need_weights, softcap=self.softcap,
+                sinks=self.sinks, segment_ids=segment_ids, codes=codes,
+                dropout_p=self.dropout if self.training else 0.0,
             )  # (B, H, Tq, Dv)
         out = self.out_proj(out.transpose(1, 2).reshape(B, Tq, H * Dv))  # (B, Tq, E)
         if not self.batch_first:
@@ -291,6 +296,25 @@ class MultiHeadAttention(nn.Module):
         return out, weights
 
     # -- cache ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _through_cache(
+        cache: KVCache, k: torch.Tensor | None, v: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Append this call's k/v (every step of a self cache; a cross cache once) and
+        return every cached position, free of NaN/inf, with the codes of what they held
+        (:meth:`KVCache.codes`). Earlier positions are stored detached; when autograd
+        records this call's k/v, those are attended live (one copy of the cache), so that
+        their projections get a gradient."""
+        if k is None or v is None:
+            return cache.keys(), cache.values(), cache.codes()  # a filled cross cache
+        cache.append(k, v)
+        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+            past = cache.length - k.shape[2]
+            live_k, live_v = (torch.nan_to_num(x, 0.0, 0.0, 0.0) for x in (k, v))
+            return (torch.cat([cache.k[:, :, :past], live_k], dim=2),
+                    torch.cat([cache.v[:, :, :past], live_v], dim=2), cache.codes())
+        return cache.keys(), cache.values(), cache.codes()
 
     def init_cache(
         self,

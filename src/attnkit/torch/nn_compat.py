@@ -43,10 +43,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._nonfinite import _FiniteSafeLinear, all_finite
+from ._nonfinite import finite_safe
 from .cache import KVCache
-from .functional import attention
+from .functional import attend
 from .interop import batch_major
+from .mha import MultiHeadAttention
 
 __all__ = ["MultiheadAttention", "swap_attention"]
 
@@ -207,10 +208,9 @@ class MultiheadAttention(nn.MultiheadAttention):
             )
         masked = key_padding_mask is not None or attn_mask is not None
         q, k, v = self._project(query, key, value, cache, masked, self_attention)
-        if cache is not None:
-            if not (cache.cross and cache.length > 0):
-                cache.append(k, v)
-            k, v = cache.keys(), cache.values()  # (B, H, positions cached, D)
+        codes = None
+        if cache is not None:  # attnkit's MultiHeadAttention's rule, NaN bookkeeping included
+            k, v, codes = MultiHeadAttention._through_cache(cache, k, v)  # (B, H, cached, D)
         Tk = k.shape[2]
         keep, bias = _torch_masks(key_padding_mask, attn_mask, B, self.num_heads, Tq, Tk,
                                   batched)
@@ -219,10 +219,12 @@ class MultiheadAttention(nn.MultiheadAttention):
             and cache is None
         if trust_hint:
             keep = bias = None
-        k, v, keep, bias = self._extra_keys(k, v, keep, bias)  # top-left spans them too
-        return attention(
+        # Extra keys come last; a trusted hint's top-left causal spans them too, as torch's.
+        k, v, keep, bias, codes = self._extra_keys(k, v, keep, bias, codes)
+        return attend(
             q, k, v, mask=keep, bias=bias, causal="top_left" if trust_hint else False,
-            dropout_p=self.dropout, training=self.training, need_weights=need_weights,
+            need_weights=need_weights, codes=codes,
+            dropout_p=self.dropout if self.training else 0.0,
         )
 
     def _project(
@@ -265,11 +267,13 @@ class MultiheadAttention(nn.MultiheadAttention):
         return x.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
 
     def _extra_keys(
-        self, k: Tensor, v: Tensor, keep: Tensor | None, bias: Tensor | None
-    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        self, k: Tensor, v: Tensor, keep: Tensor | None, bias: Tensor | None,
+        codes: Tensor | None,
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, Tensor | None]:
         """``add_bias_kv`` (the learned ``bias_k``/``bias_v`` position) and then
         ``add_zero_attn`` (an all-zero position) appended after the keys and values, as
-        torch appends them, each allowed for every query."""
+        torch appends them, each allowed for every query (and, after a cache's positions,
+        recorded as finite in its ``codes`` ``(B, H, 2, Tk)``)."""
         extra_k, extra_v = [], []
         if self.bias_k is not None and self.bias_v is not None:
             B = k.shape[0]
@@ -280,23 +284,23 @@ class MultiheadAttention(nn.MultiheadAttention):
             extra_v.append(v.new_zeros(v.shape[:2] + (1, v.shape[3])))
         n = len(extra_k)
         if n == 0:
-            return k, v, keep, bias
+            return k, v, keep, bias, codes
         k = torch.cat([k, *extra_k], dim=2)
         v = torch.cat([v, *extra_v], dim=2)
         if keep is not None:
             keep = torch.cat([keep, keep.new_ones(keep.shape[:-1] + (n,))], dim=-1)
         if bias is not None:
             bias = F.pad(bias, (0, n))
-        return k, v, keep, bias
+        if codes is not None:
+            codes = F.pad(codes, (0, n))
+        return k, v, keep, bias, codes
 
 
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, masked: bool) -> Tensor:
-    """``F.linear``; with a mask and a NaN/inf in ``x``, one whose weight gradient reads
-    the non-finite entries as 0 (an unattended row has zero output gradient, but
-    ``0 * nan`` would still spoil the weight's gradient)."""
-    if masked and not all_finite(x):
-        return _FiniteSafeLinear.apply(x, weight, bias)
-    return F.linear(x, weight, bias)
+    """``F.linear``; with a mask, one whose weight gradient reads NaN/inf in ``x`` as 0 (an
+    unattended row has zero output gradient, but ``0 * nan`` would still spoil the
+    weight's gradient). Branch-free: no host sync."""
+    return finite_safe(lambda t: F.linear(t, weight, bias), x, masked)
 
 
 def _check_inputs(m: nn.MultiheadAttention, query: Tensor, key: Tensor, value: Tensor) -> bool:

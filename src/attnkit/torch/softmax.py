@@ -12,7 +12,7 @@ import torch
 
 from ._dtypes import stats_dtype
 
-__all__ = ["safe_softmax", "sink_column", "softmax_from_lse"]
+__all__ = ["safe_softmax", "sink_column", "sink_softmax", "softmax_from_lse"]
 
 
 def sink_column(sinks: torch.Tensor, scores_ndim: int) -> torch.Tensor:
@@ -46,19 +46,28 @@ def safe_softmax(
         Weights in the statistics dtype (float32 or float64), ``scores``' shape.
     """
     s = scores.to(stats_dtype(scores.dtype))
+    if s.shape[-1] == 0:
+        return s  # no keys: nothing to normalise
     if keep is not None:
         s = s.masked_fill(~keep, float("-inf"))
     if sink is not None:
-        z = sink.to(s.dtype)
-        # The shift only keeps exp() in range; softmax does not depend on it (detached).
-        m = torch.maximum(s.amax(dim=-1, keepdim=True), z).detach()
-        m = torch.where(torch.isfinite(m), m, 0.0)  # a -inf sink on an empty row
-        e = torch.exp(s - m)  # masked entries: exp(-inf) = 0, gradient 0
-        total = e.sum(dim=-1, keepdim=True) + torch.exp(z - m)
-        return e / torch.where(total == 0, 1.0, total)
+        return sink_softmax(s, sink)
     empty = s.amax(dim=-1, keepdim=True) == float("-inf")  # (..., 1)
     s = s.masked_fill(empty, 0.0)
     return torch.softmax(s, dim=-1).masked_fill(empty, 0.0)
+
+
+def sink_softmax(s: torch.Tensor, sink: torch.Tensor) -> torch.Tensor:
+    """``exp(s_j) / (sum_k exp(s_k) + exp(z))`` over the last axis of scores ``s`` (masked
+    entries ``-inf``, statistics dtype) with the sink logits ``sink`` (:func:`sink_column`):
+    a row with no allowed entry gets zeros, the sink taking all the mass."""
+    z = sink.to(s.dtype)
+    # The shift only keeps exp() in range; softmax does not depend on it (detached).
+    m = torch.maximum(s.amax(dim=-1, keepdim=True), z).detach()
+    m = torch.where(torch.isfinite(m), m, 0.0)  # a -inf sink on an empty row
+    e = torch.exp(s - m)  # masked entries: exp(-inf) = 0, gradient 0
+    total = e.sum(dim=-1, keepdim=True) + torch.exp(z - m)
+    return e / torch.where(total == 0, 1.0, total)
 
 
 class _SoftmaxFromLse(torch.autograd.Function):

@@ -10,6 +10,9 @@ be asked without Triton installed (reaching a kernel then raises an ImportError 
   autograd (ring attention builds on them).
 - :func:`decode_attention`: few queries against a long KV cache, split over keys and
   merged by log-sum-exp; reads the cache in place.
+
+Each is a ``torch.library`` custom op with a fake implementation and autograd
+(:mod:`attnkit.triton.ops`): ``torch.compile(fullgraph=True)`` traces through them.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ __all__ = [
     "is_available",
 ]
 
+# Every public kernel goes through its torch.library custom op (attnkit.triton.ops), so
+# that torch.compile traces it.
 _LAZY = {
-    "flash_attention": ".flash",
-    "flash_attention_forward": ".flash",
-    "flash_attention_backward": ".flash",
-    "FlashAttentionFunction": ".flash",
-    "decode_attention": ".decode",
+    "flash_attention": ".ops",
+    "flash_attention_forward": ".ops",
+    "flash_attention_backward": ".ops",
+    "decode_attention": ".ops",
 }
 
 

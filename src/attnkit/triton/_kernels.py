@@ -8,9 +8,16 @@ checks, launches, autograd) lives in :mod:`attnkit.triton.flash`.
 
 Conventions inside the kernels:
 
-- Scores are carried in base 2: ``s2 = s * log2(e)`` so that ``exp(s - m)`` becomes
-  ``exp2(s2 - m2)`` (one fewer multiply per element). The LSE is stored in natural log
-  (DESIGN.md) and converted back when the backward loads it.
+- Scores, row maxima and the LSE are in natural units; only the difference from the row
+  maximum goes to base 2: ``p = exp2((s - m) * log2(e))``. Folding ``log2(e)`` into the
+  scale instead (``exp2(s2 - m2)``, one multiply fewer) rounds every score at its own
+  magnitude after a non-dyadic scaling: 5e-4 at logits 1e4 in float32, which became a
+  5e-4 relative error in every probability and a 1.6e-5 error in the LSE at logits ~60.
+- The forward writes the LSE as two float32 rows, ``hi = fl(m + log l)`` (the LSE every
+  caller sees) and ``lo``, the rounding error of that sum (an exact two-sum), so that
+  ``hi + lo`` carries the float32 row max and sum without rounding them together. The
+  backward recomputes ``P = exp2((s - hi) * log2(e) - lo * log2(e))``: exact to float32 at any
+  magnitude (from ``hi`` alone, ``P`` would inherit ``hi``'s rounding, ``eps * |lse|``).
 - ``s`` is the score that enters the softmax:
   ``s = softcap * tanh(scale * q.k / softcap)`` (or ``scale * q.k`` without softcap),
   then ``- slope * |i + Tk - Tq - j|`` with ALiBi.
@@ -20,6 +27,11 @@ Conventions inside the kernels:
 - Each loop over key (or query) blocks is split into up to three ranges: blocks the band
   cuts on the left, blocks fully inside the band (no mask arithmetic at all), and blocks
   the band or the sequence end cuts on the right.
+- Segment ids (packed documents, padding) mask ``(i, j)`` unless both ids are equal and
+  ``>= 0``. The host gives each position the span of the other axis holding its segment;
+  a block's loop is cut to the union of its rows' spans, so for packed documents the
+  blocks of other documents are never visited.
+- Sinks (one logit per head) start each row's online softmax: ``m = sink``, ``l = 1``.
 - Head dims are compile-time constants padded to a power of two (``BLOCK_DK``) with masked
   loads, so 80 or 96 work and the mask folds away when the dim is a power of two.
 """
@@ -51,30 +63,56 @@ def interpreting() -> bool:
 
 @triton.jit
 def _tanh(x):
-    # 1 - 2 / (e^{2x} + 1): saturates cleanly to +-1 when e^{2x} over/underflows.
-    return 1.0 - 2.0 / (tl.exp2(x * (2.0 * LOG2E)) + 1.0)
+    """``(tanh(x), 1 - tanh(x)^2)``, each to a few float32 ulps for every x.
+
+    ``1 - 2 / (e^{2x} + 1)`` cancels for small x (a relative error of ``eps / x``: 2e-3 in
+    the output at softcap 1e4). Instead: ``tanh|x| = (1 - e) / (1 + e)`` with ``e =
+    exp(-2|x|)`` in (0, 1] (never overflows; saturates to 1), and below ``|x| = 1/4``,
+    where ``1 - e`` starts to cancel, the odd series to ``x^9`` (next term < 1e-8 relative).
+    ``1 - tanh^2`` is ``4e / (1 + e)^2`` for the same reason near saturation. Plain
+    arithmetic and ``exp2``: the same code compiles and runs in the interpreter.
+    """
+    a = tl.abs(x)
+    e = tl.exp2(a * (-2.0 * LOG2E))
+    big = (1.0 - e) / (1.0 + e)
+    x2 = x * x
+    poly = 62.0 / 2835.0
+    poly = poly * x2 - 17.0 / 315.0
+    poly = poly * x2 + 2.0 / 15.0
+    poly = poly * x2 - 1.0 / 3.0
+    small = x + x * (x2 * poly)
+    near0 = a < 0.25
+    t = tl.where(near0, small, tl.where(x < 0, -big, big))
+    sech2 = tl.where(near0, 1.0 - t * t, 4.0 * e / ((1.0 + e) * (1.0 + e)))
+    return t, sech2
 
 
 @triton.jit
-def _scores(qk, qi, kj, diag_off, qk_scale2, sc_in, sc_out2, slope2,
+def _scores(qk, qi, kj, diag_off, qk_scale, sc_in, sc_out, slope,
             HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr):
-    """Raw ``q.k`` -> base-2 scores ``s2``; also returns ``tanh`` (softcap) for backward.
+    """Raw ``q.k`` -> natural-unit scores ``s``; also returns ``1 - tanh^2`` (softcap's
+    derivative) for the backward.
 
     ``qi``/``kj`` are the query/key indices, shaped to broadcast against the tile
     (``(M, 1)``/``(1, N)``, or the transpose for the dK/dV kernel's transposed tiles).
-    ``qk_scale2 = scale * log2e``, ``sc_in = scale / softcap``, ``sc_out2 = softcap *
-    log2e``, ``slope2 = slope * log2e``.
+    ``sc_in = scale / softcap``, ``sc_out = softcap``.
     """
     if HAS_SOFTCAP:
-        t = _tanh(qk * sc_in)
-        s2 = t * sc_out2
+        t, dtanh = _tanh(qk * sc_in)
+        s = t * sc_out
     else:
-        t = qk  # unused by callers; keeps one return signature
-        s2 = qk * qk_scale2
+        dtanh = qk  # unused by callers; keeps one return signature
+        s = qk * qk_scale
     if HAS_ALIBI:
         dist = (qi + diag_off - kj).to(tl.float32)
-        s2 = s2 - slope2 * tl.abs(dist)
-    return s2, t
+        s = s - slope * tl.abs(dist)
+    return s, dtanh
+
+
+@triton.jit
+def _exp_from(s, m):
+    """``exp(s - m)`` in base 2, the difference formed in natural units first."""
+    return tl.exp2((s - m) * LOG2E)
 
 
 @triton.jit
@@ -88,6 +126,57 @@ def _band(qi, kj, Tk, diag_off, left, right,
     if HAS_RIGHT:
         keep = keep & (kj <= diag + right)
     return keep
+
+
+@triton.jit
+def _mask_scores(s, qi, kj, Tk, diag_off, left, right, qid, kid, MASKED: tl.constexpr,
+                 HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SEG: tl.constexpr):
+    """``s`` with ``-inf`` where the band, the sequence end or the segments exclude
+    ``(i, j)``. ``qid``/``kid`` are the segment ids of the rows/columns (broadcast like
+    ``qi``/``kj``; unused without ``HAS_SEG``): equal ids attend, an id < 0 attends
+    nothing. Blocks inside the band (``MASKED`` false) still need the segment test."""
+    if MASKED:
+        keep = _band(qi, kj, Tk, diag_off, left, right, HAS_LEFT, HAS_RIGHT)
+        if HAS_SEG:
+            keep = keep & (qid == kid) & (qid >= 0)
+        s = tl.where(keep, s, float("-inf"))
+    elif HAS_SEG:
+        s = tl.where((qid == kid) & (qid >= 0), s, float("-inf"))
+    return s
+
+
+@triton.jit
+def _load_ids(IDS, offs, n, HAS_SEG: tl.constexpr):
+    """Segment ids at ``offs`` (-1, i.e. padding, past ``n``); ``offs`` itself without
+    segments (a placeholder that the masks never read)."""
+    if HAS_SEG:
+        ids = tl.load(IDS + offs, mask=offs < n, other=-1)
+    else:
+        ids = offs
+    return ids
+
+
+@triton.jit
+def _segment_span(LO, HI, offs, n, n_other, HAS_SEG: tl.constexpr):
+    """The span ``[lo, hi)`` of the other axis that the rows (or columns) ``offs`` may
+    attend at all, from the per-position spans the host computed
+    (:func:`attnkit.triton._variants.segment_spans`); ``[0, n_other)`` without segments."""
+    if HAS_SEG:
+        lo = tl.min(tl.load(LO + offs, mask=offs < n, other=n_other), 0)
+        hi = tl.max(tl.load(HI + offs, mask=offs < n, other=0), 0)
+    else:
+        lo = n_other * 0
+        hi = n_other
+    return lo, hi
+
+
+@triton.jit
+def _clip(start, stop, span_lo, span_hi, BLOCK: tl.constexpr):
+    """A pass's block range ``[start, stop)`` cut to the segment span: blocks wholly
+    outside it are never visited. ``start`` stays on the block grid."""
+    start = tl.maximum(start, (span_lo // BLOCK) * BLOCK)
+    stop = tl.minimum(stop, span_hi)
+    return start, stop
 
 
 @triton.jit
@@ -205,4 +294,4 @@ def first_only(configs):
 
 
 _KEY = ["Q_BUCKET", "K_BUCKET", "BLOCK_DK", "BLOCK_DV", "HAS_LEFT", "HAS_RIGHT",
-        "HAS_SOFTCAP", "HAS_ALIBI"]
+        "HAS_SOFTCAP", "HAS_ALIBI", "HAS_SEG"]

@@ -24,14 +24,19 @@ from triton.runtime.jit import JITFunction
 
 from . import _backward, _forward
 
-_FLOATS = ("qk_scale2", "sc_in", "sc_out2", "scale")
-_STATS = ("LSE", "SLOPES", "DELTA", "DLSE", "O_PART", "LSE_PART")  # float32 tensors
-_TENSORS = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV") + _STATS
-_VARIANTS = {  # (HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI)
-    "plain": (False, False, False, False),
-    "causal": (False, True, False, False),
-    "window": (True, True, False, False),
-    "all": (True, True, True, True),
+_FLOATS = ("qk_scale", "qk_scale2", "sc_in", "sc_out", "sc_out2", "scale")
+# float32 tensors
+_STATS = ("LSE", "LSE_LO", "SLOPES", "SINKS", "DELTA", "DLSE", "O_PART", "LSE_PART")
+_INDEX = ("Q_IDS", "KV_IDS", "KV_LO", "KV_HI", "Q_LO", "Q_HI", "VISITS")  # int32 tensors
+_TENSORS = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV") + _STATS + _INDEX
+_FLAGS = ("HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_SINKS", "HAS_SEG")
+_VARIANTS = {  # the flags each variant sets (the others are off)
+    "plain": (),
+    "causal": ("HAS_RIGHT",),
+    "window": ("HAS_LEFT", "HAS_RIGHT"),
+    "sinks": ("HAS_RIGHT", "HAS_SINKS"),
+    "segments": ("HAS_RIGHT", "HAS_SEG"),
+    "all": _FLAGS,
 }
 
 
@@ -47,7 +52,8 @@ def compile_sm90(kernel, consts: dict, dtype: str, num_warps: int, num_stages: i
             signature[name] = "constexpr"
             constexprs[(i,)] = consts.get(name, 1)
         elif name in _TENSORS:
-            signature[name] = "*fp32" if name in _STATS else f"*{dtype}"
+            signature[name] = ("*fp32" if name in _STATS else "*i32" if name in _INDEX
+                               else f"*{dtype}")
             attrs[(i,)] = [["tt.divisibility", 16]]
         else:
             signature[name] = "fp32" if name in _FLOATS else "i32"
@@ -86,15 +92,17 @@ def main(argv: list[str] | None = None) -> None:
     for d in args.dims:
         bd = max(16, triton.next_power_of_2(d))
         for variant in args.variants:
-            left, right, softcap, alibi = _VARIANTS[variant]
-            base = dict(Dk=d, Dv=d, BLOCK_DK=bd, BLOCK_DV=bd, HAS_LEFT=left, HAS_RIGHT=right,
-                        HAS_SOFTCAP=softcap, HAS_ALIBI=alibi,
+            flags = {f: f in _VARIANTS[variant] for f in _FLAGS}
+            base = dict(Dk=d, Dv=d, BLOCK_DK=bd, BLOCK_DV=bd, COUNT_VISITS=False, **flags,
                         PRECISION="ieee" if args.dtype == "fp32" else "tf32")
             for name, kernel, table, big, small in kernels:
                 for b, s, w, st, dmin, dmax in table:
                     if not dmin <= bd <= dmax:
                         continue
                     consts = dict(base, **{big: b, small: s, "DMIN": dmin, "DMAX": dmax})
+                    if name != "fwd":  # the backward kernels take neither (sinks: the LSE)
+                        consts = {c: x for c, x in consts.items()
+                                  if c not in ("HAS_SINKS", "COUNT_VISITS")}
                     regs, stack, smem = resources(compile_sm90(kernel, consts, args.dtype, w,
                                                                st))
                     tile = f"{big[-1]}{b}x{small[-1]}{s}"

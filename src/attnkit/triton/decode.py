@@ -9,7 +9,11 @@ A second tiny kernel merges the chunks exactly::
     lse = log(sum_s exp(lse_s)),   out = sum_s exp(lse_s - lse) * out_s
 
 The cache is read in place through its strides (a ``KVCache`` of capacity ``C`` holding
-``cache_len`` valid positions is never sliced or copied).
+``cache_len`` valid positions is never sliced or copied). Each batch row may hold its own
+length (``cache_len`` a ``(B,)`` tensor, read by the kernel: no host synchronisation).
+Scores go through the same pipeline as :func:`attnkit.triton.flash_attention` (scale,
+softcap, then the causal band and an optional window); sinks join at the merge, as one
+more partial with output 0 and LSE ``sink``.
 """
 
 from __future__ import annotations
@@ -21,9 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..spec import LOG2E, check_qkv, default_scale
-from ._kernels import LN2, first_only, interpreting
-from .flash import (
+from ..spec import LOG2E, check_qkv, check_softcap, check_window, default_scale
+from ._kernels import LN2, _scores, first_only, interpreting
+from ._launch import (
     _batch_slices,
     _check_head_dims,
     _check_tensors,
@@ -32,6 +36,7 @@ from .flash import (
     _padded,
     _precision,
 )
+from ._variants import sinks_float32
 
 __all__ = ["decode_attention"]
 
@@ -50,14 +55,18 @@ def _decode_configs() -> list[triton.Config]:
                      configs)})
 @triton.jit
 def _decode_split_kernel(
-    Q, K, V, O_PART, LSE_PART,
+    Q, K, V, O_PART, LSE_PART, LENS,
     stride_qb, stride_qh, stride_qt, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
-    Hkv, G, Tq, cache_len, chunk, num_splits, qk_scale2, K_BUCKET,
+    Hkv, G, Tq, capacity, chunk, num_splits, left, right, qk_scale2, sc_in, sc_out2, K_BUCKET,
     Dk: tl.constexpr, Dv: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_R: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_R: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    PRECISION: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
+    """One program per (key chunk, batch, KV head, row block). ``LENS`` (B,) int32: each
+    batch row's cache length, clamped to ``[0, capacity]``. The chunks tile the keys from
+    the first one any query may see (``len - Tq - left`` under a window, else 0)."""
     split = tl.program_id(0)
     off_bh = tl.program_id(1)
     off_b = (off_bh // Hkv).to(tl.int64)
@@ -74,10 +83,14 @@ def _decode_split_kernel(
     q = tl.load(Q + off_b * stride_qb + off_h[:, None] * stride_qh + t[:, None] * stride_qt
                 + offs_dk[None, :] * stride_qd,
                 mask=row_ok[:, None] & (offs_dk[None, :] < Dk), other=0.0)
-    # Bottom-right causal among the new queries: query t sees keys j <= t + cache_len - Tq.
-    last = t + cache_len - Tq
-
-    start = split * chunk
+    cache_len = tl.minimum(tl.maximum(tl.load(LENS + off_b), 0), capacity)
+    # Bottom-right causal among the new queries: query t's diagonal key is t + len - Tq;
+    # it sees keys j <= diag + right (right <= 0: causal), and j >= diag - left.
+    diag = t + cache_len - Tq
+    first = 0
+    if HAS_LEFT:
+        first = tl.maximum(cache_len - Tq - left, 0)
+    start = first + split * chunk
     stop = tl.minimum(start + chunk, cache_len)
     k_base = K + off_b * stride_kb + off_hkv * stride_kh
     v_base = V + off_b * stride_vb + off_hkv * stride_vh
@@ -90,8 +103,11 @@ def _decode_split_kernel(
                      mask=(offs_n[None, :] < stop) & (offs_dk[:, None] < Dk), other=0.0)
         v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd,
                     mask=(offs_n[:, None] < stop) & (offs_dv[None, :] < Dv), other=0.0)
-        s2 = tl.dot(q, kt, input_precision=PRECISION) * qk_scale2
-        keep = (offs_n[None, :] < stop) & (offs_n[None, :] <= last[:, None])
+        s2, _ = _scores(tl.dot(q, kt, input_precision=PRECISION), t[:, None], offs_n[None, :],
+                        0, qk_scale2, sc_in, sc_out2, 0.0, HAS_SOFTCAP, False)
+        keep = (offs_n[None, :] < stop) & (offs_n[None, :] <= diag[:, None] + right)
+        if HAS_LEFT:
+            keep = keep & (offs_n[None, :] >= diag[:, None] - left)
         s2 = tl.where(keep, s2, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s2, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no exp2(-inf - -inf)
@@ -113,22 +129,27 @@ def _decode_split_kernel(
 
 
 @triton.jit
-def _decode_merge_kernel(O_PART, LSE_PART, O, LSE, num_splits, Dv: tl.constexpr,
-                         BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr):
+def _decode_merge_kernel(O_PART, LSE_PART, O, LSE, SINKS, H, Tq, num_splits,
+                         Dv: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr,
+                         HAS_SINKS: tl.constexpr):
     """One program per (b, h, t) row: combine the chunk partials by their LSEs.
 
     The splits are walked ``BLOCK_S`` at a time (two passes: the max LSE, then the
-    weighted sum), so a few hundred splits never become one huge register tile.
+    weighted sum), so a few hundred splits never become one huge register tile. A sink
+    (``SINKS`` (H,) float32) is one more partial: LSE ``sink[h]``, output 0.
     """
     row = tl.program_id(0).to(tl.int64)
     offs_d = tl.arange(0, BLOCK_DV)
+    z = float("-inf")
+    if HAS_SINKS:
+        z = tl.load(SINKS + (row // Tq) % H)
     m_vec = tl.full([BLOCK_S], float("-inf"), dtype=tl.float32)
     for s0 in range(0, num_splits, BLOCK_S):
         offs_s = s0 + tl.arange(0, BLOCK_S)
         lse_s = tl.load(LSE_PART + row * num_splits + offs_s, mask=offs_s < num_splits,
                         other=float("-inf"))
         m_vec = tl.maximum(m_vec, lse_s)
-    m = tl.max(m_vec, 0)
+    m = tl.maximum(tl.max(m_vec, 0), z)
     m_use = tl.where(m == float("-inf"), 0.0, m)
     w_vec = tl.zeros([BLOCK_S], dtype=tl.float32)
     acc = tl.zeros([BLOCK_DV], dtype=tl.float32)
@@ -142,6 +163,8 @@ def _decode_merge_kernel(O_PART, LSE_PART, O, LSE, num_splits, Dv: tl.constexpr,
                       mask=s_ok[:, None], other=0.0)
         acc = acc + tl.sum(o_s * w[:, None], 0)
     total = tl.sum(w_vec, 0)
+    if HAS_SINKS:
+        total = total + tl.exp(z - m_use)  # 0 for a sink of -inf
     empty = total == 0.0
     out = acc / tl.where(empty, 1.0, total)
     lse = tl.where(empty, float("-inf"), m_use + tl.log(tl.where(empty, 1.0, total)))
@@ -177,13 +200,40 @@ def _split_plan(cache_len: int, programs_per_split: int, device: torch.device,
     return chunk, triton.cdiv(cache_len, chunk)
 
 
+def _lengths(cache_len: object, B: int, cap: int, device: torch.device
+             ) -> tuple[torch.Tensor, int]:
+    """``(lens (B,) int32 on device, longest)``: ``cache_len`` as one length per batch
+    row, and the most keys any row can hold (``cache_len`` itself for an int, else the
+    capacity: a tensor's values are not read back to the host)."""
+    if isinstance(cache_len, torch.Tensor):
+        if cache_len.is_floating_point() or cache_len.is_complex() or cache_len.dtype == \
+                torch.bool:
+            raise TypeError(f"cache_len must be an int or an integer tensor, got {cache_len.dtype}")
+        if tuple(cache_len.shape) not in ((), (B,)):
+            raise ValueError(f"cache_len must be an int or a (B,) = ({B},) tensor, got shape "
+                             f"{tuple(cache_len.shape)}")
+        lens = cache_len.to(device=device, dtype=torch.int32).expand(B).contiguous()
+        return lens, cap
+    try:
+        n = operator.index(cache_len)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"cache_len must be an int or a (B,) integer tensor, got "
+                        f"{type(cache_len).__name__}") from None
+    if not 0 <= n <= cap:
+        raise ValueError(f"cache_len={n} outside [0, capacity={cap}]")
+    return torch.full((B,), n, dtype=torch.int32, device=device), n
+
+
 def decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    cache_len: int,
+    cache_len: int | torch.Tensor,
     *,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
+    window: tuple[int | None, int | None] | None = None,
     return_lse: bool = False,
     num_splits: int | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -192,14 +242,23 @@ def decode_attention(
     The queries are the last ``Tq`` positions of the sequence (their own K/V already
     written into the cache), so causality is bottom-right: query ``t`` sees keys
     ``j <= t + cache_len - Tq``. Equal to ``flash_attention(q, k_cache[:, :, :cache_len],
-    v_cache[:, :, :cache_len], causal=True)`` without slicing or copying the cache.
+    v_cache[:, :, :cache_len], causal=True, softcap=softcap, sinks=sinks, window=window)``
+    without slicing or copying the cache (per batch row when lengths differ).
 
     Args:
         q: ``(B, H, Tq, Dk)``, small ``Tq``.
         k_cache: ``(B, Hkv, capacity, Dk)`` (e.g. ``KVCache.k``); ``H % Hkv == 0``.
         v_cache: ``(B, Hkv, capacity, Dv)``.
-        cache_len: valid positions, ``0 <= cache_len <= capacity`` (``KVCache.length``).
+        cache_len: valid positions, ``0 <= cache_len <= capacity`` (``KVCache.length``):
+            an int, or a ``(B,)`` integer tensor (ragged batches). Tensor values are not
+            read back to the host (no synchronisation): values outside ``[0, capacity]``
+            are clamped there instead of raising.
         scale: defaults to ``1/sqrt(Dk)``.
+        softcap: scores -> ``softcap * tanh(scores / softcap)``.
+        sinks: ``(H,)`` float logits, a value-less column in each softmax denominator.
+        window: ``(left, right)`` around query ``t``'s diagonal key ``t + cache_len - Tq``
+            (``right`` is capped at 0: decoding is causal); a left side reads only the
+            last ``Tq + left`` positions.
         return_lse: also return the natural-log LSE ``(B, H, Tq)`` float32.
         num_splits: key chunks to split into (default: sized to fill the GPU).
 
@@ -208,54 +267,71 @@ def decode_attention(
     """
     _check_tensors(q=q, k_cache=k_cache, v_cache=v_cache)
     # The cache is k and v of the fit rule, its capacity C their key length.
-    G = check_qkv(q, k_cache, v_cache, batched=True)
+    check_qkv(q, k_cache, v_cache, batched=True)
     B, H, Tq, Dk = q.shape
     Hkv, cap, Dv = k_cache.shape[1], k_cache.shape[2], v_cache.shape[3]
     _check_head_dims(Dk, Dv)
-    try:
-        cache_len = operator.index(cache_len)
-    except TypeError:
-        raise TypeError(f"cache_len must be an int, got {type(cache_len).__name__}") from None
-    if not 0 <= cache_len <= cap:
-        raise ValueError(f"cache_len={cache_len} outside [0, capacity={cap}]")
-    scale = default_scale(scale, Dk)
-
-    if cache_len == 0 or q.numel() == 0:  # nothing to attend: 0 and -inf
+    lens, longest = _lengths(cache_len, B, cap, q.device)
+    win = check_window(window)
+    left, right = (None, None) if win is None else win
+    reach = cap + Tq  # a side wider than this keeps or drops every key (int32 safety)
+    right = 0 if right is None else max(-reach, min(right, 0))
+    if left is not None:
+        left = max(-reach, min(reach, left))
+        longest = min(longest, max(Tq + left, 0))  # keys [len - Tq - left, len)
+    opts = dict(scale=default_scale(scale, Dk), softcap=check_softcap(softcap),
+                sinks=sinks_float32(sinks, H, q.device), left=left, right=right,
+                num_splits=num_splits)
+    if q.numel() == 0:
         out = torch.zeros((B, H, Tq, Dv), dtype=q.dtype, device=q.device)
         lse = torch.full((B, H, Tq), float("-inf"), dtype=torch.float32, device=q.device)
         return (out, lse) if return_lse else out
     parts = _batch_slices(B, Hkv)  # grid axis 1 holds B * Hkv programs (CUDA cap 65535)
-    if parts is not None:
-        outs = [decode_attention(q[b], k_cache[b], v_cache[b], cache_len, scale=scale,
-                                 return_lse=True, num_splits=num_splits) for b in parts]
+    if parts is None:
+        out, lse = _decode(q, k_cache, v_cache, lens, longest, **opts)
+    else:
+        outs = [_decode(q[b], k_cache[b], v_cache[b], lens[b], longest, **opts)
+                for b in parts]
         out, lse = torch.cat([o for o, _ in outs]), torch.cat([x for _, x in outs])
-        return (out, lse) if return_lse else out
+    return (out, lse) if return_lse else out
+
+
+def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+            lens: torch.Tensor, longest: int, *, scale: float, softcap: float | None,
+            sinks: torch.Tensor | None, left: int | None, right: int,
+            num_splits: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two launches for checked arguments: ``longest`` keys at most per row, from the
+    first one the window lets any query see."""
+    B, H, Tq, Dk = q.shape
+    Hkv, cap, Dv = k_cache.shape[1], k_cache.shape[2], v_cache.shape[3]
+    G = H // Hkv
     out = torch.empty((B, H, Tq, Dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
     # In-slice offsets are int32 in the kernel: a cache whose (position, dim) span passes
     # 2^31 (a (B, C, Hkv, D) view with C * Hkv * D >= 2^31) is read through a dense copy
-    # of its valid part (correct, though the copy costs as much as the read).
+    # (correct, though the copy costs as much as the read).
     q = _int32_offsets(q)
-    k_cache, v_cache = (c[:, :, :cache_len].contiguous() if _int32_overflows(c) else c
-                        for c in (k_cache, v_cache))
+    k_cache, v_cache = (c.contiguous() if _int32_overflows(c) else c for c in (k_cache, v_cache))
 
     rows = G * Tq
     block_r = max(16, min(64, triton.next_power_of_2(rows)))  # tl.dot needs M >= 16
     row_blocks = triton.cdiv(rows, block_r)
-    chunk, splits = _split_plan(cache_len, B * Hkv * row_blocks, q.device, num_splits)
+    chunk, splits = _split_plan(max(longest, 1), B * Hkv * row_blocks, q.device, num_splits)
     block_dk, block_dv = _padded(Dk), _padded(Dv)
     o_part = torch.empty((B, H, Tq, splits, block_dv), dtype=torch.float32, device=q.device)
     lse_part = torch.empty((B, H, Tq, splits), dtype=torch.float32, device=q.device)
     _decode_split_kernel[(splits, B * Hkv, row_blocks)](
-        q, k_cache, v_cache, o_part, lse_part,
+        q, k_cache, v_cache, o_part, lse_part, lens,
         *q.stride(), *k_cache.stride(), *v_cache.stride(),
-        Hkv, G, Tq, cache_len, chunk, splits, scale * LOG2E,
-        triton.next_power_of_2(cache_len),
+        Hkv, G, Tq, cap, chunk, splits, 0 if left is None else left, right, scale * LOG2E,
+        0.0 if softcap is None else scale / softcap, 0.0 if softcap is None else softcap * LOG2E,
+        triton.next_power_of_2(max(longest, 1)),
         Dk=Dk, Dv=Dv, BLOCK_DK=block_dk, BLOCK_DV=block_dv, BLOCK_R=block_r,
+        HAS_LEFT=left is not None, HAS_SOFTCAP=softcap is not None,
         PRECISION=_precision(q.dtype),
     )
     _decode_merge_kernel[(B * H * Tq,)](
-        o_part, lse_part, out, lse, splits, Dv=Dv, BLOCK_DV=block_dv,
-        BLOCK_S=_merge_block(splits),
+        o_part, lse_part, out, lse, lse_part if sinks is None else sinks, H, Tq, splits,
+        Dv=Dv, BLOCK_DV=block_dv, BLOCK_S=_merge_block(splits), HAS_SINKS=sinks is not None,
     )
-    return (out, lse) if return_lse else out
+    return out, lse

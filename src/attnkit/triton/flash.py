@@ -1,10 +1,13 @@
-"""Fused flash attention on Triton: argument checks, kernel launches, autograd.
+"""Fused flash attention on Triton: argument checks and kernel launches (the public
+functions and autograd are the custom ops of :mod:`attnkit.triton.ops` on these).
 
 The kernels themselves are in :mod:`attnkit.triton._forward` and
 :mod:`attnkit.triton._backward`; the rules they share with every backend (shape fit, window,
 scale, head-dim cap) are :mod:`attnkit.spec`'s. Layout is ``(B, H, T, D)``.
-Masks follow DESIGN.md: causal and window are aligned to the bottom-right diagonal, so
-query ``i`` sees key ``j`` iff ``j <= i + Tk - Tq`` under ``causal``::
+Masks mean what they mean on every backend: causal (``True`` or ``"bottom_right"``) and
+window are aligned to the bottom-right diagonal, so query ``i`` sees key ``j`` iff
+``j <= i + Tk - Tq`` under ``causal``; ``causal="top_left"`` (SDPA's ``is_causal``) keeps
+``j <= i``::
 
     causal, Tq=2, Tk=4 (1 = keep)     causal, Tq=4, Tk=2 (rows 0, 1 see nothing)
         1 1 1 0                           0 0
@@ -19,59 +22,48 @@ Score pipeline (the order matters when features are combined; it is FlashAttenti
     s = scale * q.k
     s = softcap * tanh(s / softcap)                 if softcap
     s = s - slope[b, h] * |i + Tk - Tq - j|         if alibi_slopes
-    s = -inf where causal/window exclude (i, j)
-    out = softmax(s) @ v,  lse = logsumexp(s)   (natural log, float32)
+    s = -inf where causal/window exclude (i, j), or segment ids differ (or are < 0)
+    out = softmax([s, sink]) @ [v, 0],  lse = logsumexp([s, sink])   (natural log, float32)
+
+``sink`` (one logit per query head, optional) is a column with no value; see
+:mod:`attnkit.triton._variants` for its gradient and for how segment ids skip blocks.
+
+Precision (float32 inputs, logits up to 1e4 and beyond): the kernels take the row maximum
+off in natural units and keep the LSE as a float32 pair ``hi + lo`` (the rounded LSE and its
+rounding error), which the autograd path hands to the backward, so that the recomputed
+probabilities are the forward's to float32 rounding at any magnitude. The public LSE is
+``hi``; ``flash_attention_forward(..., lse_dtype=torch.float64)`` returns ``hi + lo`` in
+float64, and :func:`flash_attention_backward` takes either (a float32 LSE limits the
+recomputed probabilities to its own rounding, ``eps * |lse|``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
-from torch.autograd.function import once_differentiable
 
-from ..spec import LOG2E, check_fused_head_dims, check_qkv, default_scale, resolve_band
+from ..spec import (
+    check_qkv,
+    check_softcap,
+    default_scale,
+    resolve_band,
+)
 from ._backward import _bwd_dkdv_kernel, _bwd_dq_kernel, _bwd_preprocess
 from ._forward import _fwd_kernel
 from ._kernels import interpreting
+from ._launch import (
+    _batch_slices,
+    _check_head_dims,
+    _check_tensors,
+    _int32_offsets,
+    _padded,
+    _precision,
+)
+from ._variants import Segments, segment_ids_int32, segment_spans, sinks_float32
 
-__all__ = ["flash_attention", "flash_attention_backward", "flash_attention_forward"]
-
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-# CUDA caps grid axes y and z at 65535 programs; the kernels put B * H on axis 1, so a
-# larger batch (many short sequences) is launched in batch slices of at most this many
-# (batch, head) pairs. The interpreter has no such cap, which is why tests lower it.
-_MAX_GRID_Y = 65535
-
-
-def _int32_offsets(x: torch.Tensor) -> torch.Tensor:
-    """``x``, or a dense copy when offsets inside one (batch, head) slice overflow int32.
-
-    The kernels add ``row * stride_t + col * stride_d`` in int32 (tile indices times
-    runtime strides; only the batch/head offset is int64). A ``(B, T, H, D)`` view
-    transposed to ``(B, H, T, D)`` has ``stride_t = H * D``: 128k tokens of a packed QKV
-    projection with 64 heads of 128 (``stride_t = 3 * 8192``), or 256k tokens at a width of
-    16384, wrap past 2^31 and would read the wrong rows on a GPU. A dense layout has
-    ``stride_t = D`` and fits for any T below 8M.
-    """
-    return x.contiguous() if _int32_overflows(x) else x
-
-
-def _int32_overflows(x: torch.Tensor) -> bool:
-    """The largest offset within one (batch, head) slice of ``x`` reaches 2^31."""
-    span = sum((n - 1) * abs(st) for n, st in zip(x.shape[-2:], x.stride()[-2:]) if n > 0)
-    return span >= 2**31
-
-
-def _batch_slices(B: int, H: int) -> list[slice] | None:
-    """Batch slices whose ``b * H`` fits grid axis 1, or None when one launch fits."""
-    if B * H <= _MAX_GRID_Y:
-        return None
-    if H > _MAX_GRID_Y:
-        raise ValueError(f"H={H} heads exceed the {_MAX_GRID_Y} programs of a CUDA grid axis")
-    step = _MAX_GRID_Y // H
-    return [slice(b, min(b + step, B)) for b in range(0, B, step)]
+__all__ = ["flash_attention_backward", "flash_attention_forward"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +81,7 @@ class _Spec:
     left: int | None
     right: int | None
     softcap: float | None
+    seg: Segments | None = None  # int32 segment ids, or None
 
     @property
     def group(self) -> int:
@@ -105,72 +98,46 @@ class _Spec:
         right = 0 if self.right is None else max(-reach, min(reach, self.right))
         return dict(
             Tq=self.Tq, Tk=self.Tk, diag_off=self.Tk - self.Tq, left=left, right=right,
-            qk_scale2=self.scale * LOG2E,
+            qk_scale=self.scale,
             sc_in=0.0 if sc is None else self.scale / sc,
-            sc_out2=0.0 if sc is None else sc * LOG2E,
+            sc_out=0.0 if sc is None else sc,
             Q_BUCKET=triton.next_power_of_2(max(self.Tq, 1)),
             K_BUCKET=triton.next_power_of_2(max(self.Tk, 1)),
             Dk=self.Dk, Dv=self.Dv, BLOCK_DK=_padded(self.Dk), BLOCK_DV=_padded(self.Dv),
             HAS_LEFT=self.left is not None, HAS_RIGHT=self.right is not None,
-            HAS_SOFTCAP=sc is not None,
+            HAS_SOFTCAP=sc is not None, HAS_SEG=self.seg is not None,
         )
-
-
-def _padded(d: int) -> int:
-    """A head dim as the kernels hold it: the next power of two, at least 16 (``tl.dot``)."""
-    return max(16, triton.next_power_of_2(d))
-
-
-def _precision(dtype: torch.dtype) -> str:
-    # float32 inputs are for testing: keep their dots in full precision, not tf32.
-    return "ieee" if dtype == torch.float32 else "tf32"
-
-
-def _check_tensors(**tensors: torch.Tensor) -> None:
-    """What the kernels need of their tensor arguments besides shapes (those are
-    :func:`attnkit.spec.check_qkv`'s): torch tensors of one float dtype the kernels take,
-    on one CUDA device (or the CPU under ``TRITON_INTERPRET=1``)."""
-    for name, x in tensors.items():
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.dtype not in _DTYPES:
-            raise TypeError(f"{name} must be float16, bfloat16 or float32, got {x.dtype}")
-    names, xs = ", ".join(tensors), list(tensors.values())
-    if len({x.dtype for x in xs}) > 1:
-        raise TypeError(f"{names} must share a dtype, got {', '.join(str(x.dtype) for x in xs)}")
-    if len({x.device for x in xs}) > 1:
-        raise ValueError(
-            f"{names} must be on one device, got {', '.join(str(x.device) for x in xs)}"
-        )
-    device = xs[0].device
-    if device.type != "cuda" and not interpreting():
-        raise ValueError(
-            f"attnkit.triton kernels run on CUDA tensors (or on the CPU under "
-            f"TRITON_INTERPRET=1); got tensors on {device}"
-        )
-
-
-def _check_head_dims(Dk: int, Dv: int) -> None:
-    why = check_fused_head_dims(Dk, Dv)
-    if why is not None:
-        raise ValueError(why)
 
 
 def _check(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool | str,
     window: tuple[int | None, int | None] | None, scale: float | None, softcap: float | None,
+    segment_ids: object = None,
 ) -> _Spec:
     _check_tensors(q=q, k=k, v=v)
     check_qkv(q, k, v, batched=True)
     B, H, Tq, Dk = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[3]
     _check_head_dims(Dk, Dv)
-    left, right = resolve_band(causal, window)
-    if softcap is not None:
-        softcap = float(softcap)
-        if not softcap > 0:
-            raise ValueError(f"softcap must be positive, got {softcap}")
-    return _Spec(B, H, Hkv, Tq, Tk, Dk, Dv, default_scale(scale, Dk), left, right, softcap)
+    left, right = resolve_band(causal, window, Tq, Tk)
+    seg = segment_ids_int32(segment_ids, B, H, Tq, Tk, q.device)
+    return _Spec(B, H, Hkv, Tq, Tk, Dk, Dv, default_scale(scale, Dk), left, right,
+                 check_softcap(softcap), seg)
+
+
+def _ids_and_spans(spec: _Spec, device: torch.device, keys_per_query: bool) -> list:
+    """``[q_ids, kv_ids, lo, hi]`` for a kernel: the spans of keys each query may attend
+    (``keys_per_query``) or of queries each key may be attended by; placeholders (never
+    read) without segment ids."""
+    if spec.seg is None:
+        return [torch.empty(1, dtype=torch.int32, device=device)] * 4
+    q_ids, kv_ids = spec.seg
+    spans = segment_spans(q_ids, kv_ids) if keys_per_query else segment_spans(kv_ids, q_ids)
+    return [q_ids, kv_ids, *spans]
+
+
+def _sliced(spec: _Spec, b: slice) -> Segments | None:
+    return None if spec.seg is None else spec.seg.batch(b)
 
 
 def _slopes(alibi_slopes: torch.Tensor | None, spec: _Spec, device: torch.device) -> torch.Tensor:
@@ -193,11 +160,15 @@ def flash_attention_forward(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
     window: tuple[int | None, int | None] | None = None,
     scale: float | None = None,
     softcap: float | None = None,
     alibi_slopes: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
+    segment_ids: object = None,
+    lse_dtype: torch.dtype = torch.float32,
+    _visits: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused attention forward, no autograd.
 
@@ -205,42 +176,83 @@ def flash_attention_forward(
         q: ``(B, H, Tq, Dk)``, float16/bfloat16/float32.
         k: ``(B, Hkv, Tk, Dk)``; ``H % Hkv == 0`` (GQA/MQA read K/V in place).
         v: ``(B, Hkv, Tk, Dv)``.
-        causal: bottom-right aligned causal mask.
-        window: ``(left, right)`` band around the diagonal; None (or a None side) =
-            unbounded.
+        causal: True or ``"bottom_right"`` (``j <= i + Tk - Tq``), ``"top_left"``
+            (``j <= i``), or False.
+        window: ``(left, right)`` band around the bottom-right diagonal; None (or a None
+            side) = unbounded.
         scale: defaults to ``1/sqrt(Dk)``.
         softcap: scores -> ``softcap * tanh(scores / softcap)`` on the scaled scores.
         alibi_slopes: ``(H,)`` or ``(B, H)``; adds ``-slope * |i + Tk - Tq - j|``.
+        sinks: ``(H,)`` float, one value-less logit per query head in each softmax
+            denominator (and in the LSE).
+        segment_ids: int ``(B, T)`` (self-attention) or a pair ``(q_ids (B, Tq), kv_ids
+            (B, Tk))``: equal ids attend each other, an id < 0 attends nothing.
+        lse_dtype: ``torch.float32`` (default) or ``torch.float64``: the LSE as the kernel
+            keeps it, ``hi + lo``, exact enough for :func:`flash_attention_backward` and
+            for merging partials at any magnitude of the logits.
 
     Returns:
-        ``(out (B, H, Tq, Dv) in q's dtype, lse (B, H, Tq) float32, natural log)``.
+        ``(out (B, H, Tq, Dv) in q's dtype, lse (B, H, Tq) in lse_dtype, natural log)``.
     """
-    spec = _check(q, k, v, causal, window, scale, softcap)
+    if lse_dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"lse_dtype must be torch.float32 or torch.float64, got {lse_dtype}")
+    out, hi, lo = _forward(q, k, v, causal=causal, window=window, scale=scale, softcap=softcap,
+                           alibi_slopes=alibi_slopes, sinks=sinks, segment_ids=segment_ids,
+                           _visits=_visits)
+    if lse_dtype == torch.float32:
+        return out, hi
+    return out, hi.double() + lo.double()  # -inf + 0 = -inf for rows with no key
+
+
+def _forward(q, k, v, *, causal, window, scale, softcap, alibi_slopes, sinks, segment_ids,
+             _visits=None):
+    """The forward launch: ``(out, lse_hi, lse_lo)``, the LSE as a float32 pair."""
+    spec = _check(q, k, v, causal, window, scale, softcap, segment_ids)
     q, k, v = (_int32_offsets(x) for x in (q, k, v))
     slopes = _slopes(alibi_slopes, spec, q.device)
+    z = sinks_float32(sinks, spec.H, q.device)
     parts = _batch_slices(spec.B, spec.H)
-    if parts is not None:
-        outs = [flash_attention_forward(q[b], k[b], v[b], causal=causal, window=window,
-                                        scale=scale, softcap=softcap,
-                                        alibi_slopes=None if alibi_slopes is None else slopes[b])
+    if parts is not None and _visits is None:
+        outs = [_forward(q[b], k[b], v[b], causal=causal, window=window, scale=scale,
+                         softcap=softcap,
+                         alibi_slopes=None if alibi_slopes is None else slopes[b],
+                         sinks=z, segment_ids=_sliced(spec, b))
                 for b in parts]
-        return torch.cat([o for o, _ in outs]), torch.cat([lse for _, lse in outs])
+        return tuple(torch.cat(x) for x in zip(*outs))
     B, H, Tq = spec.B, spec.H, spec.Tq
     out = torch.empty((B, H, Tq, spec.Dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
+    lse_lo = torch.empty_like(lse)
     if lse.numel() == 0:
-        return out, lse
+        return out, lse, lse_lo
 
     def grid(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(Tq, meta["BLOCK_M"]), B * H)
 
     _fwd_kernel[grid](
-        q, k, v, out, lse, slopes,
+        q, k, v, out, lse, lse_lo, slopes, slopes if z is None else z,
+        *_ids_and_spans(spec, q.device, keys_per_query=True),
+        slopes if _visits is None else _visits,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         H=H, G=spec.group, **spec.scalars(), HAS_ALIBI=alibi_slopes is not None,
+        HAS_SINKS=z is not None, COUNT_VISITS=_visits is not None,
         PRECISION=_precision(q.dtype),
     )
-    return out, lse
+    return out, lse, lse_lo
+
+
+def key_block_visits(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options: object
+) -> tuple[int, int]:
+    """``(visited, total)``: key blocks the forward kernel visits for these inputs and
+    options (those of :func:`flash_attention_forward`), summed over its programs, and the
+    blocks a dense pass would visit. For tests and benchmarks (it reads the counts back)."""
+    B, H, Tq = q.shape[0], q.shape[1], q.shape[2]
+    visits = torch.zeros(B * H * triton.cdiv(max(Tq, 1), 16) * 2, dtype=torch.int32,
+                         device=q.device)  # room for the smallest BLOCK_M of any config
+    flash_attention_forward(q, k, v, **options, _visits=visits)  # type: ignore[arg-type]
+    pairs = visits.view(-1, 2).sum(0).tolist()
+    return int(pairs[0]), int(pairs[1])
 
 
 def flash_attention_backward(
@@ -251,11 +263,12 @@ def flash_attention_backward(
     out: torch.Tensor,
     lse: torch.Tensor,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
     window: tuple[int | None, int | None] | None = None,
     scale: float | None = None,
     softcap: float | None = None,
     alibi_slopes: torch.Tensor | None = None,
+    segment_ids: object = None,
     dlse: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fused attention backward, no autograd: recomputes P from the saved LSE.
@@ -266,15 +279,33 @@ def flash_attention_backward(
 
     Args:
         dout: ``(B, H, Tq, Dv)``, gradient of ``out``.
-        q, k, v, out, lse: as given to / returned by :func:`flash_attention_forward`.
-        causal, window, scale, softcap, alibi_slopes: the forward's options.
+        q, k, v, out, lse: as given to / returned by :func:`flash_attention_forward`;
+            ``lse`` float32 or float64 (``lse_dtype=torch.float64``: exact at any magnitude).
+        causal, window, scale, softcap, alibi_slopes, segment_ids: the forward's options.
+            Sinks need no argument here: ``lse`` includes them, which is all dQ, dK, dV
+            need (the sinks' own gradient is :func:`attnkit.triton._variants.sinks_grad`).
         dlse: optional ``(B, H, Tq)`` gradient of ``lse`` (ring attention merges by LSE).
 
     Returns:
         ``(dq, dk, dv)`` shaped and typed like ``q``, ``k``, ``v``.
     """
-    spec = _check(q, k, v, causal, window, scale, softcap)
-    B, H, Hkv, Tq, Tk = spec.B, spec.H, spec.Hkv, spec.Tq, spec.Tk
+    spec = _check(q, k, v, causal, window, scale, softcap, segment_ids)
+    _check_grad_shapes(spec, dout, out, lse, dlse)
+    hi = lse.to(torch.float32)
+    lo = torch.zeros_like(hi)
+    if lse.dtype == torch.float64:  # the float32 pair the kernel keeps: lse = hi + lo
+        fin = torch.isfinite(lse)
+        lo = torch.where(fin, lse - torch.where(fin, hi, 0.0).double(), 0.0).float()
+    return _backward(dout, q, k, v, out, hi, lo, spec=spec, alibi_slopes=alibi_slopes,
+                     dlse=dlse)
+
+
+def _check_grad_shapes(
+    spec: _Spec, dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+    dlse: torch.Tensor | None,
+) -> None:
+    """The backward's extra tensors fit the forward's shapes."""
+    B, H, Tq = spec.B, spec.H, spec.Tq
     if tuple(dout.shape) != (B, H, Tq, spec.Dv) or tuple(out.shape) != tuple(dout.shape):
         raise ValueError(
             f"dout {tuple(dout.shape)} and out {tuple(out.shape)} must be (B, H, Tq, Dv) = "
@@ -284,12 +315,17 @@ def flash_attention_backward(
         raise ValueError(f"lse {tuple(lse.shape)} must be (B, H, Tq) = {(B, H, Tq)}")
     if dlse is not None and tuple(dlse.shape) != (B, H, Tq):
         raise ValueError(f"dlse {tuple(dlse.shape)} must be (B, H, Tq) = {(B, H, Tq)}")
+
+
+def _backward(dout, q, k, v, out, lse, lse_lo, *, spec, alibi_slopes, dlse):
+    """The backward launches, from the LSE as the float32 pair ``lse + lse_lo``."""
+    B, H, Hkv, Tq, Tk = spec.B, spec.H, spec.Hkv, spec.Tq, spec.Tk
     slopes = _slopes(alibi_slopes, spec, q.device)
     parts = _batch_slices(B, H)
     if parts is not None:
-        grads = [flash_attention_backward(
-            dout[b], q[b], k[b], v[b], out[b], lse[b], causal=causal, window=window,
-            scale=scale, softcap=softcap,
+        grads = [_backward(
+            dout[b], q[b], k[b], v[b], out[b], lse[b], lse_lo[b],
+            spec=replace(spec, B=q[b].shape[0], seg=_sliced(spec, b)),
             alibi_slopes=None if alibi_slopes is None else slopes[b],
             dlse=None if dlse is None else dlse[b]) for b in parts]
         return tuple(torch.cat(g) for g in zip(*grads))  # type: ignore[return-value]
@@ -297,6 +333,7 @@ def flash_attention_backward(
     # copy lets the backward kernels use wide, aligned loads.
     dout = dout.to(q.dtype).contiguous()
     lse = lse.to(torch.float32).contiguous()
+    lse_lo = lse_lo.to(device=q.device, dtype=torch.float32).contiguous()
     q, k, v, out = (_int32_offsets(x) for x in (q, k, v, out))
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
@@ -318,7 +355,8 @@ def flash_attention_backward(
         return (triton.cdiv(Tk, meta["BLOCK_N"]), B * Hkv)
 
     _bwd_dkdv_kernel[grid_kv](
-        q, k, v, dout, lse, delta, dk, dv, slopes,
+        q, k, v, dout, lse, lse_lo, delta, dk, dv, slopes,
+        *_ids_and_spans(spec, q.device, keys_per_query=False),
         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
         H=H, Hkv=Hkv, G=spec.group, **common,
     )
@@ -327,68 +365,9 @@ def flash_attention_backward(
         return (triton.cdiv(Tq, meta["BLOCK_M"]), B * H)
 
     _bwd_dq_kernel[grid_q](
-        q, k, v, dout, lse, delta, dq, slopes,
+        q, k, v, dout, lse, lse_lo, delta, dq, slopes,
+        *_ids_and_spans(spec, q.device, keys_per_query=True),
         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride(),
         H=H, G=spec.group, **common,
     )
     return dq, dk, dv
-
-
-class FlashAttentionFunction(torch.autograd.Function):
-    """``(out, lse)`` with gradients for q, k, v (and through ``lse`` as well)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, causal, window, scale, softcap, alibi_slopes):  # type: ignore[override]
-        out, lse = flash_attention_forward(
-            q, k, v, causal=causal, window=window, scale=scale, softcap=softcap,
-            alibi_slopes=alibi_slopes,
-        )
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.options = dict(causal=causal, window=window, scale=scale, softcap=softcap,
-                           alibi_slopes=alibi_slopes)
-        return out, lse
-
-    @staticmethod
-    @once_differentiable  # the kernels have no double backward: say so, never return 0
-    def backward(ctx, dout, dlse):  # type: ignore[override]
-        q, k, v, out, lse = ctx.saved_tensors
-        if dout is None:
-            dout = torch.zeros_like(out)
-        dq, dk, dv = flash_attention_backward(dout, q, k, v, out, lse, dlse=dlse,
-                                              **ctx.options)
-        return dq, dk, dv, None, None, None, None, None
-
-
-def flash_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool = False,
-    window: tuple[int | None, int | None] | None = None,
-    scale: float | None = None,
-    softcap: float | None = None,
-    alibi_slopes: torch.Tensor | None = None,
-    return_lse: bool = False,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Fused attention with autograd: ``softmax(scale * q k^T [+ features]) v``.
-
-    Args:
-        q: ``(B, H, Tq, Dk)``, float16/bfloat16 (float32 for testing).
-        k: ``(B, Hkv, Tk, Dk)``; GQA/MQA when ``Hkv < H`` (K/V never expanded).
-        v: ``(B, Hkv, Tk, Dv)``.
-        causal: bottom-right aligned: query ``i`` sees key ``j`` iff ``j <= i + Tk - Tq``.
-        window: ``(left, right)``: key ``j`` allowed iff ``diag - left <= j <= diag +
-            right`` with ``diag = i + Tk - Tq``; None (whole or per side) = unbounded.
-        scale: defaults to ``1/sqrt(Dk)``.
-        softcap: Gemma-2 style ``softcap * tanh(s / softcap)`` on the scaled scores.
-        alibi_slopes: ``(H,)`` or ``(B, H)`` float; adds ``-slope * |i + Tk - Tq - j|``
-            to the (capped) scores (FlashAttention's convention; not differentiated).
-        return_lse: also return the natural-log LSE ``(B, H, Tq)``, float32.
-
-    Returns:
-        ``out (B, H, Tq, Dv)``, or ``(out, lse)``. Rows with no allowed key: 0 and -inf.
-    """
-    out, lse = FlashAttentionFunction.apply(q, k, v, causal, window, scale, softcap,
-                                            alibi_slopes)
-    return (out, lse) if return_lse else out

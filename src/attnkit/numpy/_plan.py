@@ -1,0 +1,98 @@
+"""How :func:`attnkit.numpy.flash_attention` splits its work on the machine it runs on.
+
+Two choices matter for speed on a CPU, and neither should be the caller's chore:
+
+- **Tile size.** Every tile costs a fixed amount of Python and ufunc dispatch, so small tiles
+  drown in overhead at long ``T``; tiles too large fall out of cache. 128 queries x 256 keys
+  measured fastest at ``T`` = 1k-8k, ``D`` = 64 (64 x 64 cost about 45% more CPU time at
+  ``T`` = 4096); short sequences simply get one tile.
+- **Threads.** Query blocks are independent, and NumPy releases the GIL inside BLAS and
+  ufuncs, so one worker per usable core runs them in parallel. BLAS must then run one
+  thread per worker: its own threads inside each worker oversubscribe the cores (measured
+  3-9x slower on a busy 2-core machine). That limit is set for the duration of the call
+  through ``threadpoolctl``; without it, the automatic choice stays at one thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = ["BLOCK_K", "BLOCK_Q", "Plan", "blas_threads_limited", "plan", "usable_cores"]
+
+BLOCK_Q = 128  # query rows per tile
+BLOCK_K = 256  # keys per tile
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, not the machine's total)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _can_limit_blas() -> bool:
+    try:
+        import threadpoolctl  # noqa: F401  (optional: limits BLAS threads per call)
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Tile sizes and worker count of one call."""
+
+    block_q: int
+    block_k: int
+    threads: int
+
+    @property
+    def limit_blas(self) -> bool:
+        """Run BLAS single-threaded inside the workers (only when there are several)."""
+        return self.threads > 1
+
+
+def plan(
+    Tq: int, Tk: int, block_q: int | None, block_k: int | None, num_threads: int | None
+) -> Plan:
+    """Fill in what the caller left as None.
+
+    Args:
+        Tq, Tk: query and key lengths.
+        block_q, block_k: tile sizes, or None for :data:`BLOCK_Q` x :data:`BLOCK_K`
+            (clipped to the lengths, so a short sequence is one tile).
+        num_threads: workers, or None for one per usable core, at most one per query
+            block, and one when BLAS threads cannot be limited.
+
+    Raises:
+        ValueError: a given size or count below 1.
+    """
+    for name, value in (("block_q", block_q), ("block_k", block_k), ("num_threads", num_threads)):
+        if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
+            kind = "thread counts" if name == "num_threads" else "block sizes"
+            raise ValueError(f"{kind} must be positive integers or None, got {name}={value!r}")
+    bq = int(block_q) if block_q is not None else max(1, min(BLOCK_Q, Tq))
+    bk = int(block_k) if block_k is not None else max(1, min(BLOCK_K, Tk))
+    if num_threads is not None:
+        threads = int(num_threads)
+    else:
+        blocks = max(1, -(-Tq // bq))
+        threads = min(usable_cores(), blocks) if _can_limit_blas() else 1
+    return Plan(bq, bk, threads)
+
+
+@contextlib.contextmanager
+def blas_threads_limited(active: bool) -> Iterator[None]:
+    """BLAS at one thread for the body when ``active`` and ``threadpoolctl`` is installed
+    (the caller's own setting comes back afterwards); otherwise does nothing."""
+    if not active or not _can_limit_blas():
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield

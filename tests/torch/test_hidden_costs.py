@@ -1,0 +1,159 @@
+"""No hidden costs: a masked call never reads a tensor back to Python (no host sync), and
+torch.compile(fullgraph=True) traces attention and MultiHeadAttention whole (no graph
+break), with the results of eager mode."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo.testing
+
+import attnkit.torch as at
+
+
+def _inputs(seed: int = 0, Tq: int = 5, Tk: int = 7):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, 4, Tq, 8, generator=g, requires_grad=True)
+    k = torch.randn(2, 2, Tk, 8, generator=g, requires_grad=True)
+    v = torch.randn(2, 2, Tk, 6, generator=g, requires_grad=True)
+    return g, q, k, v
+
+
+def _calls(g: torch.Generator, Tq: int, Tk: int) -> list[dict]:
+    """One call per constraint, and all of them at once."""
+    mask = torch.rand(2, 1, Tq, Tk, generator=g) > 0.3
+    bias = torch.randn(Tq, Tk, generator=g)
+    vl = torch.tensor([3, Tk])
+    return [
+        {"mask": mask},
+        {"mask": mask[:, :, :1]},  # a key mask
+        {"bias": bias},
+        {"valid_lens": vl},
+        {"valid_lens": torch.tensor([[1] * Tq, list(range(Tq))])},  # per query, empty rows
+        {"causal": True},
+        {"window": (2, 1)},
+        {"need_weights": True, "causal": True, "valid_lens": vl},
+        {"need_weights": True, "mask": mask, "bias": bias, "window": (None, 0)},
+        {"causal": "top_left", "softcap": 5.0},  # the variants of issue 12
+        {"sinks": torch.randn(4, generator=g), "valid_lens": vl, "need_weights": True},
+    ]
+
+
+def _segment_ids(Tq: int, Tk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Query and key ids whose runs interleave (under torch.compile every layout takes the
+    dense mask path; in eager mode on the CPU the ids are read to look for packed runs)."""
+    return (torch.tensor([[0, 1] * Tq][:1])[:, :Tq].expand(2, Tq).contiguous(),
+            torch.tensor([[1, 0] * Tk][:1])[:, :Tk].expand(2, Tk).contiguous())
+
+
+@pytest.fixture
+def no_readback(monkeypatch):
+    """Make every way of reading a tensor's value back into Python raise."""
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("a tensor was read back to Python (a host sync)")
+
+    for name in ("item", "__bool__", "__int__", "__float__", "__index__", "tolist"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+
+
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "math"])
+@pytest.mark.parametrize("Tq", [1, 5])  # decoding (one query) and a block
+def test_masked_calls_never_read_a_tensor_back(no_readback, backend, Tq):
+    g, q, k, v = _inputs(Tq=Tq)
+    # segment_ids are left out: on the CPU they are read once, by design, to find packed
+    # documents (attnkit.torch._packed; skipped under torch.compile, tested below).
+    for kw in _calls(g, Tq, 7):
+        if backend == "sdpa" and "softcap" in kw:
+            continue  # SDPA has no softcap (the call raises, saying so)
+        out, w = at.attention(q, k, v, backend=backend, **kw)
+        loss = out.sum() if w is None else out.sum() + w.sum()
+        torch.autograd.grad(loss, (q, k, v))
+
+
+def test_modules_never_read_a_tensor_back(no_readback):
+    torch.manual_seed(0)
+    m = at.MultiHeadAttention(16, 4, num_kv_heads=2)
+    x = torch.randn(2, 6, 16)
+    vl = torch.tensor([4, 6])
+    out, w = m(x, causal=True, valid_lens=vl, need_weights=True)
+    (out.sum() + w.sum()).backward()
+    cache = m.init_cache(2, 8)
+    with torch.no_grad():
+        m(x[:, :4], causal=True, cache=cache, valid_lens=torch.tensor([3, 4]))
+        m(x[:, 4:5], causal=True, cache=cache, valid_lens=torch.tensor([3, 5]))
+    add = at.AdditiveAttention(16, 16, 8)
+    add(x, x, x, vl).sum().backward()
+
+
+def _compiled(fn):
+    """``fn`` compiled whole (a graph break raises) with a counter of compiled frames."""
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    return torch.compile(fn, fullgraph=True, backend=counter), counter
+
+
+@pytest.mark.parametrize("Tq", [1, 5])
+def test_attention_compiles_whole_and_matches_eager(Tq):
+    """Every constraint, need_weights, decoding and a block, forward and backward: one
+    graph (fullgraph=True, zero graph breaks), the values and gradients of eager mode."""
+    torch._dynamo.reset()
+    g, q, k, v = _inputs(Tq=Tq)
+    calls = _calls(g, Tq, 7) + [{"segment_ids": _segment_ids(Tq, 7), "causal": True}]
+
+    def all_calls(q, k, v):
+        outs = []
+        for kw in calls:
+            out, w = at.attention(q, k, v, **kw)
+            outs += [out] if w is None else [out, w]
+        return outs
+
+    fn, counter = _compiled(all_calls)
+    got, want = fn(q, k, v), all_calls(q, k, v)
+    assert counter.frame_count == 1  # one graph: no break
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    grads = torch.autograd.grad(sum(o.sum() for o in got), (q, k, v))
+    ref = torch.autograd.grad(sum(o.sum() for o in want), (q, k, v))
+    for a, b in zip(grads, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_multi_head_attention_with_cache_compiles_whole_and_matches_eager():
+    """A causal prefill and a decoding step through a KV cache, with padding, forward and
+    backward: one graph, eager's outputs and parameter gradients."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = at.MultiHeadAttention(16, 4, num_kv_heads=2)
+    x = torch.randn(2, 6, 16)
+
+    def steps(x, cache):
+        out, _ = m(x[:, :4], causal=True, cache=cache, valid_lens=torch.tensor([3, 4]))
+        step, _ = m(x[:, 4:5], causal=True, cache=cache, valid_lens=torch.tensor([4, 5]))
+        return out.square().sum() + step.square().sum()
+
+    fn, counter = _compiled(steps)
+    cache = m.init_cache(2, 8)
+    loss = fn(x, cache)
+    loss.backward()
+    got = {n: p.grad.clone() for n, p in m.named_parameters()}
+    assert counter.frame_count == 1 and cache.length == 5
+    m.zero_grad()
+    cache = m.init_cache(2, 8)
+    ref = steps(x, cache)
+    ref.backward()
+    torch.testing.assert_close(loss, ref)
+    for n, p in m.named_parameters():
+        torch.testing.assert_close(got[n], p.grad, rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_graph_breaks_counted_by_explain_are_zero():
+    """torch._dynamo.explain's count, for a causal MultiHeadAttention forward with padding
+    (five breaks before: one per finiteness check)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = at.MultiHeadAttention(16, 4)
+    x = torch.randn(2, 5, 16)
+    explained = torch._dynamo.explain(lambda x: m(x, causal=True,
+                                                  valid_lens=torch.tensor([2, 5]))[0])(x)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert explained.graph_count == 1
