@@ -206,7 +206,14 @@ class MultiheadAttention(nn.MultiheadAttention):
                 "attn_mask (as in torch.nn.MultiheadAttention); build one with "
                 "nn.Transformer.generate_square_subsequent_mask(T)"
             )
-        masked = key_padding_mask is not None or attn_mask is not None
+        # torch trusts the hint (and reads no mask) exactly here; its causal is top-left.
+        trust_hint = is_causal and key_padding_mask is None and not need_weights \
+            and cache is None
+        # Can an input key row go unattended, or a query have no key? Then a NaN in that
+        # input must reach no weight gradient. Top-left causal leaves no query without a key
+        # and only input keys j >= Tq unattended.
+        masked = key_padding_mask is not None or (attn_mask is not None and not trust_hint) \
+            or (trust_hint and Tq < key.shape[1])
         q, k, v = self._project(query, key, value, cache, masked, self_attention)
         codes = None
         if cache is not None:  # attnkit's MultiHeadAttention's rule, NaN bookkeeping included
@@ -214,9 +221,6 @@ class MultiheadAttention(nn.MultiheadAttention):
         Tk = k.shape[2]
         keep, bias = _torch_masks(key_padding_mask, attn_mask, B, self.num_heads, Tq, Tk,
                                   batched)
-        # torch trusts the hint (and reads no mask) exactly here; its causal is top-left.
-        trust_hint = is_causal and key_padding_mask is None and not need_weights \
-            and cache is None
         if trust_hint:
             keep = bias = None
         # Extra keys come last; a trusted hint's top-left causal spans them too, as torch's.
