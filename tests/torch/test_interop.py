@@ -1,6 +1,7 @@
 """MultiHeadAttention.from_torch / .to_torch against torch.nn.MultiheadAttention: outputs
 and weights equal to float64 rounding over bias, kdim/vdim, batch_first, key padding, bool
-and float attn_mask, averaged and per-head weights."""
+and float attn_mask, averaged and per-head weights; batch_first, training mode and state
+dicts kept both ways, and torch's RNG left alone."""
 
 from __future__ import annotations
 
@@ -60,32 +61,54 @@ def test_from_torch_grid(bias, kvdim, batch_first, masks, average):
     tr = (lambda x: x) if batch_first else (lambda x: x.transpose(0, 1))
     ref_out, ref_w = ref(tr(query), tr(key), tr(value), need_weights=True,
                          average_attn_weights=average, **ref_kw)
-    out, w = ours(query, key, value, need_weights=True, average_weights=average, **our_kw)
-    torch.testing.assert_close(out, tr(ref_out), rtol=1e-12, atol=1e-13)
+    assert ours.batch_first == batch_first  # called in the same layout as `ref`
+    out, w = ours(tr(query), tr(key), tr(value), need_weights=True, average_weights=average,
+                  **our_kw)
+    torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-13)
     torch.testing.assert_close(w, ref_w, rtol=1e-12, atol=1e-13)
-    out_fused, none = ours(query, key, value, **our_kw)
+    out_fused, none = ours(tr(query), tr(key), tr(value), **our_kw)
     assert none is None
-    torch.testing.assert_close(out_fused, tr(ref_out), rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(out_fused, ref_out, rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.parametrize("batch_first", [True, False])
 @pytest.mark.parametrize("kvdim", [None, (3, 7)])
 @pytest.mark.parametrize("bias", [True, False])
-def test_to_torch_roundtrip(bias, kvdim):
+def test_to_torch_roundtrip(bias, kvdim, batch_first):
     kdim, vdim = kvdim or (None, None)
     ours = at.MultiHeadAttention(E, H, bias=bias, kdim=kdim, vdim=vdim, dropout=0.25,
-                                 dtype=torch.float64).eval()
+                                 batch_first=batch_first, dtype=torch.float64).eval()
+    rng_state = torch.get_rng_state()
     ref = ours.to_torch()
-    assert ref.batch_first and ref.dropout == 0.25 and not ref.training
-    x = torch.randn(B, Tq, E, dtype=torch.float64)
-    mem_k = torch.randn(B, Tk, kdim or E, dtype=torch.float64)
-    mem_v = torch.randn(B, Tk, vdim or E, dtype=torch.float64)
+    back = at.MultiHeadAttention.from_torch(ref)
+    assert torch.equal(torch.get_rng_state(), rng_state)  # conversions draw nothing
+    assert ref.batch_first == back.batch_first == batch_first
+    assert ref.dropout == back.dropout == 0.25 and not ref.training and not back.training
+    tr = (lambda x: x) if batch_first else (lambda x: x.transpose(0, 1))
+    x = tr(torch.randn(B, Tq, E, dtype=torch.float64))
+    mem_k = tr(torch.randn(B, Tk, kdim or E, dtype=torch.float64))
+    mem_v = tr(torch.randn(B, Tk, vdim or E, dtype=torch.float64))
     ref_out, ref_w = ref(x, mem_k, mem_v)
     out, w = ours(x, mem_k, mem_v, need_weights=True)
     torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-13)
     torch.testing.assert_close(w, ref_w, rtol=1e-12, atol=1e-13)
-    back = at.MultiHeadAttention.from_torch(ref)
-    for (n, a), (_, b) in zip(ours.named_parameters(), back.named_parameters()):
-        assert torch.equal(a, b), n
+    for sd, sd_back in ((ours.state_dict(), back.state_dict()),
+                        (ref.state_dict(), back.to_torch().state_dict())):
+        assert list(sd) == list(sd_back)
+        for name in sd:
+            assert torch.equal(sd[name], sd_back[name]), name
+
+
+def test_from_torch_keeps_training_mode_and_rng():
+    torch.manual_seed(0)
+    ref = nn.MultiheadAttention(E, H, dropout=0.1, dtype=torch.float64)  # train mode
+    rng_state = torch.get_rng_state()
+    ours = at.MultiHeadAttention.from_torch(ref)
+    assert torch.equal(torch.get_rng_state(), rng_state)
+    assert ours.training and not ours.batch_first and ours.dropout == 0.1
+    x = torch.randn(Tq, B, E, dtype=torch.float64)  # (T, B, E), as `ref` takes it
+    ours.eval(), ref.eval()
+    torch.testing.assert_close(ours(x)[0], ref(x, x, x)[0], rtol=1e-12, atol=1e-13)
 
 
 def test_gradients_match_nn_multihead_attention():
@@ -113,5 +136,9 @@ def test_unsupported_conversions_raise():
         at.MultiHeadAttention(E, 4, num_kv_heads=2).to_torch()
     with pytest.raises(ValueError, match="head_dim"):
         at.MultiHeadAttention(E, 2, head_dim=3).to_torch()
+    with pytest.raises(ValueError, match="softcap=30.0"):
+        at.MultiHeadAttention(E, H, softcap=30.0).to_torch()
+    with pytest.raises(ValueError, match="sinks=on"):
+        at.MultiHeadAttention(E, H, sinks=True).to_torch()
     with pytest.raises(TypeError, match="MultiheadAttention"):
         at.MultiHeadAttention.from_torch(nn.Linear(2, 2))

@@ -102,6 +102,77 @@ def test_additive_d2l_state_dict_names():
     assert attn.W_k.weight.shape == (8, 2) and attn.w_v.weight.shape == (1, 8)
 
 
+class _D2L10Scores(torch.nn.Module):
+    """What fixes the parameters of d2l 1.0's AdditiveAttention(num_hiddens, dropout): three
+    bias-free LazyLinears, materialised by a forward that calls W_q, then W_k, then w_v."""
+
+    def __init__(self, num_hiddens: int) -> None:
+        super().__init__()
+        self.W_k = torch.nn.LazyLinear(num_hiddens, bias=False)
+        self.W_q = torch.nn.LazyLinear(num_hiddens, bias=False)
+        self.w_v = torch.nn.LazyLinear(1, bias=False)
+
+    def forward(self, queries, keys):
+        q, k = self.W_q(queries), self.W_k(keys)
+        return self.w_v(torch.tanh(q[:, :, None] + k[:, None])).squeeze(-1)
+
+
+@pytest.mark.parametrize("make", [lambda: at.AdditiveAttention(8, 0.1),
+                                  lambda: at.AdditiveAttention(num_hiddens=8, dropout=0.1)])
+def test_additive_d2l_1_0_signature_is_lazy_and_exact(rng, make):
+    attn = make().double().eval()
+    assert attn.dropout.p == 0.1
+    assert isinstance(attn.W_q.weight, torch.nn.parameter.UninitializedParameter)
+    q, k, v = (rng.standard_normal(s) for s in ((2, 3, 5), (2, 6, 4), (2, 6, 3)))
+    vl = np.array([2, 6])
+    out = attn(t64(q), t64(k), t64(v), torch.tensor(vl))
+    assert type(attn.W_q) is torch.nn.Linear and attn.W_q.weight.shape == (8, 5)
+    assert attn.W_k.weight.shape == (8, 4) and attn.w_v.weight.shape == (1, 8)
+    ref_out, ref_w = _additive_ref(attn, q, k, v, vl)
+    np.testing.assert_allclose(npy(out), ref_out, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(npy(attn.attention_weights), ref_w, rtol=1e-12, atol=1e-14)
+
+
+def test_additive_d2l_1_0_same_seed_same_weights_and_state_dicts_load(rng):
+    q, k = torch.randn(2, 3, 5), torch.randn(2, 6, 4)
+    v = torch.randn(2, 6, 3)
+    torch.manual_seed(0)
+    d2l = _D2L10Scores(8)
+    d2l(q, k)
+    torch.manual_seed(0)
+    ours = at.AdditiveAttention(8, 0.0)
+    ours(q, k, v)
+    for name, p in d2l.state_dict().items():  # same draws, in the same order
+        assert torch.equal(ours.state_dict()[name], p), name
+    fresh = at.AdditiveAttention(8, 0.0)
+    fresh.load_state_dict(d2l.state_dict())  # into uninitialised lazy parameters
+    old_form = at.AdditiveAttention(4, 5, 8, 0.0)  # d2l 0.17: (key_size, query_size, ...)
+    old_form.load_state_dict(ours.state_dict())
+    for m in (fresh, old_form):
+        torch.testing.assert_close(m(q, k, v), ours(q, k, v), rtol=0, atol=0)
+    scores = torch.log(ours.attention_weights)  # softmax is shift-invariant per row
+    d2l_scores = d2l(q, k)
+    torch.testing.assert_close(scores - scores[..., :1], d2l_scores - d2l_scores[..., :1])
+
+
+@pytest.mark.parametrize("args,kwargs,error,pattern", [
+    ((), {}, TypeError, "d2l 0.17's.*d2l 1.0's"),
+    ((4, 5, 8, 0.1, 3), {}, TypeError, "d2l 0.17's"),
+    ((8, 0.1), {"dropout": 0.2}, TypeError, "d2l 0.17's"),
+    ((4, 0, 8), {}, ValueError, r"positive ints, got \[4, 0, 8\]"),
+    ((8.0, 0.1), {}, ValueError, r"positive ints, got \[8.0\]"),
+])
+def test_additive_signature_errors(args, kwargs, error, pattern):
+    with pytest.raises(error, match=pattern):
+        at.AdditiveAttention(*args, **kwargs)
+
+
+def test_dot_product_d2l_0_17_and_1_0_construct_alike():
+    for attn in (at.DotProductAttention(0.5), at.DotProductAttention(dropout=0.5)):
+        assert attn.dropout.p == 0.5 and attn.state_dict() == {}
+        attn.load_state_dict({})  # d2l's DotProductAttention has no parameters either
+
+
 @pytest.mark.parametrize("chunk_size", [1, 2, 5])
 def test_additive_scores_gradcheck_chunked(rng, chunk_size):
     qh = t64(rng.standard_normal((2, 3, 4)), requires_grad=True)

@@ -3,6 +3,11 @@
 Semantics are those of :mod:`attnkit.numpy` (the float64 oracle): masks say True = may
 attend, ``causal``/``window`` are bottom-right aligned, ``valid_lens`` follows d2l, GQA is
 read off axis -3, and a query with no allowed key gets output 0 and zero gradients.
+
+:class:`MultiheadAttention` (torch's spelling) is the one class that speaks torch's
+conventions: a drop-in ``torch.nn.MultiheadAttention`` (its arguments, masks in its
+polarity, its state dicts) that runs on the above; :func:`swap_attention` puts it into an
+existing model.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from .masks import (
 )
 from .mha import MultiHeadAttention, from_torch
 from .modules import AdditiveAttention, DotProductAttention
+from .nn_compat import MultiheadAttention, swap_attention
 from .softmax import safe_softmax
 
 __all__ = [
@@ -41,6 +47,7 @@ __all__ = [
     "DotProductAttention",
     "KVCache",
     "MultiHeadAttention",
+    "MultiheadAttention",
     "additive_attention",
     "additive_scores",
     "attention",
@@ -58,6 +65,7 @@ __all__ = [
     "segment_ids_from_padding_mask",
     "segment_mask",
     "sequence_mask",
+    "swap_attention",
     "to_torch",
     "window_mask",
 ]

@@ -4,12 +4,16 @@
 ``(3E, E)`` when ``kdim == vdim == E`` and keeps ``q_proj_weight``/``k_proj_weight``/
 ``v_proj_weight`` otherwise; ``in_proj_bias`` ``(3E,)`` and ``out_proj.bias`` exist iff
 ``bias=True``. Its masks use True = ignore; :func:`attnkit.torch.from_key_padding_mask` and
-:func:`attnkit.torch.from_attn_mask` convert them. Its layer is batch-first only when
-``batch_first=True``; attnkit's is always batch-first.
+:func:`attnkit.torch.from_attn_mask` convert them. Its inputs are ``(T, B, E)`` unless
+``batch_first=True``; conversions keep ``batch_first`` both ways.
 
-Not representable (a ``ValueError`` says so): ``add_bias_kv`` and ``add_zero_attn``
-(extra learned/zero key positions), and, in the other direction, GQA or head dims other
-than ``E // H``.
+Not representable in attnkit's ``MultiHeadAttention`` (a ``ValueError`` says so):
+``add_bias_kv`` and ``add_zero_attn`` (extra learned/zero key positions; the drop-in
+:class:`attnkit.torch.MultiheadAttention` has them), and, in the other direction, GQA,
+head dims other than ``E // H``, ``softcap`` and ``sinks``.
+
+Conversions allocate the new layer's parameters uninitialised (``nn.utils.skip_init``) and
+copy into them, so they draw nothing from torch's global RNG.
 
 This module knows ``nn.MultiheadAttention`` only: :class:`attnkit.torch.MultiHeadAttention`
 builds itself from :func:`torch_mha_parts` (its ``from_torch``), and :func:`to_torch` reads
@@ -23,7 +27,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-__all__ = ["Projections", "to_torch", "torch_mha_parts"]
+__all__ = ["Projections", "batch_major", "to_torch", "torch_mha_parts"]
 
 # Weight (out, in) and bias (or None) of each projection, by the attnkit layer's names.
 Projections = dict[str, tuple[torch.Tensor, "torch.Tensor | None"]]
@@ -40,6 +44,7 @@ class _Layer(Protocol):
     kdim: int
     vdim: int
     dropout: float
+    batch_first: bool
     training: bool
     q_proj: nn.Linear
     k_proj: nn.Linear
@@ -67,7 +72,8 @@ def torch_mha_parts(m: nn.MultiheadAttention) -> tuple[dict[str, Any], Projectio
     ref = m.out_proj.weight
     config = dict(
         embed_dim=m.embed_dim, num_heads=m.num_heads, kdim=m.kdim, vdim=m.vdim,
-        bias=has_bias, dropout=m.dropout, device=ref.device, dtype=ref.dtype,
+        bias=has_bias, dropout=m.dropout, batch_first=m.batch_first, device=ref.device,
+        dtype=ref.dtype,
     )
     projections = {
         "q_proj": (w_q, b_q), "k_proj": (w_k, b_k), "v_proj": (w_v, b_v),
@@ -76,8 +82,26 @@ def torch_mha_parts(m: nn.MultiheadAttention) -> tuple[dict[str, Any], Projectio
     return config, projections
 
 
+def batch_major(
+    query: torch.Tensor, key: torch.Tensor | None, value: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``(T, B, E)`` inputs as ``(B, T, E)`` views (None stays None). A tensor passed twice
+    comes back as one tensor, so that ``key is query`` (self-attention) still holds."""
+    seen: dict[int, torch.Tensor] = {}
+
+    def swap(x: torch.Tensor | None) -> torch.Tensor | None:
+        if x is None:
+            return None
+        if id(x) not in seen:
+            seen[id(x)] = x.transpose(0, 1)
+        return seen[id(x)]
+
+    return swap(query), swap(key), swap(value)  # type: ignore[return-value]
+
+
 def to_torch(m: _Layer) -> nn.MultiheadAttention:
-    """An equivalent ``nn.MultiheadAttention(batch_first=True)`` (weights copied)."""
+    """An equivalent ``nn.MultiheadAttention`` with ``m``'s ``batch_first`` (weights
+    copied, nothing drawn from torch's RNG)."""
     E, H = m.embed_dim, m.num_heads
     if m.num_kv_heads != H:
         raise ValueError(
@@ -88,13 +112,19 @@ def to_torch(m: _Layer) -> nn.MultiheadAttention:
             f"nn.MultiheadAttention needs head_dim = v_head_dim = embed_dim // num_heads = "
             f"{E // H}, got head_dim={m.head_dim}, v_head_dim={m.v_head_dim}"
         )
+    softcap, sinks = getattr(m, "softcap", None), getattr(m, "sinks", None)
+    if softcap is not None or sinks is not None:
+        raise ValueError(
+            f"nn.MultiheadAttention has no logit soft-capping or attention sinks: "
+            f"softcap={softcap}, sinks={'on' if sinks is not None else 'off'}"
+        )
     has_bias = m.q_proj.bias is not None
     ref = m.out_proj.weight
     kdim = None if m.kdim == E else m.kdim
     vdim = None if m.vdim == E else m.vdim
-    t = nn.MultiheadAttention(
-        E, H, dropout=m.dropout, bias=has_bias, kdim=kdim, vdim=vdim, batch_first=True,
-        device=ref.device, dtype=ref.dtype,
+    t = nn.utils.skip_init(
+        nn.MultiheadAttention, E, H, dropout=m.dropout, bias=has_bias, kdim=kdim, vdim=vdim,
+        batch_first=m.batch_first, device=ref.device, dtype=ref.dtype,
     )
     with torch.no_grad():
         if t._qkv_same_embed_dim:

@@ -16,7 +16,7 @@ from ._nonfinite import finite_safe, guard_inputs, restore
 from ._triton_path import triton_decode
 from .cache import KVCache
 from .functional import attend
-from .interop import Projections, to_torch, torch_mha_parts
+from .interop import Projections, batch_major, to_torch, torch_mha_parts
 from .masks import Window
 
 __all__ = ["MultiHeadAttention", "from_torch"]
@@ -37,6 +37,9 @@ class MultiHeadAttention(nn.Module):
         softcap: logit soft-capping ``softcap * tanh(s / softcap)`` (Gemma 2); None = off.
         sinks: learn one attention-sink logit per query head (GPT-OSS): the parameter
             ``sinks (H,)``, zeros-initialised.
+        batch_first: inputs and output are ``(B, T, E)`` (default); False = ``(T, B, E)``,
+            as ``nn.MultiheadAttention``'s default. Masks, ``valid_lens`` and caches are
+            indexed by batch first either way.
         device, dtype: of the parameters.
 
     Submodules: ``q_proj`` (E -> H*Dk), ``k_proj`` (kdim -> Hkv*Dk), ``v_proj``
@@ -57,6 +60,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         softcap: float | None = None,
         sinks: bool = False,
+        batch_first: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -71,6 +75,7 @@ class MultiHeadAttention(nn.Module):
         self.kdim = embed_dim if kdim is None else kdim
         self.vdim = embed_dim if vdim is None else vdim
         self.dropout = check_dropout(dropout)
+        self.batch_first = bool(batch_first)
         kw = {"device": device, "dtype": dtype}
         self.q_proj = nn.Linear(embed_dim, H * head_dim, bias=bias, **kw)
         self.k_proj = nn.Linear(self.kdim, Hkv * head_dim, bias=bias, **kw)
@@ -95,6 +100,7 @@ class MultiHeadAttention(nn.Module):
             f"v_head_dim={self.v_head_dim}, dropout={self.dropout}"
             + (f", softcap={self.softcap}" if self.softcap is not None else "")
             + (", sinks=True" if self.sinks is not None else "")
+            + ("" if self.batch_first else ", batch_first=False")
         )
 
     # -- forward -------------------------------------------------------------------------
@@ -186,7 +192,7 @@ class MultiHeadAttention(nn.Module):
         segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Args:
-            query: ``(B, Tq, E)``.
+            query: ``(B, Tq, E)`` (``(Tq, B, E)`` when ``batch_first=False``).
             key: ``(B, Tk, kdim)``; None = self-attention on ``query``.
             value: ``(B, Tk, vdim)``; None = ``key``.
             mask: bool, True = may attend, ``(Tq, Tk)`` or 4-D broadcastable to
@@ -209,9 +215,11 @@ class MultiHeadAttention(nn.Module):
                 :func:`attnkit.torch.attention`.
 
         Returns:
-            ``(out (B, Tq, E), weights or None)``.
+            ``(out (B, Tq, E) (or (Tq, B, E)), weights or None)``.
         """
         self._check_input("query", query, self.embed_dim)
+        if not self.batch_first:  # (T, B, E) -> (B, T, E) views; `key is query` survives
+            query, key, value = batch_major(query, key, value)
         B = query.shape[0]
         for name, m in (("mask", mask), ("bias", bias)):
             if m is not None and m.ndim not in (2, 4):
@@ -281,6 +289,8 @@ class MultiHeadAttention(nn.Module):
                 dropout_p=self.dropout if self.training else 0.0,
             )  # (B, H, Tq, Dv)
         out = self.out_proj(out.transpose(1, 2).reshape(B, Tq, H * Dv))  # (B, Tq, E)
+        if not self.batch_first:
+            out = out.transpose(0, 1)  # (Tq, B, E)
         if weights is not None and average_weights:
             weights = weights.mean(dim=1)  # (B, Tq, Tk)
         return out, weights
@@ -378,10 +388,11 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"out_dim {params.out_dim} != embed_dim {params.embed_dim} is not supported"
             )
-        m = cls(
-            params.embed_dim, params.num_heads, num_kv_heads=params.num_kv_heads,
+        m = nn.utils.skip_init(  # no initialisation (nor draws from torch's RNG): loaded next
+            cls, params.embed_dim, params.num_heads, num_kv_heads=params.num_kv_heads,
             head_dim=params.head_dim, v_head_dim=params.v_head_dim, kdim=params.kdim,
-            vdim=params.vdim, bias=all(present), dropout=dropout, device=device,
+            vdim=params.vdim, bias=all(present), dropout=dropout,
+            device=torch.get_default_device() if device is None else device,
             dtype=dtype if dtype is not None else torch.float64,
         )
         flat = params.to_flat()
@@ -394,21 +405,22 @@ class MultiHeadAttention(nn.Module):
 
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
-        """A copy of ``torch.nn.MultiheadAttention`` ``m`` (batch-first, whatever
-        ``m.batch_first`` was): same outputs and weights, dtype, device and dropout."""
+        """A copy of ``torch.nn.MultiheadAttention`` ``m``: same outputs and weights, dtype,
+        device, dropout, ``batch_first`` and training mode. Leaves torch's RNG alone (the
+        parameters are allocated uninitialised, then copied)."""
         config, projections = torch_mha_parts(m)
-        ours = cls(**config)
+        ours = nn.utils.skip_init(cls, **config)
         ours._load(projections)
         ours.train(m.training)
         return ours
 
     def to_torch(self) -> nn.MultiheadAttention:
-        """An equivalent ``torch.nn.MultiheadAttention(batch_first=True)``.
+        """An equivalent ``torch.nn.MultiheadAttention`` (same ``batch_first``).
         See :func:`attnkit.torch.interop.to_torch`."""
         return to_torch(self)
 
 
 def from_torch(m: nn.MultiheadAttention) -> MultiHeadAttention:
-    """An attnkit :class:`MultiHeadAttention` with ``m``'s weights (copied), dtype, device
-    and dropout. Same outputs and weights for batch-first inputs."""
+    """An attnkit :class:`MultiHeadAttention` with ``m``'s weights (copied), dtype, device,
+    dropout and ``batch_first``: same outputs and weights for the same inputs."""
     return MultiHeadAttention.from_torch(m)

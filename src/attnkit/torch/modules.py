@@ -1,15 +1,19 @@
 """Attention layers as ``nn.Module`` s: thin wrappers over :mod:`attnkit.torch.functional`.
 
 - :class:`DotProductAttention` and :class:`AdditiveAttention` are drop-in replacements for
-  d2l's classes of the same names (same constructors, ``forward(queries, keys, values,
-  valid_lens)``, ``.attention_weights``, same parameter names), minus their bugs: no
-  large-negative fill, no write into the scores, fully masked rows give 0, not a uniform average.
+  d2l's classes of the same names (the constructors of d2l 0.17 and of d2l 1.0,
+  ``forward(queries, keys, values, valid_lens)``, ``.attention_weights``, same parameter
+  names), minus their bugs: no large-negative fill, no write into the scores, fully masked
+  rows give 0, not a uniform average.
 - :class:`MultiHeadAttention` (in :mod:`attnkit.torch.mha`, re-exported here) does what
   ``torch.nn.MultiheadAttention`` does, plus GQA/MQA, free head dims, bottom-right causal
   and sliding windows, d2l ``valid_lens``, and a KV cache for decoding.
 """
 
 from __future__ import annotations
+
+import inspect
+from typing import Any, overload
 
 import torch
 from torch import nn
@@ -24,6 +28,9 @@ __all__ = ["AdditiveAttention", "DotProductAttention", "MultiHeadAttention"]
 
 class DotProductAttention(nn.Module):
     """Scaled dot-product attention with dropout on the weights (d2l's class, fixed).
+
+    d2l 0.17 and d2l 1.0 construct it alike, ``DotProductAttention(dropout)``; it has no
+    parameters, so their (empty) state dicts load.
 
     Args:
         dropout: probability of zeroing an attention weight in training.
@@ -87,8 +94,47 @@ class DotProductAttention(nn.Module):
         return out[:, 0]
 
 
+def _d2l_017(key_size: int, query_size: int, num_hiddens: int, dropout: float = 0.0) -> None:
+    """d2l 0.17's ``AdditiveAttention``: eager ``nn.Linear`` s of known input widths."""
+
+
+def _d2l_103(num_hiddens: int, dropout: float = 0.0) -> None:
+    """d2l 1.0's ``AdditiveAttention``: ``nn.LazyLinear`` s, input widths read on first use."""
+
+
+_ADDITIVE_SIGNATURES = (inspect.signature(_d2l_017), inspect.signature(_d2l_103))
+
+
+def _bind_additive(args: tuple, kwargs: dict) -> dict:
+    """The arguments of whichever d2l signature ``args``/``kwargs`` fit (0.17 first: it
+    needs three sizes, so ``(num_hiddens, dropout)`` can only be 1.0's)."""
+    for sig in _ADDITIVE_SIGNATURES:
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError:
+            continue
+        bound.apply_defaults()
+        sizes = [v for k, v in bound.arguments.items() if k != "dropout"]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes):
+            raise ValueError(f"AdditiveAttention{sig}: sizes must be positive ints, got {sizes}")
+        return dict(bound.arguments)
+    raise TypeError(
+        "AdditiveAttention takes d2l 0.17's (key_size, query_size, num_hiddens, dropout=0.0) "
+        f"or d2l 1.0's (num_hiddens, dropout=0.0); got args {args} and kwargs {kwargs}"
+    )
+
+
 class AdditiveAttention(nn.Module):
     """Bahdanau attention ``a(q, k) = w_v . tanh(W_q q + W_k k)`` (d2l's class, fixed).
+
+    Both of d2l's constructors are accepted:
+
+    - ``AdditiveAttention(key_size, query_size, num_hiddens, dropout=0.0)`` (d2l 0.17):
+      ``W_k``, ``W_q``, ``w_v`` are ``nn.Linear`` s built now;
+    - ``AdditiveAttention(num_hiddens, dropout=0.0)`` (d2l 1.0): they are
+      ``nn.LazyLinear`` s whose input widths are read on the first forward (or from a
+      loaded state dict), materialised in d2l's order (``W_q``, ``W_k``, ``w_v``), so the
+      same seed gives d2l's weights.
 
     The ``(B, Tq, Tk, num_hiddens)`` feature tensor is never built for long inputs: scores
     are computed in key chunks holding at most ``max_chunk_elements`` features (default
@@ -97,36 +143,67 @@ class AdditiveAttention(nn.Module):
     their gradients); results equal the one-shot computation to float rounding.
 
     Args:
-        key_size: width of the keys.
-        query_size: width of the queries.
+        key_size: width of the keys (d2l 0.17 form).
+        query_size: width of the queries (d2l 0.17 form).
         num_hiddens: ``h``, the width of the tanh features.
         dropout: probability of zeroing an attention weight in training.
-        max_chunk_elements: the feature budget per key chunk.
+        max_chunk_elements: the feature budget per key chunk (keyword only).
+        device, dtype: of the parameters (keyword only).
 
     Parameters keep d2l's names (``W_k``, ``W_q``, ``w_v``), so its state dicts load.
     """
 
     attention_weights: torch.Tensor | None
 
+    @overload
+    def __init__(
+        self, key_size: int, query_size: int, num_hiddens: int, dropout: float = 0.0, *,
+        max_chunk_elements: int = ..., device: torch.device | str | None = ...,
+        dtype: torch.dtype | None = ...,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self, num_hiddens: int, dropout: float = 0.0, *, max_chunk_elements: int = ...,
+        device: torch.device | str | None = ..., dtype: torch.dtype | None = ...,
+    ) -> None: ...
+
     def __init__(
         self,
-        key_size: int,
-        query_size: int,
-        num_hiddens: int,
-        dropout: float = 0.0,
-        *,
+        *args: Any,
         max_chunk_elements: int = 1 << 22,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__()
+        a = _bind_additive(args, kwargs)
         kw = {"device": device, "dtype": dtype}
-        self.W_k = nn.Linear(key_size, num_hiddens, bias=False, **kw)
-        self.W_q = nn.Linear(query_size, num_hiddens, bias=False, **kw)
-        self.w_v = nn.Linear(num_hiddens, 1, bias=False, **kw)
-        self.dropout = nn.Dropout(dropout)
+        h = a["num_hiddens"]
+        if "key_size" in a:
+            self.W_k = nn.Linear(a["key_size"], h, bias=False, **kw)
+            self.W_q = nn.Linear(a["query_size"], h, bias=False, **kw)
+            self.w_v = nn.Linear(h, 1, bias=False, **kw)
+        else:
+            self.W_k = nn.LazyLinear(h, bias=False, **kw)
+            self.W_q = nn.LazyLinear(h, bias=False, **kw)
+            self.w_v = nn.LazyLinear(1, bias=False, **kw)
+        self.dropout = nn.Dropout(a["dropout"])
         self.max_chunk_elements = int(max_chunk_elements)
         self.attention_weights = None
+
+    def _materialise(self, queries: torch.Tensor, keys: torch.Tensor) -> None:
+        """Turn lazy ``W_q``, ``W_k``, ``w_v`` into ``nn.Linear`` s, in the order d2l 1.0's
+        forward calls them (so that they draw d2l's initial values from torch's RNG): each
+        is called once on an empty batch, which runs its own initialisation hook (a no-op
+        for weights a state dict already filled)."""
+        lazy = nn.modules.lazy.LazyModuleMixin
+        if isinstance(self.W_q, lazy):
+            self.W_q(queries[:0])
+        if isinstance(self.W_k, lazy):
+            self.W_k(keys[:0])
+        if isinstance(self.w_v, lazy):
+            self.w_v(queries.new_empty(0, self.W_q.out_features))
 
     def forward(
         self,
@@ -144,6 +221,7 @@ class AdditiveAttention(nn.Module):
         Returns:
             ``(B, Tq, Dv)``.
         """
+        self._materialise(queries, keys)
         out, weights = additive_attention(
             queries, keys, values, self.W_q.weight.T, self.W_k.weight.T, self.w_v.weight[0],
             valid_lens=valid_lens, dropout_p=self.dropout.p, training=self.training,
