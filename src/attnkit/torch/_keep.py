@@ -53,6 +53,12 @@ class Keep:
         return self.keys is None and self.limits is None and self.dense is None
 
     @property
+    def only_keys(self) -> bool:
+        """A mask shared by every query is the only constraint (padding, 1-D
+        ``valid_lens``)."""
+        return self.band is None and self.limits is None and self.dense is None
+
+    @property
     def sdpa_causal(self) -> bool:
         """The one constraint is SDPA's own top-left ``is_causal`` (``j <= i``): causal
         top-left, or bottom-right with ``Tq == Tk``."""

@@ -37,9 +37,11 @@ from ._keep import Keep
 __all__ = [
     "Guarded",
     "all_finite",
+    "bitmask",
     "finite_safe",
     "guard_inputs",
     "restore",
+    "used_keys",
     "zero_masked_keys",
     "zero_rows",
 ]
@@ -48,7 +50,7 @@ _BITS = {torch.float16: torch.int16, torch.bfloat16: torch.int16,
          torch.float32: torch.int32, torch.float64: torch.int64}
 
 
-def _bitmask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def bitmask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``keep`` as all-ones (True) / all-zeros (False) integers as wide as ``dtype``."""
     return keep.to(_BITS[dtype]).neg_()
 
@@ -76,7 +78,7 @@ class _ZeroRows(torch.autograd.Function):
 def zero_rows(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """``x`` with the entries where ``keep`` (bool, broadcastable) is False set to +0.0 —
     NaN and inf included — in a new tensor, and the same for its gradient."""
-    return _ZeroRows.apply(x, _bitmask(keep, x.dtype))
+    return _ZeroRows.apply(x, bitmask(keep, x.dtype))
 
 
 def all_finite(*xs: torch.Tensor) -> bool:
@@ -117,7 +119,7 @@ def _fold(m: torch.Tensor, G: int, like: tuple[int, ...]) -> torch.Tensor:
     return m
 
 
-def _used_keys(keep: Keep, k: torch.Tensor, G: int) -> torch.Tensor | None:
+def used_keys(keep: Keep, k: torch.Tensor, G: int) -> torch.Tensor | None:
     """``(..., Hkv, Tk, 1)``: keys some query may attend; None when every key is."""
     left, right = keep.band if keep.band is not None else (None, None)
     if keep.only_band and left is None and (right is None or right >= 0):
@@ -273,7 +275,7 @@ def guard_inputs(
     if keep is None:
         return Guarded(q, k, v, None, None)
     clean_k = not keys_by_select or grad
-    used = _used_keys(keep, k, G)
+    used = used_keys(keep, k, G)
     if used is not None:
         v = zero_rows(v, used)
         k = zero_rows(k, used) if clean_k else k
@@ -307,11 +309,23 @@ def _guard_clean(
     nothing to zero (the queries with no key are done), and the codes of the positions
     each query may attend to add back (a whole-row NaN or +-inf: the cache keeps one code per
     position)."""
+    heads_differ = G > 1 and keep is not None and keep.keys is not None \
+        and keep.keys.ndim >= 3 and keep.keys.shape[-3] > 1
+    if keep is None or (keep.only_keys and not heads_differ):
+        # The same positions for every query of a key/value head: one masked sum of both
+        # rows of codes (a key mask (..., 1, Tk) broadcasts over them).
+        if keep is not None:
+            codes = codes.view(_BITS[codes.dtype]).bitwise_and(
+                bitmask(keep.keys, codes.dtype)).view(codes.dtype)
+        sums = codes.sum(-1)  # (..., Hkv, 2)
+        k_fix = sums[..., :1, None]  # (..., Hkv, 1, 1)
+        out_fix = k_fix + sums[..., 1:, None]
+        if G > 1:
+            out_fix, k_fix = out_fix.unsqueeze(-3), k_fix.unsqueeze(-3)
+        return Guarded(q, k, v, out_fix, k_fix)
     key_codes = codes[..., 0, :]  # (..., Hkv, Tk)
     both = key_codes + codes[..., 1, :]
-    if keep is None:  # every query attends every position
-        out_fix, k_fix = both.sum(-1)[..., None, None], key_codes.sum(-1)[..., None, None]
-    elif keep.keys is None and keep.dense is None:
+    if keep.keys is None and keep.dense is None:
         out_fix = _interval_sum(both[..., None], keep)
         k_fix = _interval_sum(key_codes[..., None].clone(), keep)
     else:

@@ -47,6 +47,7 @@ import torch
 
 from ..spec import check_causal, check_dropout, check_softcap, default_scale, resolve_band
 from ._checks import check_bias, check_call, check_segment_ids, check_sinks
+from ._decode import DECODE_MAX_ROWS, decode_path, takes_decode
 from ._keep import build_keep, with_rank
 from ._math import math_path
 from ._packed import packed_attention, packed_runs
@@ -67,9 +68,6 @@ _BACKENDS = ("auto", "sdpa", "math", "triton")
 # kernel, whose backward keeps O(T * D), and the weights are computed beside it (freed with
 # the caller's reference); below it, one pass (its backward keeps the weights) is cheaper.
 ONE_PASS_MAX_SCORES = 1 << 22
-# A masked call with at most this many query rows per key/value head (decoding) takes the
-# math path, masking the small (Tq, Tk) scores with a select (see attnkit.torch._math).
-DECODE_MAX_ROWS = 8
 
 
 def attention(
@@ -219,6 +217,9 @@ def attend(
     if need_weights and _one_pass(q, k, v, shape):
         return math_path(q, k, v, **opts)
     if keep is not None and codes is None and Tq * G <= DECODE_MAX_ROWS:
+        if bias is None and sinks is None and not dropout_p and not need_weights \
+                and takes_decode(q, k, v, keep, G, shape):
+            return decode_path(q, k, v, G=G, shape=shape, keep=keep, scale=scale), None
         return math_path(q, k, v, select=True, **opts)
     return sdpa_path(q, k, v, **opts)
 
