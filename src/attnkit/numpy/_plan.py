@@ -2,10 +2,14 @@
 
 Two choices matter for speed on a CPU, and neither should be the caller's chore:
 
-- **Tile size.** Every tile costs a fixed amount of Python and ufunc dispatch, so small tiles
-  drown in overhead at long ``T``; tiles too large fall out of cache. 128 queries x 256 keys
-  measured fastest at ``T`` = 1k-8k, ``D`` = 64 (64 x 64 cost about 45% more CPU time at
-  ``T`` = 4096); short sequences simply get one tile.
+- **Tile size.** Every tile costs a fixed amount of Python and ufunc dispatch, and its
+  matmuls run faster the longer their sides; tiles too large fall out of cache and leave too
+  few query blocks to share among the workers. Measured against torch's CPU SDPA (B=1, H=8,
+  D=64, float32, 2 cores; benchmarks/numpy_cpu.py): 256 queries x 512 keys is fastest once
+  every worker gets at least four query blocks (1.46-1.49x torch at T = 2k-8k, where 128 x
+  256 gave 1.59-1.69x); below that, 128 x 256 keeps the workers busy (1.30x at T = 1024,
+  against 1.42x for the large tile). 64 x 64 cost about 45% more CPU time at T = 4096. Short
+  sequences simply get one tile.
 - **Threads.** Query blocks are independent, and NumPy releases the GIL inside BLAS and
   ufuncs, so one worker per usable core runs them in parallel. BLAS must then run one
   thread per worker: its own threads inside each worker oversubscribe the cores (measured
@@ -20,10 +24,16 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["BLOCK_K", "BLOCK_Q", "Plan", "blas_threads_limited", "plan", "usable_cores"]
+__all__ = [
+    "BLOCK_K", "BLOCK_Q", "LARGE_BLOCK_K", "LARGE_BLOCK_Q", "Plan", "blas_threads_limited",
+    "plan", "usable_cores",
+]
 
 BLOCK_Q = 128  # query rows per tile
 BLOCK_K = 256  # keys per tile
+LARGE_BLOCK_Q = 256  # the tile once each worker has enough query blocks of this size
+LARGE_BLOCK_K = 512
+BLOCKS_PER_WORKER = 4  # query blocks each worker needs before the large tile pays
 
 
 def usable_cores() -> int:
@@ -63,8 +73,10 @@ def plan(
 
     Args:
         Tq, Tk: query and key lengths.
-        block_q, block_k: tile sizes, or None for :data:`BLOCK_Q` x :data:`BLOCK_K`
-            (clipped to the lengths, so a short sequence is one tile).
+        block_q, block_k: tile sizes, or None for :data:`LARGE_BLOCK_Q` x
+            :data:`LARGE_BLOCK_K` when ``Tq`` gives every worker
+            :data:`BLOCKS_PER_WORKER` blocks of them, else :data:`BLOCK_Q` x
+            :data:`BLOCK_K` (clipped to the lengths, so a short sequence is one tile).
         num_threads: workers, or None for one per usable core, at most one per query
             block, and one when BLAS threads cannot be limited.
 
@@ -75,13 +87,14 @@ def plan(
         if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
             kind = "thread counts" if name == "num_threads" else "block sizes"
             raise ValueError(f"{kind} must be positive integers or None, got {name}={value!r}")
-    bq = int(block_q) if block_q is not None else max(1, min(BLOCK_Q, Tq))
-    bk = int(block_k) if block_k is not None else max(1, min(BLOCK_K, Tk))
-    if num_threads is not None:
-        threads = int(num_threads)
-    else:
-        blocks = max(1, -(-Tq // bq))
-        threads = min(usable_cores(), blocks) if _can_limit_blas() else 1
+    workers = int(num_threads) if num_threads is not None else (
+        usable_cores() if _can_limit_blas() else 1)
+    large = Tq >= BLOCKS_PER_WORKER * workers * LARGE_BLOCK_Q
+    bq = int(block_q) if block_q is not None else max(
+        1, min(LARGE_BLOCK_Q if large else BLOCK_Q, Tq))
+    bk = int(block_k) if block_k is not None else max(
+        1, min(LARGE_BLOCK_K if large else BLOCK_K, Tk))
+    threads = workers if num_threads is not None else min(workers, max(1, -(-Tq // bq)))
     return Plan(bq, bk, threads)
 
 
