@@ -15,7 +15,8 @@ Every model holds the same weights (one is built, the others are deep copies swi
 ``set_attn_implementation``). Calls are interleaved, so background load hits all of them
 alike, and each time is the median of several runs after one warm-up. Ratios are of CPU
 time (one thread), which waiting for a core on a shared machine does not inflate; the wall
-time ratio is printed next to it. Peak memory is the
+time ratio is printed next to it. Ratios are timed with glibc's default malloc, then again
+with its mmap threshold pinned (the setting the peak readings need). Peak memory is the
 rise of the process's resident-set high-water mark over its size before one call.
 
 Usage::
@@ -30,7 +31,10 @@ import argparse
 import copy
 import ctypes
 import gc
+import json
+import math
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -55,9 +59,9 @@ MiB = 2**20
 
 def side_by_side(
     fns: dict[str, Callable[[], object]], repeats: int
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Median CPU seconds and median wall seconds of each function, calls interleaved, one
-    warm-up call each.
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """CPU seconds and wall seconds of each call of each function, per round, calls
+    interleaved (the order alternating between rounds), one warm-up call each.
 
     CPU time (``time.process_time``, one torch thread) is what the ratios use: on a machine
     shared with other jobs, wall time also counts the time this process waited for a core,
@@ -67,14 +71,20 @@ def side_by_side(
         fn()
     cpu: dict[str, list[float]] = {name: [] for name in fns}
     wall: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    for r in range(repeats):
+        order = list(fns.items())
+        for name, fn in order if r % 2 == 0 else order[::-1]:  # neither side always first
             c0, w0 = time.process_time(), time.perf_counter()
             fn()
             cpu[name].append(time.process_time() - c0)
             wall[name].append(time.perf_counter() - w0)
-    med = statistics.median
-    return {n: med(ts) for n, ts in cpu.items()}, {n: med(ts) for n, ts in wall.items()}
+    return cpu, wall
+
+
+def paired_ratio(times: dict[str, list[float]], ours: str, peer: str) -> float:
+    """Median over rounds of ``ours / peer`` within each round: a drift in machine load
+    between rounds cancels in each pair."""
+    return statistics.median(a / b for a, b in zip(times[ours], times[peer]))
 
 
 def _rss(key: str) -> int:
@@ -137,6 +147,18 @@ def _plain_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: ob
     return out, None
 
 
+def _pinned_run(quick: bool, repeats: int) -> list[list[float]]:
+    """``[pinned ratio, peer peak MiB, attnkit peak MiB]`` per case, from a fresh process
+    that pins glibc's mmap threshold before it allocates anything (NaN on failure)."""
+    cmd = [sys.executable, __file__, "--pinned", "--repeats", str(repeats)]
+    proc = subprocess.run(cmd + (["--quick"] if quick else []), capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("PINNED "):
+            return json.loads(line[len("PINNED "):])
+    print(f"pinned run failed (exit {proc.returncode}): {proc.stderr[-500:]}")
+    return [[math.nan] * 3 for _ in range(5)]
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f}"
 
@@ -145,9 +167,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, print only")
     ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--pinned", action="store_true",
+                    help="(internal) time with glibc's mmap threshold pinned and read peak "
+                    "memory; print the figures as JSON")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    _return_freed_memory()
+    if args.pinned:
+        _return_freed_memory()  # before anything is allocated: the readings start clean
 
     B, T, prompt, new = (2, 512, 128, 32) if not args.quick else (2, 64, 16, 4)
     repeats = args.repeats or (7 if not args.quick else 2)
@@ -201,20 +227,34 @@ def main() -> None:
          lambda impl: forward(impl, output_attentions=True)),
         (f"(diagnostic) generate {new} from {prompt}, glue only", "sdpa", glue_only(generate)),
     ]
+    fns_of = [{peer: make(peer), "attnkit": make("attnkit")} for _, peer, make in cases]
+    if args.pinned:
+        pinned = []
+        for (_, peer, _), fns in zip(cases, fns_of):
+            t_pin, _ = side_by_side(fns, repeats)
+            mem = {impl: peak_mib(fn) for impl, fn in fns.items()}
+            pinned.append([paired_ratio(t_pin, "attnkit", peer), mem[peer], mem["attnkit"]])
+        print("PINNED " + json.dumps(pinned))
+        return
+    # Timing with glibc's own malloc (what a user runs); then, in a fresh process, again
+    # with its mmap threshold pinned, which the peak-memory readings need (freed tensors go
+    # back to the OS) but which makes every allocation over 128 KiB a fresh mmap with page
+    # faults: it slows the peer itself by about half and bills each extra allocation.
+    timed = [side_by_side(fns, repeats) for fns in fns_of]
+    pinned = _pinned_run(args.quick, repeats)
     rows = []
-    for name, peer, make in cases:
-        fns = {peer: make(peer), "attnkit": make("attnkit")}
-        t, wall = side_by_side(fns, repeats)
-        mem = {impl: peak_mib(fn) for impl, fn in fns.items()}
-        rows.append([name, peer, ms(t[peer]), ms(t["attnkit"]),
-                     f"{t['attnkit'] / t[peer]:.3f}", f"{wall['attnkit'] / wall[peer]:.3f}",
-                     f"{mem[peer]:.1f}", f"{mem['attnkit']:.1f}"])
+    med = statistics.median
+    for (name, peer, _), (t, wall), (r_pin, mem_peer, mem_ours) in zip(cases, timed, pinned):
+        rows.append([name, peer, ms(med(t[peer])), ms(med(t["attnkit"])),
+                     f"{paired_ratio(t, 'attnkit', peer):.3f}",
+                     f"{paired_ratio(wall, 'attnkit', peer):.3f}",
+                     f"{r_pin:.3f}", f"{mem_peer:.1f}", f"{mem_ours:.1f}"])
         print(rows[-1], flush=True)
 
     report(
         "attnkit as a transformers attn_implementation vs sdpa / eager (CPU, Llama)",
         ["case", "peer", "peer CPU ms", "attnkit CPU ms", "ratio", "wall ratio",
-         "peer peak MiB", "attnkit peak MiB"],
+         "ratio, mmap pinned", "peer peak MiB", "attnkit peak MiB"],
         rows,
         notes=(
             f"transformers {transformers.__version__}. LlamaConfig: {shape['layers']} layers, "
@@ -222,8 +262,15 @@ def main() -> None:
             f"MLP {2 * shape['width']}, vocab {shape['vocab']}, random weights; B={B}, float32, "
             f"no padding; one model built, the others deep copies switched with "
             f"set_attn_implementation. Median of {repeats} interleaved runs after one "
-            "warm-up; torch.set_num_threads(1); ratio = of median CPU times (process_time), "
-            "wall ratio = of median wall times. forward+backward: loss of labels = inputs. "
+            "warm-up (order alternating); torch.set_num_threads(1); ratio = median over "
+            "rounds of the CPU-time ratio (process_time) within the round, wall ratio the "
+            "same of wall times (earlier entries: ratio of the medians); times are medians; "
+            "both with glibc's default malloc. "
+            "'ratio, mmap pinned' = the CPU-time ratio timed again with glibc's mmap "
+            "threshold pinned at 128 KiB in a fresh process (as the peak readings need; "
+            "earlier entries were timed only that way): every allocation over 128 KiB is a "
+            "fresh mmap, which slows the peer too and bills each extra allocation as page "
+            "faults. forward+backward: loss of labels = inputs. "
             "generate: greedy, dynamic cache; its prompt has no padding, so the diagnostic's "
             "stand-in (causal SDPA) computes the same thing. "
             "Peak = rise of VmHWM over RSS during one call. "
