@@ -70,7 +70,10 @@ def _pin_malloc() -> bool:
     tracks live memory. Returns False where that is not possible (non-glibc)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(-3, 128 * 1024))  # M_MMAP_THRESHOLD
+        pinned = bool(libc.mallopt(-3, 128 * 1024))  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD: hand freed heap tops back too
+        libc.malloc_trim(0)  # and what the timing runs left in the heap
+        return pinned
     except OSError:
         return False
 
@@ -99,15 +102,22 @@ def peak_memory(fn: Callable[[], object]) -> float:
 def side_by_side(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
     """Median seconds of each function, calls interleaved so that background load hits all
     of them alike; one warm-up call each."""
+    return {name: statistics.median(ts) for name, ts in rounds(fns, repeats).items()}
+
+
+def rounds(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Seconds of each call of each function per round, calls interleaved (the order
+    alternating between rounds); one warm-up call each."""
     for fn in fns.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    for r in range(repeats):
+        order = list(fns.items())
+        for name, fn in order if r % 2 == 0 else order[::-1]:
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return times
 
 
 # -- 0: attnkit vs the plain PyTorch call it wraps (issue 11) -----------------------------
@@ -164,7 +174,7 @@ def mha_pair(E: int, H: int) -> tuple[nn.MultiheadAttention, at.MultiHeadAttenti
     return ref, at.MultiHeadAttention.from_torch(ref)
 
 
-def _mha_row(B: int, T: int, E: int, H: int, repeats: int, need_weights: bool) -> list:
+def _mha_runs(B: int, T: int, E: int, H: int, need_weights: bool) -> dict:
     ref, ours = mha_pair(E, H)
     x = torch.randn(B, T, E, requires_grad=True)
 
@@ -176,19 +186,32 @@ def _mha_row(B: int, T: int, E: int, H: int, repeats: int, need_weights: bool) -
         out, _ = ours(x, need_weights=need_weights)
         out.sum().backward()
 
-    t = side_by_side({"ref": run_ref, "ours": run_ours}, repeats)
-    mem_ref, mem_ours = peak_memory(run_ref), peak_memory(run_ours)
+    return {"ref": run_ref, "ours": run_ours}
+
+
+def mha_times(configs: list[tuple[int, int]], E: int, H: int, repeats: int,
+              need_weights: bool) -> list[dict[str, list[float]]]:
+    """Per-round seconds of each config (timed before glibc's mmap threshold is pinned)."""
+    return [rounds(_mha_runs(B, T, E, H, need_weights), repeats) for B, T in configs]
+
+
+def _mha_row(B: int, T: int, E: int, H: int, need_weights: bool,
+             t: dict[str, list[float]]) -> list:
+    runs = _mha_runs(B, T, E, H, need_weights)
+    mem_ref, mem_ours = peak_memory(runs["ref"]), peak_memory(runs["ours"])
+    med = statistics.median
     flops = 3.5 * 4 * B * H * T * T * (E // H)  # attention only: fwd + 2.5x bwd
     return [
-        f"B={B} T={T} E={E} H={H}", ms(t["ref"]), ms(t["ours"]),
-        round(t["ours"] / t["ref"], 3), mib(mem_ref), mib(mem_ours),
-        round(flops / t["ours"] / 1e9, 1),
+        f"B={B} T={T} E={E} H={H}", ms(med(t["ref"])), ms(med(t["ours"])),
+        round(med(a / b for a, b in zip(t["ours"], t["ref"])), 3), mib(mem_ref),
+        mib(mem_ours), round(flops / med(t["ours"]) / 1e9, 1),
     ]
 
 
 def bench_mha(configs: list[tuple[int, int]], E: int, H: int, repeats: int,
-              need_weights: bool, record: bool) -> None:
-    rows = [_mha_row(B, T, E, H, repeats, need_weights) for B, T in configs]
+              need_weights: bool, record: bool,
+              times: list[dict[str, list[float]]]) -> None:
+    rows = [_mha_row(B, T, E, H, need_weights, t) for (B, T), t in zip(configs, times)]
     kind = "need_weights=True" if need_weights else "need_weights=False"
     report(
         f"attnkit.torch MultiHeadAttention vs nn.MultiheadAttention, forward+backward, "
@@ -197,8 +220,12 @@ def bench_mha(configs: list[tuple[int, int]], E: int, H: int, repeats: int,
          "attnkit peak MiB", "attnkit attn GFLOP/s"],
         rows,
         notes=(
-            f"Median of {repeats} interleaved runs after one warm-up; same weights and inputs; "
-            "loss = out.sum(). Peak = rise of VmHWM over RSS before the call. "
+            f"{repeats} interleaved rounds after one warm-up (order alternating), timed "
+            "with glibc's default malloc before its mmap threshold is pinned for the peak "
+            "readings; ratio = median over rounds of attnkit / nn.MHA within the round "
+            "(earlier entries: ratio of medians, timed with the threshold pinned); times are "
+            "medians. Same weights and inputs; loss = out.sum(). "
+            "Peak = rise of VmHWM over RSS before the call. "
             + ("Both return head-averaged weights; attnkit keeps the output on the fused "
                "kernel and derives the weights from its log-sum-exp, nn.MultiheadAttention "
                "falls back to its unfused math path. " if need_weights else "")
@@ -350,21 +377,25 @@ def main(argv: list[str] | None = None) -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     # Timing first, with glibc's own malloc (pinning its mmap threshold for the memory
     # readings makes every large allocation a fresh mmap, which would bill the side that
-    # allocates more for page faults rather than work).
+    # allocates more for page faults rather than work); the MultiHeadAttention rows are
+    # timed here too and read their peaks after the pin.
     bench_overhead(args.quick, record)
     if args.only_overhead:
         return
+    if args.quick:
+        mha = [([(2, 128), (1, 512)], 128, 4, 3, False), ([(2, 128)], 128, 4, 3, True)]
+    else:
+        mha = [([(8, 512), (1, 4096)], 512, 8, 7, False), ([(8, 512), (1, 2048)], 512, 8, 5, True)]
+    mha_timed = [mha_times(configs, E, H, n, nw) for configs, E, H, n, nw in mha]
     if not _pin_malloc():
         print("warning: could not pin glibc's mmap threshold; peak memory may read low")
     bench_weights_memory(512 if args.quick else 2048, record)
+    for (configs, E, H, n, nw), times in zip(mha, mha_timed):
+        bench_mha(configs, E, H, repeats=n, need_weights=nw, record=record, times=times)
     if args.quick:
-        bench_mha([(2, 128), (1, 512)], 128, 4, repeats=3, need_weights=False, record=record)
-        bench_mha([(2, 128)], 128, 4, repeats=3, need_weights=True, record=record)
         bench_decode(64, 128, 4, samples=4, record=record)
         bench_additive(256, 128, 32, 32, repeats=2, record=record)
     else:
-        bench_mha([(8, 512), (1, 4096)], 512, 8, repeats=7, need_weights=False, record=record)
-        bench_mha([(8, 512), (1, 2048)], 512, 8, repeats=5, need_weights=True, record=record)
         bench_decode(1024, 512, 8, samples=16, record=record)
         bench_additive(2048, 1024, 256, 64, repeats=3, record=record)
     if math.isnan(peak_memory(lambda: None)):
