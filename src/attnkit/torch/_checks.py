@@ -49,10 +49,10 @@ def qkv_shapes(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, batched: bool = False
 ) -> tuple[int, tuple[int, ...]]:
     """``(G, scores shape (..., H, Tq, Tk))`` of q, k, v that pass :func:`check_qkv`."""
-    qs, ks, vs = tuple(q.shape), tuple(k.shape), tuple(v.shape)
     if torch.compiler.is_compiling():  # traced once per graph: no cache to consult
-        return _qkv_rule.__wrapped__(qs, ks, vs, batched)
-    return _qkv_rule(qs, ks, vs, batched)
+        return _qkv_rule.__wrapped__(tuple(q.shape), tuple(k.shape), tuple(v.shape), batched)
+    # torch.Size is a tuple: it hashes and compares as one, so it serves as the cache key.
+    return _qkv_rule(q.shape, k.shape, v.shape, batched)
 
 
 def check_qkv(
