@@ -141,6 +141,23 @@ def _tile_keep(
     return False, (None if keep.all() else keep)
 
 
+# A block's row sums against a reference that is not its own max may reach this before the
+# block is redone with its max (rebased): bounds how far exp(score - reference) may grow.
+LAZY_SUM_LIMIT = 2.0**16
+
+
+def _tile_scores(
+    qi: np.ndarray, kT: np.ndarray, out: np.ndarray, keep: np.ndarray | None,
+    softcap: float | None,
+) -> np.ndarray:
+    """One tile's scores ``qi @ kT`` in ``out``, soft-capped, ``-inf`` where ``keep`` is
+    False."""
+    s = _capped(np.matmul(qi, kT, out=out), softcap)
+    if keep is not None:
+        np.copyto(s, -np.inf, where=~keep)
+    return s
+
+
 def _capped(s: np.ndarray, softcap: float | None) -> np.ndarray:
     """A tile of natural-log scores ``s`` soft-capped in place."""
     if softcap is None:
@@ -240,10 +257,21 @@ def flash_attention(
             skip, keep = _tile_keep(prob, i0, i1, j0, j1, offset)
             if skip:
                 continue
-            s = np.matmul(qi, kT[..., j0:j1], out=tile[..., : j1 - j0])  # (..., bq, bk)
-            s = _capped(s, prob.softcap)
-            if keep is not None:
-                np.copyto(s, -np.inf, where=~keep)
+            s = _tile_scores(qi, kT[..., j0:j1], tile[..., : j1 - j0], keep, prob.softcap)
+            if np.isfinite(m_i).all():
+                # Every row has a reference already (an earlier block's max, a score
+                # itself, so s - m is as exact as ever): exponentiate against it and skip
+                # this block's max. Valid while no score rose far above its reference;
+                # the row sums say so (NaN fails the test too), else the block is redone.
+                np.subtract(s, m_i[..., None], out=s)
+                with np.errstate(over="ignore"):  # an overflow fails the test below
+                    p = np.exp(s, out=s)
+                    l_blk = p @ ones[: j1 - j0]
+                if np.all(l_blk <= LAZY_SUM_LIMIT):
+                    l_i += l_blk
+                    acc += weighted_values(p, vg[..., j0:j1, :], keep)
+                    continue
+                s = _tile_scores(qi, kT[..., j0:j1], tile[..., : j1 - j0], keep, prob.softcap)
             m_new = np.maximum(m_i, s.max(axis=-1))
             # A row with nothing allowed yet keeps m = -inf; rebase against 0 instead.
             m_safe = np.where(np.isneginf(m_new), 0.0, m_new).astype(dt, copy=False)
