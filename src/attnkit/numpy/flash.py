@@ -150,20 +150,14 @@ def _tile_scores(
     qi: np.ndarray, kT: np.ndarray, out: np.ndarray, keep: np.ndarray | None,
     softcap: float | None,
 ) -> np.ndarray:
-    """One tile's scores ``qi @ kT`` in ``out``, soft-capped, ``-inf`` where ``keep`` is
-    False."""
-    s = _capped(np.matmul(qi, kT, out=out), softcap)
+    """One tile's natural-log scores ``qi @ kT`` in ``out``, soft-capped in place, ``-inf``
+    where ``keep`` is False."""
+    s = np.matmul(qi, kT, out=out)
+    if softcap is not None:
+        np.multiply(np.tanh(np.divide(s, softcap, out=s), out=s), softcap, out=s)
     if keep is not None:
         np.copyto(s, -np.inf, where=~keep)
     return s
-
-
-def _capped(s: np.ndarray, softcap: float | None) -> np.ndarray:
-    """A tile of natural-log scores ``s`` soft-capped in place."""
-    if softcap is None:
-        return s
-    np.tanh(np.divide(s, softcap, out=s), out=s)
-    return np.multiply(s, softcap, out=s)
 
 
 def flash_attention(
@@ -420,7 +414,7 @@ def flash_attention_backward(
                 continue
             s = np.matmul(qi, kT[..., j0:j1])  # (..., bq, bk), the forward's scores
             tanh = None
-            if prob.softcap is not None:  # as _capped does it in the forward
+            if prob.softcap is not None:  # as _tile_scores does it in the forward
                 tanh = np.tanh(s / dt.type(prob.softcap))
                 s = tanh * dt.type(prob.softcap)
             if keep is not None:
