@@ -36,6 +36,7 @@ from ._keep import Keep
 
 __all__ = [
     "Guarded",
+    "LaterFix",
     "all_finite",
     "bitmask",
     "finite_safe",
@@ -242,14 +243,44 @@ class Guarded(NamedTuple):
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
-    out_fix: torch.Tensor | None
+    out_fix: torch.Tensor | LaterFix | None
     weight_fix: torch.Tensor | None
+
+
+class LaterFix(NamedTuple):
+    """An ``out_fix`` under a band, formed once the kernel has read the cleaned inputs
+    (without autograd): what the values (and keys, when given) held beyond their cleaned
+    copies goes into those copies' own buffers, so the guard allocates one tensor per
+    input, not two (each a fresh mmap on the CPU: a tenth of a causal prefill's time)."""
+
+    v: torch.Tensor  # the caller's values
+    clean: torch.Tensor  # the guard's cleaned copy, free once the kernel has read it
+    keep: Keep
+    G: int
+    k: torch.Tensor | None = None  # the caller's keys, when their copy is free too
+    clean_k: torch.Tensor | None = None
+    k_fix: torch.Tensor | None = None  # a keys' fix formed before the kernel
+
+    def value(self) -> torch.Tensor:
+        fix = _interval_sum(_leftover(self.v, self.clean), self.keep)
+        if self.k is not None and self.clean_k is not None:  # NaN: a key with NaN/inf
+            rows = _leftover(self.k, self.clean_k).sum(-1, keepdim=True).mul_(0.0)
+            fix = fix + _interval_sum(rows, self.keep)
+        fix = fix.unsqueeze(-3) if self.G > 1 else fix
+        return fix if self.k_fix is None else fix + self.k_fix
+
+
+def _leftover(x: torch.Tensor, clean: torch.Tensor) -> torch.Tensor:
+    """``x - clean`` (0, NaN or +-inf per entry), in ``clean``'s buffer when not tracing."""
+    if torch.compiler.is_compiling():
+        return x - clean
+    return torch.sub(x, clean, out=clean)
 
 
 def guard_inputs(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: Keep | None, G: int,
     *, keys_by_select: bool = False, rows_zeroed: bool = False, grad: bool | None = None,
-    codes: torch.Tensor | None = None,
+    codes: torch.Tensor | None = None, weights: bool = True,
 ) -> Guarded:
     """q, k, v for a dot-product attention under ``keep`` (group size ``G``), with every
     entry that a masked position could read zeroed, and the fix-ups that put back what
@@ -264,6 +295,8 @@ def guard_inputs(
 
     ``codes``: k and v hold no NaN/inf (a KV cache's buffers) and ``codes (..., Hkv, 2,
     Tk)`` say what each position held (:meth:`attnkit.torch.KVCache.codes`).
+    ``weights=False``: the caller reads the cleaned k no more once its kernel has run (it
+    computes no weights), so a band's fix-up may reuse that buffer (:class:`LaterFix`).
     """
     if grad is None:
         grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
@@ -283,6 +316,17 @@ def guard_inputs(
     heads_differ = G > 1 and keys is not None and keys.ndim >= 3 and keys.shape[-3] > 1
     if not keep.partial and not heads_differ:
         return Guarded(q, k, v, None, None)  # every key row left is attended by all
+    if not grad and keep.dense is None and not heads_differ:
+        clean = torch.nan_to_num(v, 0.0, 0.0, 0.0)
+        if clean_k and not weights:  # nothing reads the cleaned keys after the kernel
+            ck = torch.nan_to_num(k, 0.0, 0.0, 0.0)
+            return Guarded(q, ck, clean, LaterFix(v, clean, keep, G, k, ck), None)
+        k_fix = None
+        if clean_k:
+            k, bad_k = _bad(k)
+            k_fix = _interval_sum(bad_k.sum(-1, keepdim=True) * 0.0, keep)
+            k_fix = k_fix.unsqueeze(-3) if G > 1 else k_fix
+        return Guarded(q, k, clean, LaterFix(v, clean, keep, G, k_fix=k_fix), k_fix)
     v, bad_v = _bad(v)
     k_fix = None
     if keep.dense is not None or heads_differ:
@@ -335,13 +379,15 @@ def _guard_clean(
     return Guarded(q, k, v, out_fix, k_fix)
 
 
-def restore(x: torch.Tensor, fix: torch.Tensor | None, G: int) -> torch.Tensor:
+def restore(x: torch.Tensor, fix: torch.Tensor | LaterFix | None, G: int) -> torch.Tensor:
     """``x (..., H, Tq, X)`` plus ``fix`` (a :class:`Guarded` fix-up): 0 except where a
     query attends a non-finite entry (then NaN or +-inf, as IEEE sums them). ``x`` must be
     a buffer of the caller's own (a kernel's output): without autograd it is added to in
     place."""
     if fix is None:
         return x
+    if isinstance(fix, LaterFix):
+        fix = fix.value()
     *lead, H, Tq, X = x.shape
     grouped = x if G == 1 else x.reshape(*lead, H // G, G, Tq, X)
     if x.requires_grad:

@@ -47,9 +47,10 @@ def sdpa_path(
     """As :func:`attnkit.torch._math.math_path` (no softcap: SDPA applies no score
     function), with the output from SDPA."""
     is_causal = keep is not None and keep.sdpa_causal
-    # is_causal masks the scores by a select (a NaN in a future key stays out of the
-    # forward); an attn_mask is added, so keys are cleaned for it.
-    g = guard_inputs(q, k, v, keep, G, keys_by_select=is_causal, codes=codes)
+    # Keys are cleaned whatever the mask: an attn_mask is added to the scores, and SDPA's
+    # CPU kernel under is_causal lets a single NaN feature of a future key reach every
+    # earlier query of its block too (tests/torch/test_guard_band.py).
+    g = guard_inputs(q, k, v, keep, G, codes=codes, weights=need_weights)
     # PyTorch's CPU kernels give an empty row 0; with a sink no row is empty.
     unmask = q.device.type != "cpu" and sinks is None
     km = kernel_mask(None if is_causal else keep, bias, q.dtype, additive=False,
