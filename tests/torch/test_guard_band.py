@@ -48,20 +48,20 @@ def test_band_guard_without_autograd_matches_the_reference(backend, G, kw, Tq, T
 
 
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the reference's NaN
-@pytest.mark.parametrize("backend", ["auto", "sdpa"])
-def test_band_guard_with_weights_keeps_the_cleaned_keys_for_them(backend):
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "math"])
+@pytest.mark.parametrize("kw", [{"causal": True}, {"window": (3, 0)}])
+def test_weights_of_a_row_that_attends_a_nan_key_stay_0_where_masked(backend, grad, kw):
+    """Bug: a query attending a NaN key got NaN weights at its masked keys too."""
     q, k, v = _poisoned(1, 12, 12)
-    with torch.no_grad():
-        out, w = at.attention(q, k, v, causal=True, need_weights=True, backend=backend)
-    ref = reference_attention(q.numpy(), k.numpy(), v.numpy(), causal=True)
-    # Compared where the band allows: a row that attends a NaN key is NaN at its allowed
-    # keys here, and also at its masked ones (the reference keeps those 0; see the note
-    # on issue 11).
-    allowed = np.broadcast_to(np.tril(np.ones((12, 12), dtype=bool)), w.shape)
-    np.testing.assert_array_equal(np.isnan(w.numpy()[allowed]), np.isnan(ref.weights[allowed]))
-    np.testing.assert_allclose(w.numpy()[allowed], ref.weights[allowed], rtol=1e-10,
-                               atol=1e-12)
-    np.testing.assert_allclose(out.numpy(), ref.out, rtol=1e-10, atol=1e-12)
+    q.requires_grad_(grad)
+    with torch.set_grad_enabled(grad):
+        out, w = at.attention(q, k, v, need_weights=True, backend=backend, **kw)
+    ref = reference_attention(q.detach().numpy(), k.numpy(), v.numpy(), **kw)
+    w = w.detach().numpy()
+    np.testing.assert_array_equal(np.isnan(w), np.isnan(ref.weights))
+    np.testing.assert_allclose(w, ref.weights, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out.detach().numpy(), ref.out, rtol=1e-10, atol=1e-12)
 
 
 def test_band_guard_without_autograd_compiles_whole():

@@ -20,7 +20,7 @@ from torch.nn import functional as F
 from ._bias import kernel_mask
 from ._dtypes import stats_dtype
 from ._keep import Keep
-from ._nonfinite import guard_inputs, restore
+from ._nonfinite import guard_inputs, restore, restore_weights
 from ._scores import attention_weights, group, ungroup
 
 __all__ = ["math_path"]
@@ -56,7 +56,7 @@ def math_path(
     km = kernel_mask(keep, bias, stats_dtype(q.dtype), additive=not select)
     w = attention_weights(g.q, g.k, G, scale, km, shape, select=select, softcap=softcap,
                           sinks=sinks)
-    w = restore(w, g.weight_fix, G)
+    w = restore_weights(w, g.weight_fix, G, keep)
     dropped = F.dropout(w, dropout_p, training=True) if dropout_p > 0.0 else w
     out = ungroup(group(dropped.to(v.dtype), G) @ g.v, G, q.shape[-2])  # (..., H, Tq, Dv)
     out = restore(out, g.out_fix, G)

@@ -42,6 +42,7 @@ __all__ = [
     "finite_safe",
     "guard_inputs",
     "restore",
+    "restore_weights",
     "used_keys",
     "zero_masked_keys",
     "zero_rows",
@@ -393,6 +394,18 @@ def restore(x: torch.Tensor, fix: torch.Tensor | LaterFix | None, G: int) -> tor
     if x.requires_grad:
         return (grouped + fix).reshape(x.shape)
     return grouped.add_(fix).reshape(x.shape)  # x is the kernel's fresh output
+
+
+def restore_weights(
+    w: torch.Tensor, fix: torch.Tensor | None, G: int, keep: Keep | None
+) -> torch.Tensor:
+    """:func:`restore` for weights ``(..., H, Tq, Tk)``: the fix (NaN for a query that
+    attends a key with NaN/inf) reaches the keys the query may attend only; a masked weight
+    stays exactly 0, as in the reference."""
+    if fix is None:
+        return w
+    w = restore(w, fix, G)
+    return w if keep is None else torch.where(keep.full(), w, 0.0)
 
 
 # -- projections of padded inputs ----------------------------------------------------------

@@ -23,7 +23,7 @@ from torch.nn import functional as F
 from ._bias import kernel_mask
 from ._dtypes import stats_dtype
 from ._keep import Keep
-from ._nonfinite import guard_inputs, restore, zero_rows
+from ._nonfinite import guard_inputs, restore, restore_weights, zero_rows
 from ._scores import attention_weights
 
 __all__ = ["plain_sdpa", "sdpa_path"]
@@ -74,7 +74,7 @@ def sdpa_path(
         return out, None
     wkm = kernel_mask(keep, bias, stats_dtype(q.dtype), additive=True)
     w = attention_weights(g.q, g.k, G, scale, wkm, shape, select=is_causal, sinks=sinks)
-    return out, restore(w, g.weight_fix, G).to(q.dtype)
+    return out, restore_weights(w, g.weight_fix, G, keep).to(q.dtype)
 
 
 def plain_sdpa(

@@ -18,7 +18,7 @@ from ..spec import check_dropout
 from ._checks import check_bias, check_tensor
 from ._dtypes import stats_dtype
 from ._keep import build_keep
-from ._nonfinite import guard_inputs, restore
+from ._nonfinite import guard_inputs, restore, restore_weights
 from .masks import Window
 from .softmax import safe_softmax
 
@@ -165,7 +165,8 @@ def additive_attention(
     )
     if bias is not None:
         scores = scores.to(stats_dtype(scores.dtype)) + bias.to(stats_dtype(scores.dtype))
-    w = restore(safe_softmax(scores, None if keep is None else keep.full()), g.weight_fix, 1)
+    w = restore_weights(safe_softmax(scores, None if keep is None else keep.full()),
+                        g.weight_fix, 1, keep)
     p = dropout_p if training else 0.0
     dropped = F.dropout(w, p, training=True) if p > 0.0 else w
     out = restore(dropped.to(v.dtype) @ g.v, g.out_fix, 1)
