@@ -9,7 +9,9 @@ backward included). It is also what ``backend="auto"`` picks where it is the che
   :func:`attnkit.torch._scores.attention_weights`).
 - Decoding (a few queries) under a mask: the ``(Tq, Tk)`` scores are small, so masking
   them with a select keeps a NaN in a masked key out for free, and only V needs its
-  masked rows zeroed; PyTorch's SDPA would need both.
+  masked rows zeroed; PyTorch's SDPA would need both. Under a key mask and without
+  autograd, weights or variants, its decoding form (:mod:`attnkit.torch._decode`) zeroes
+  V's masked rows a cache-sized slab at a time.
 """
 
 from __future__ import annotations
