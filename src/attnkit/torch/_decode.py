@@ -46,7 +46,7 @@ def takes_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: Keep |
         return False
     if G * shape[-2] > DECODE_MAX_ROWS or q.ndim != k.ndim or 0 in shape:
         return False
-    if G > 1 and keep.keys.ndim >= 3 and keep.keys.shape[-3] > 1:
+    if keep.keys_differ_by_head(G):
         return False  # a per-query-head key mask would need folding per group
     return not (torch.is_grad_enabled()
                 and (q.requires_grad or k.requires_grad or v.requires_grad))
@@ -61,7 +61,7 @@ def decode_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, G: int,
     kd = k.to(dt)
     s = (kd @ qg.mT).mT if Tk >= KEYS_FIRST_FROM else qg @ kd.mT
     allowed = keep.keys  # (..., 1|H, 1, Tk); with G > 1 its head axis is 1
-    s = s.mul_(scale).masked_fill_(~allowed, float("-inf"))
+    s = s.mul_(scale).masked_fill_(~allowed, float("-inf"))  # s: the matmul's own output
     w = torch.softmax(s, dim=-1)
     rows = keep.rows()  # a query with no key: softmax over -inf is NaN, its weights 0
     if rows is not None:

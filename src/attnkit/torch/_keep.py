@@ -58,6 +58,12 @@ class Keep:
         ``valid_lens``)."""
         return self.band is None and self.limits is None and self.dense is None
 
+    def keys_differ_by_head(self, G: int) -> bool:
+        """A key mask per query head under GQA (``G > 1``): the heads sharing a key/value
+        head may attend different keys."""
+        keys = self.keys
+        return G > 1 and keys is not None and keys.ndim >= 3 and keys.shape[-3] > 1
+
     @property
     def sdpa_causal(self) -> bool:
         """The one constraint is SDPA's own top-left ``is_causal`` (``j <= i``): causal

@@ -252,7 +252,7 @@ class LaterFix(NamedTuple):
     """An ``out_fix`` under a band, formed once the kernel has read the cleaned inputs
     (without autograd): what the values (and keys, when given) held beyond their cleaned
     copies goes into those copies' own buffers, so the guard allocates one tensor per
-    input, not two (each a fresh mmap on the CPU: a tenth of a causal prefill's time)."""
+    input, not two (on the CPU each is a fresh mmap, page faults included)."""
 
     v: torch.Tensor  # the caller's values
     clean: torch.Tensor  # the guard's cleaned copy, free once the kernel has read it
@@ -263,11 +263,10 @@ class LaterFix(NamedTuple):
     k_fix: torch.Tensor | None = None  # a keys' fix formed before the kernel
 
     def value(self) -> torch.Tensor:
-        fix = _interval_sum(_leftover(self.v, self.clean), self.keep)
+        fix = _band_sum(_leftover(self.v, self.clean), self.keep, self.G)
         if self.k is not None and self.clean_k is not None:  # NaN: a key with NaN/inf
             rows = _leftover(self.k, self.clean_k).sum(-1, keepdim=True).mul_(0.0)
-            fix = fix + _interval_sum(rows, self.keep)
-        fix = fix.unsqueeze(-3) if self.G > 1 else fix
+            fix = fix + _band_sum(rows, self.keep, self.G)
         return fix if self.k_fix is None else fix + self.k_fix
 
 
@@ -313,37 +312,40 @@ def guard_inputs(
     if used is not None:
         v = zero_rows(v, used)
         k = zero_rows(k, used) if clean_k else k
-    keys = keep.keys
-    heads_differ = G > 1 and keys is not None and keys.ndim >= 3 and keys.shape[-3] > 1
+    heads_differ = keep.keys_differ_by_head(G)
     if not keep.partial and not heads_differ:
         return Guarded(q, k, v, None, None)  # every key row left is attended by all
-    if not grad and keep.dense is None and not heads_differ:
-        clean = torch.nan_to_num(v, 0.0, 0.0, 0.0)
-        if clean_k and not weights:  # nothing reads the cleaned keys after the kernel
-            ck = torch.nan_to_num(k, 0.0, 0.0, 0.0)
-            return Guarded(q, ck, clean, LaterFix(v, clean, keep, G, k, ck), None)
+    if keep.dense is not None or heads_differ:  # any pattern: per query row
+        v, bad_v = _bad(v)
+        out_fix = _dense_sum(bad_v.sum(-1), keep, G)
         k_fix = None
         if clean_k:
             k, bad_k = _bad(k)
-            k_fix = _interval_sum(bad_k.sum(-1, keepdim=True) * 0.0, keep)
-            k_fix = k_fix.unsqueeze(-3) if G > 1 else k_fix
-        return Guarded(q, k, clean, LaterFix(v, clean, keep, G, k_fix=k_fix), k_fix)
-    v, bad_v = _bad(v)
-    k_fix = None
-    if keep.dense is not None or heads_differ:
-        out_fix = _dense_sum(bad_v.sum(-1), keep, G)
-        if clean_k:
-            k, bad_k = _bad(k)
             k_fix = _dense_sum(bad_k.sum(-1) * 0.0, keep, G)  # NaN: a key with NaN/inf
-    else:
-        out_fix = _interval_sum(bad_v, keep)
-        if clean_k:
-            k, bad_k = _bad(k)
-            k_fix = _interval_sum(bad_k.sum(-1, keepdim=True) * 0.0, keep)
-        if G > 1:  # one band for every head of a group
-            out_fix = out_fix.unsqueeze(-3)
-            k_fix = None if k_fix is None else k_fix.unsqueeze(-3)
-    return Guarded(q, k, v, out_fix if k_fix is None else out_fix + k_fix, k_fix)
+        return Guarded(q, k, v, out_fix if k_fix is None else out_fix + k_fix, k_fix)
+    # A band (and per-query lengths): prefix sums over the keys.
+    k_fix = None
+    if clean_k and (grad or weights):  # the cleaned keys are read again: their fix now
+        k, bad_k = _bad(k)
+        k_fix = _band_sum(bad_k.sum(-1, keepdim=True) * 0.0, keep, G)
+    if grad:
+        v, bad_v = _bad(v)
+        out_fix = _band_sum(bad_v, keep, G)
+        return Guarded(q, k, v, out_fix if k_fix is None else out_fix + k_fix, k_fix)
+    # Without autograd the rest is formed after the kernel, in the cleaned copies' buffers.
+    clean_v = torch.nan_to_num(v, 0.0, 0.0, 0.0)
+    later = LaterFix(v, clean_v, keep, G, k_fix=k_fix)
+    if clean_k and k_fix is None:
+        clean = torch.nan_to_num(k, 0.0, 0.0, 0.0)
+        later, k = later._replace(k=k, clean_k=clean), clean
+    return Guarded(q, k, clean_v, later, k_fix)
+
+
+def _band_sum(bad: torch.Tensor, keep: Keep, G: int) -> torch.Tensor:
+    """:func:`_interval_sum` of ``bad`` (the caller's scratch), with the axis of a GQA
+    group's heads when ``G > 1`` (one band for every head of a group)."""
+    fix = _interval_sum(bad, keep)
+    return fix.unsqueeze(-3) if G > 1 else fix
 
 
 def _guard_clean(
@@ -354,9 +356,7 @@ def _guard_clean(
     nothing to zero (the queries with no key are done), and the codes of the positions
     each query may attend to add back (a whole-row NaN or +-inf: the cache keeps one code per
     position)."""
-    heads_differ = G > 1 and keep is not None and keep.keys is not None \
-        and keep.keys.ndim >= 3 and keep.keys.shape[-3] > 1
-    if keep is None or (keep.only_keys and not heads_differ):
+    if keep is None or (keep.only_keys and not keep.keys_differ_by_head(G)):
         # The same positions for every query of a key/value head: one masked sum of both
         # rows of codes (a key mask (..., 1, Tk) broadcasts over them).
         if keep is not None:
@@ -370,14 +370,10 @@ def _guard_clean(
         return Guarded(q, k, v, out_fix, k_fix)
     key_codes = codes[..., 0, :]  # (..., Hkv, Tk)
     both = key_codes + codes[..., 1, :]
-    if keep.keys is None and keep.dense is None:
-        out_fix = _interval_sum(both[..., None], keep)
-        k_fix = _interval_sum(key_codes[..., None].clone(), keep)
-    else:
-        return Guarded(q, k, v, _dense_sum(both, keep, G), _dense_sum(key_codes, keep, G))
-    if G > 1:
-        out_fix, k_fix = out_fix.unsqueeze(-3), k_fix.unsqueeze(-3)
-    return Guarded(q, k, v, out_fix, k_fix)
+    if keep.keys is None and keep.dense is None:  # a band
+        return Guarded(q, k, v, _band_sum(both[..., None], keep, G),
+                       _band_sum(key_codes[..., None].clone(), keep, G))
+    return Guarded(q, k, v, _dense_sum(both, keep, G), _dense_sum(key_codes, keep, G))
 
 
 def restore(x: torch.Tensor, fix: torch.Tensor | LaterFix | None, G: int) -> torch.Tensor:
