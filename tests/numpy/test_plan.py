@@ -14,16 +14,17 @@ def test_defaults_are_big_tiles_clipped_to_the_lengths_and_one_worker_per_core(m
     long = _plan.plan(4096, 4096, None, None, None)
     assert (long.block_q, long.block_k, long.threads) == (256, 512, 2)
     assert long.limit_blas
-    # 2048 queries give two workers four blocks of 256; 1024 do not: the smaller tile.
-    assert (_plan.plan(2048, 2048, None, None, None).block_q) == 256
-    mid = _plan.plan(1024, 1024, None, None, None)
+    # 1024 queries give two workers two blocks of 256 each; 1000 do not: the smaller tile.
+    assert (_plan.plan(1024, 1024, None, None, None).block_q) == 256
+    mid = _plan.plan(1000, 1000, None, None, None)
     assert (mid.block_q, mid.block_k, mid.threads) == (128, 256, 2)
     # More workers need more queries before the large tile pays.
     monkeypatch.setattr(_plan, "usable_cores", lambda: 8)
-    assert _plan.plan(4096, 4096, None, None, None).block_q == 128
-    assert _plan.plan(8192, 8192, None, None, None).block_q == 256
+    assert _plan.plan(2048, 2048, None, None, None).block_q == 128
+    assert _plan.plan(4096, 4096, None, None, None).block_q == 256
     # A caller's thread count decides it the same way.
-    assert _plan.plan(4096, 4096, None, None, 1).block_q == 256
+    assert _plan.plan(1024, 1024, None, None, 1).block_q == 256
+    assert _plan.plan(256, 256, None, None, 1).block_q == 128
     short = _plan.plan(5, 7, None, None, None)  # one tile, so one worker
     assert (short.block_q, short.block_k, short.threads) == (5, 7, 1)
     assert not short.limit_blas

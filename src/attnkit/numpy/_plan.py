@@ -4,11 +4,12 @@ Two choices matter for speed on a CPU, and neither should be the caller's chore:
 
 - **Tile size.** Every tile costs a fixed amount of Python and ufunc dispatch, and its
   matmuls run faster the longer their sides; tiles too large fall out of cache and leave too
-  few query blocks to share among the workers. Measured against torch's CPU SDPA (B=1, H=8,
-  D=64, float32, 2 cores; benchmarks/numpy_cpu.py): 256 queries x 512 keys is fastest once
-  every worker gets at least four query blocks (1.46-1.49x torch at T = 2k-8k, where 128 x
-  256 gave 1.59-1.69x); below that, 128 x 256 keeps the workers busy (1.30x at T = 1024,
-  against 1.42x for the large tile). 64 x 64 cost about 45% more CPU time at T = 4096. Short
+  few query blocks to share among the workers. ``benchmarks/numpy_tiles.py`` measures them
+  against torch's CPU SDPA (B=1, H=8, D=64, float32, 2 cores; its entries of 2026-11-23 in
+  BENCHMARKS.md): 256 queries x 512 keys was within noise of the best tile at T = 1024,
+  2048 and 4096 (1.42-1.58x torch), 128 x 256 0.07-0.18x behind it, 512 x 512 behind at 4096.
+  The large tile is taken once every worker gets two query blocks of it; below that, 128 x
+  256 keeps the workers busy. 64 x 64 cost about 45% more CPU time at T = 4096. Short
   sequences simply get one tile.
 - **Threads.** Query blocks are independent, and NumPy releases the GIL inside BLAS and
   ufuncs, so one worker per usable core runs them in parallel. BLAS must then run one
@@ -33,7 +34,7 @@ BLOCK_Q = 128  # query rows per tile
 BLOCK_K = 256  # keys per tile
 LARGE_BLOCK_Q = 256  # the tile once each worker has enough query blocks of this size
 LARGE_BLOCK_K = 512
-BLOCKS_PER_WORKER = 4  # query blocks each worker needs before the large tile pays
+BLOCKS_PER_WORKER = 2  # query blocks each worker needs before the large tile pays
 
 
 def usable_cores() -> int:

@@ -189,7 +189,7 @@ def flash_attention(
         scale: defaults to ``1/sqrt(Dk)``.
         softcap, sinks, segment_ids: as :func:`scaled_dot_product_attention`.
         block_q, block_k: tile sizes; a tile holds every head's ``block_q x block_k``
-            scores. None (the default) picks 256 x 512 for long sequences (at least four
+            scores. None (the default) picks 256 x 512 for long sequences (at least two
             query blocks per worker) and 128 x 256 otherwise, clipped to the lengths:
             larger tiles amortise the per-tile Python and ufunc overhead (64 x 64 costs
             ~45% more CPU time at T=4096) while staying cache-sized (see
