@@ -25,12 +25,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import math
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,12 +37,12 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from _measure import MiB, paired_ratio, pin_malloc, rounds  # noqa: E402
+from _measure import peak_mib as peak_memory  # noqa: E402
 from _report import report  # noqa: E402
 from _torch_overhead import eager_weights, functional_rows, mha_decode_rows  # noqa: E402
 
 import attnkit.torch as at  # noqa: E402
-
-MiB = 2**20
 
 
 def context() -> str:
@@ -65,59 +62,9 @@ def mib(n: float) -> str:
 # -- measurement ---------------------------------------------------------------------------
 
 
-def _pin_malloc() -> bool:
-    """Make glibc return freed tensors to the OS (a fixed 128 KiB mmap threshold), so RSS
-    tracks live memory. Returns False where that is not possible (non-glibc)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        pinned = bool(libc.mallopt(-3, 128 * 1024))  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD: hand freed heap tops back too
-        libc.malloc_trim(0)  # and what the timing runs left in the heap
-        return pinned
-    except OSError:
-        return False
-
-
-def _status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
-
-
-def peak_memory(fn: Callable[[], object]) -> float:
-    """Peak resident memory added by ``fn()``, in MiB (NaN where /proc is unavailable)."""
-    gc.collect()
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset VmHWM to the current RSS
-        base = _status("VmRSS")
-    except OSError:
-        return float("nan")
-    fn()
-    return (_status("VmHWM") - base) / MiB
-
-
 def side_by_side(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median seconds of each function, calls interleaved so that background load hits all
-    of them alike; one warm-up call each."""
-    return {name: statistics.median(ts) for name, ts in rounds(fns, repeats).items()}
-
-
-def rounds(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
-    """Seconds of each call of each function per round, calls interleaved (the order
-    alternating between rounds); one warm-up call each."""
-    for fn in fns.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for r in range(repeats):
-        order = list(fns.items())
-        for name, fn in order if r % 2 == 0 else order[::-1]:
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return times
+    """Median seconds of each function, calls interleaved (:func:`_measure.rounds`)."""
+    return {name: statistics.median(ts) for name, ts in rounds(fns, repeats)[0].items()}
 
 
 # -- 0: attnkit vs the plain PyTorch call it wraps (issue 11) -----------------------------
@@ -192,7 +139,7 @@ def _mha_runs(B: int, T: int, E: int, H: int, need_weights: bool) -> dict:
 def mha_times(configs: list[tuple[int, int]], E: int, H: int, repeats: int,
               need_weights: bool) -> list[dict[str, list[float]]]:
     """Per-round seconds of each config (timed before glibc's mmap threshold is pinned)."""
-    return [rounds(_mha_runs(B, T, E, H, need_weights), repeats) for B, T in configs]
+    return [rounds(_mha_runs(B, T, E, H, need_weights), repeats)[0] for B, T in configs]
 
 
 def _mha_row(B: int, T: int, E: int, H: int, need_weights: bool,
@@ -203,7 +150,7 @@ def _mha_row(B: int, T: int, E: int, H: int, need_weights: bool,
     flops = 3.5 * 4 * B * H * T * T * (E // H)  # attention only: fwd + 2.5x bwd
     return [
         f"B={B} T={T} E={E} H={H}", ms(med(t["ref"])), ms(med(t["ours"])),
-        round(med(a / b for a, b in zip(t["ours"], t["ref"])), 3), mib(mem_ref),
+        round(paired_ratio(t, "ours", "ref"), 3), mib(mem_ref),
         mib(mem_ours), round(flops / med(t["ours"]) / 1e9, 1),
     ]
 
@@ -387,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         mha = [([(8, 512), (1, 4096)], 512, 8, 7, False), ([(8, 512), (1, 2048)], 512, 8, 5, True)]
     mha_timed = [mha_times(configs, E, H, n, nw) for configs, E, H, n, nw in mha]
-    if not _pin_malloc():
+    if not pin_malloc():
         print("warning: could not pin glibc's mmap threshold; peak memory may read low")
     bench_weights_memory(512 if args.quick else 2048, record)
     for (configs, E, H, n, nw), times in zip(mha, mha_timed):

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import ctypes
-import gc
 import json
 import math
 import statistics
@@ -46,75 +44,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 import transformers  # noqa: E402
+from _measure import paired_ratio, peak_mib, pin_malloc, rounds  # noqa: E402
 from _report import report  # noqa: E402
 
 import attnkit.integrations.transformers as integration  # noqa: E402
 from attnkit.integrations.transformers import register  # noqa: E402
 
-MiB = 2**20
+# CPU time (one torch thread) is what the ratios use: on a machine shared with other jobs,
+# wall time also counts the time this process waited for a core, which swung single ratios
+# by +-10% between runs; CPU time does not. Wall time is reported beside it.
+CLOCKS = (time.process_time, time.perf_counter)
 
 
 # -- measurement ---------------------------------------------------------------------------
-
-
-def side_by_side(
-    fns: dict[str, Callable[[], object]], repeats: int
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """CPU seconds and wall seconds of each call of each function, per round, calls
-    interleaved (the order alternating between rounds), one warm-up call each.
-
-    CPU time (``time.process_time``, one torch thread) is what the ratios use: on a machine
-    shared with other jobs, wall time also counts the time this process waited for a core,
-    which swung single ratios by +-10% between runs; CPU time does not.
-    """
-    for fn in fns.values():
-        fn()
-    cpu: dict[str, list[float]] = {name: [] for name in fns}
-    wall: dict[str, list[float]] = {name: [] for name in fns}
-    for r in range(repeats):
-        order = list(fns.items())
-        for name, fn in order if r % 2 == 0 else order[::-1]:  # neither side always first
-            c0, w0 = time.process_time(), time.perf_counter()
-            fn()
-            cpu[name].append(time.process_time() - c0)
-            wall[name].append(time.perf_counter() - w0)
-    return cpu, wall
-
-
-def paired_ratio(times: dict[str, list[float]], ours: str, peer: str) -> float:
-    """Median over rounds of ``ours / peer`` within each round: a drift in machine load
-    between rounds cancels in each pair."""
-    return statistics.median(a / b for a, b in zip(times[ours], times[peer]))
-
-
-def _rss(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
-
-
-def peak_mib(fn: Callable[[], object]) -> float:
-    """Peak resident memory added by ``fn()``, in MiB (NaN where /proc is unavailable)."""
-    gc.collect()
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset VmHWM to the current RSS
-        base = _rss("VmRSS")
-    except OSError:
-        return float("nan")
-    fn()
-    return (_rss("VmHWM") - base) / MiB
-
-
-def _return_freed_memory() -> None:
-    """glibc: give freed tensors back to the OS (fixed 128 KiB mmap threshold), so that the
-    resident size tracks live memory and peaks are comparable."""
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-    except OSError:
-        pass
 
 
 # -- models --------------------------------------------------------------------------------
@@ -173,7 +115,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.pinned:
-        _return_freed_memory()  # before anything is allocated: the readings start clean
+        pin_malloc()  # before anything is allocated: the readings start clean
 
     B, T, prompt, new = (2, 512, 128, 32) if not args.quick else (2, 64, 16, 4)
     repeats = args.repeats or (7 if not args.quick else 2)
@@ -231,7 +173,7 @@ def main() -> None:
     if args.pinned:
         pinned = []
         for (_, peer, _), fns in zip(cases, fns_of):
-            t_pin, _ = side_by_side(fns, repeats)
+            t_pin, _ = rounds(fns, repeats, CLOCKS)
             mem = {impl: peak_mib(fn) for impl, fn in fns.items()}
             pinned.append([paired_ratio(t_pin, "attnkit", peer), mem[peer], mem["attnkit"]])
         print("PINNED " + json.dumps(pinned))
@@ -240,7 +182,7 @@ def main() -> None:
     # with its mmap threshold pinned, which the peak-memory readings need (freed tensors go
     # back to the OS) but which makes every allocation over 128 KiB a fresh mmap with page
     # faults: it slows the peer itself by about half and bills each extra allocation.
-    timed = [side_by_side(fns, repeats) for fns in fns_of]
+    timed = [rounds(fns, repeats, CLOCKS) for fns in fns_of]
     pinned = _pinned_run(args.quick, repeats)
     rows = []
     med = statistics.median
