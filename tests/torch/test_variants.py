@@ -257,6 +257,19 @@ def test_segment_id_helpers_match_numpy() -> None:
         at.segment_ids_from_lengths(torch.tensor([3, 2]), 4)
     with pytest.raises(ValueError, match="only 0 and 1"):
         at.segment_ids_from_padding_mask(torch.tensor([[0, 2]]))
+    with pytest.raises(ValueError, match="must start at 0"):
+        at.segment_ids_from_cu_seqlens(torch.tensor([1, 3]), 4)
+
+
+def test_segment_id_helpers_never_read_a_tensor_back(monkeypatch) -> None:
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("a tensor was read back to Python (a host sync)")
+
+    for name in ("item", "__bool__", "__int__", "__float__", "__index__", "tolist"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+    at.segment_ids_from_cu_seqlens(torch.tensor([[0, 2, 2, 5], [0, 1, 4, 4]]), 6)
+    at.segment_ids_from_lengths(torch.tensor([3, 0, 2]), 6)
+    at.segment_ids_from_padding_mask(torch.tensor([[0, 1, 1], [1, 1, 0]]))
 
 
 # -- modules ------------------------------------------------------------------------------

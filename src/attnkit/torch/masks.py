@@ -215,8 +215,8 @@ def segment_mask(segment_ids: object, scores_shape: tuple[int, ...]) -> torch.Te
 def segment_ids_from_cu_seqlens(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
     """Segment ids of packed documents given by cumulative lengths (flash-attn's
     ``cu_seqlens``): document ``d`` fills ``[cu[d], cu[d+1])`` and gets id ``d``; positions
-    from ``cu[-1]`` to ``total`` are padding (-1). Checking the bounds reads them back
-    (a host sync on GPU): call it once per batch, not per layer.
+    from ``cu[-1]`` to ``total`` are padding (-1). The bounds are checked on the device
+    (no host sync; on a GPU a bad value fails as a device-side assert).
 
     Args:
         cu_seqlens: integer ``(N+1,)`` or ``(B, N+1)``, ``[0, ..., <= total]``.
@@ -231,11 +231,10 @@ def segment_ids_from_cu_seqlens(cu_seqlens: torch.Tensor, total: int) -> torch.T
     if cu.is_floating_point() or cu.dtype == torch.bool or cu.is_complex():
         raise TypeError(f"cu_seqlens must hold integers, got dtype {cu.dtype}")
     cu = cu.reshape(-1, cu.shape[-1]).long()
-    if bool((cu[:, 0] != 0).any() | (cu.diff(dim=-1) < 0).any() | (cu[:, -1] > total).any()):
-        raise ValueError(
-            f"cu_seqlens must start at 0, never decrease and end at most at total={total}, "
-            f"got {cu.tolist()}"
-        )
+    bad = (cu[:, 0] != 0).any() | (cu.diff(dim=-1) < 0).any() | (cu[:, -1] > total).any()
+    _require(~bad, lambda: ValueError(
+        f"cu_seqlens must start at 0, never decrease and end at most at total={total}, "
+        f"got {cu.tolist()}"))
     pos = torch.arange(int(total), device=cu.device).expand(cu.shape[0], -1).contiguous()
     ids = torch.searchsorted(cu[:, 1:].contiguous(), pos, right=True)
     return torch.where(pos < cu[:, -1:], ids, -1)
@@ -257,10 +256,8 @@ def segment_ids_from_lengths(lengths: torch.Tensor, total: int) -> torch.Tensor:
         raise TypeError(
             f"lengths must be integers of shape (N,) or (B, N), got {n.dtype} {tuple(n.shape)}"
         )
-    if bool((n < 0).any() | (n.sum(dim=-1) > total).any()):
-        raise ValueError(
-            f"lengths must be >= 0 and sum to at most total={total}, got {n.tolist()}"
-        )
+    _require(~((n < 0).any() | (n.sum(dim=-1) > total).any()), lambda: ValueError(
+        f"lengths must be >= 0 and sum to at most total={total}, got {n.tolist()}"))
     cu = torch.nn.functional.pad(n.long().cumsum(dim=-1), (1, 0))
     return segment_ids_from_cu_seqlens(cu, total)
 
@@ -278,8 +275,9 @@ def segment_ids_from_padding_mask(mask: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"padding mask must be (B, T), got {tuple(m.shape)}")
     if m.is_floating_point() or m.is_complex():
         raise TypeError(f"padding mask must hold 0/1 or bools (1 = real token), got {m.dtype}")
-    if m.dtype != torch.bool and bool(((m != 0) & (m != 1)).any()):
-        raise ValueError(f"padding mask must hold only 0 and 1 (1 = real token), got {m.tolist()}")
+    if m.dtype != torch.bool:
+        _require(~((m != 0) & (m != 1)).any(), lambda: ValueError(
+            f"padding mask must hold only 0 and 1 (1 = real token), got {m.tolist()}"))
     return torch.where(m.bool(), 0, -1).long()
 
 
