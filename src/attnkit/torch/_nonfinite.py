@@ -263,10 +263,13 @@ class LaterFix(NamedTuple):
     k_fix: torch.Tensor | None = None  # a keys' fix formed before the kernel
 
     def value(self) -> torch.Tensor:
-        fix = _band_sum(_leftover(self.v, self.clean), self.keep, self.G)
+        bad = _leftover(self.v, self.clean)  # (..., Hkv, Tk, Dv): 0, NaN or +-inf
         if self.k is not None and self.clean_k is not None:  # NaN: a key with NaN/inf
-            rows = _leftover(self.k, self.clean_k).sum(-1, keepdim=True).mul_(0.0)
-            fix = fix + _band_sum(rows, self.keep, self.G)
+            # Folded into the values' leftover before the one prefix sum: a NaN added to
+            # a key's row is summed over the same band (and IEEE sums of 0/NaN/+-inf
+            # come out the same either way), with one pass over V's size fewer.
+            bad = bad.add_(_leftover(self.k, self.clean_k).sum(-1, keepdim=True).mul_(0.0))
+        fix = _band_sum(bad, self.keep, self.G)
         return fix if self.k_fix is None else fix + self.k_fix
 
 
