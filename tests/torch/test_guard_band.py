@@ -13,11 +13,12 @@ import attnkit.torch as at
 from attnkit.testing import reference_attention
 
 
-def _poisoned(G: int, Tq: int, Tk: int, seed: int = 0):
+def _poisoned(G: int, Tq: int, Tk: int, seed: int = 0, Dv: int = 6):
+    """Dv = 6 != Dk sends SDPA to its math kernel, Dv = 8 to the CPU flash kernel."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(2, 2 * G, Tq, 8, generator=g, dtype=torch.float64)
     k = torch.randn(2, 2, Tk, 8, generator=g, dtype=torch.float64)
-    v = torch.randn(2, 2, Tk, 6, generator=g, dtype=torch.float64)
+    v = torch.randn(2, 2, Tk, Dv, generator=g, dtype=torch.float64)
     v[0, 0, Tk - 3, 1] = float("nan")  # attended only by the last queries
     v[1, 1, Tk // 2, 4] = float("inf")
     v[1, 1, Tk // 2 + 1, 4] = float("-inf")  # +inf and -inf together: NaN
@@ -33,8 +34,9 @@ def _poisoned(G: int, Tq: int, Tk: int, seed: int = 0):
     {"causal": True}, {"causal": "top_left"}, {"window": (3, 0)}, {"window": (None, 1)},
 ])
 @pytest.mark.parametrize("Tq, Tk", [(12, 12), (5, 12)])
-def test_band_guard_without_autograd_matches_the_reference(backend, G, kw, Tq, Tk):
-    q, k, v = _poisoned(G, Tq, Tk)
+@pytest.mark.parametrize("Dv", [6, 8])
+def test_band_guard_without_autograd_matches_the_reference(backend, G, kw, Tq, Tk, Dv):
+    q, k, v = _poisoned(G, Tq, Tk, Dv=Dv)
     before = [x.clone() for x in (q, k, v)]
     with torch.no_grad():
         out, _ = at.attention(q, k, v, backend=backend, **kw)
@@ -75,3 +77,45 @@ def test_band_guard_without_autograd_compiles_whole():
         got = torch.compile(fn, fullgraph=True, backend="aot_eager")(q, k, v)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_sdpa_cpu_flash_kernel_keeps_a_future_nan_key_from_earlier_queries(dtype):
+    """What attnkit.torch._sdpa.cpu_flash_causal relies on to leave keys uncleaned under
+    is_causal: PyTorch's CPU flash kernel writes -inf over future keys' scores. If an
+    upgrade breaks this, keys must be cleaned on that path again."""
+    from attnkit.torch._sdpa import cpu_flash_causal
+
+    g = torch.Generator().manual_seed(0)
+    T = 1100  # past the kernel's key blocks (up to 512) and query blocks
+    q, k, v = (torch.randn(1, 1, T, 64, generator=g).to(dtype) for _ in range(3))
+    assert cpu_flash_causal(q, k, v, 0.0)
+    for j in (1, 31, 32, 63, 64, 200, 511, 512, 777, 1099):
+        bad = k.clone()
+        bad[0, 0, j, 5] = float("nan")
+        out = torch.nn.functional.scaled_dot_product_attention(q, bad, v, is_causal=True)
+        assert torch.isfinite(out[0, 0, :j]).all(), f"a NaN in key {j} reached earlier rows"
+        assert torch.isnan(out[0, 0, j:]).all()
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the reference's NaN
+def test_keys_go_uncleaned_only_where_the_flash_kernel_runs():
+    from attnkit.torch._sdpa import cpu_flash_causal
+
+    q = k = v = torch.zeros(1, 2, 4, 8)
+    assert cpu_flash_causal(q, k, v, 0.0)
+    assert not cpu_flash_causal(q, k, v, 0.1)  # dropout: the math kernel
+    assert not cpu_flash_causal(q, k, v[..., :6], 0.0)  # Dv != Dk
+    assert not cpu_flash_causal(q[0], k[0], v[0], 0.0)  # 3-D
+    assert not cpu_flash_causal(q, k.mT.contiguous().mT, v, 0.0)  # strided last axis
+    torch.backends.cuda.enable_flash_sdp(False)
+    try:
+        assert not cpu_flash_causal(q, k, v, 0.0)
+        # ... and then the keys are cleaned, as SDPA's math kernel needs
+        q, k, v = _poisoned(1, 12, 12, Dv=8)
+        with torch.no_grad():
+            out, _ = at.attention(q, k, v, causal=True)
+    finally:
+        torch.backends.cuda.enable_flash_sdp(True)
+    ref = reference_attention(q.numpy(), k.numpy(), v.numpy(), causal=True)
+    np.testing.assert_array_equal(np.isnan(out.numpy()), np.isnan(ref.out))

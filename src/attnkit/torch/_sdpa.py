@@ -26,7 +26,7 @@ from ._keep import Keep
 from ._nonfinite import guard_inputs, restore, restore_weights, zero_rows
 from ._scores import attention_weights
 
-__all__ = ["plain_sdpa", "sdpa_path"]
+__all__ = ["cpu_flash_causal", "plain_sdpa", "sdpa_path"]
 
 
 def sdpa_path(
@@ -47,10 +47,11 @@ def sdpa_path(
     """As :func:`attnkit.torch._math.math_path` (no softcap: SDPA applies no score
     function), with the output from SDPA."""
     is_causal = keep is not None and keep.sdpa_causal
-    # Keys are cleaned whatever the mask: an attn_mask is added to the scores, and SDPA's
-    # CPU kernel under is_causal lets a single NaN feature of a future key reach every
-    # earlier query of its block too (tests/torch/test_guard_band.py).
-    g = guard_inputs(q, k, v, keep, G, codes=codes, weights=need_weights)
+    # Keys are cleaned unless SDPA masks their scores by a select: an attn_mask is added
+    # to the scores (NaN + -inf is NaN), and so is is_causal's mask on SDPA's math kernel.
+    by_select = is_causal and sinks is None and cpu_flash_causal(q, k, v, dropout_p)
+    g = guard_inputs(q, k, v, keep, G, keys_by_select=by_select, codes=codes,
+                     weights=need_weights)
     # PyTorch's CPU kernels give an empty row 0; with a sink no row is empty.
     unmask = q.device.type != "cpu" and sinks is None
     km = kernel_mask(None if is_causal else keep, bias, q.dtype, additive=False,
@@ -75,6 +76,24 @@ def sdpa_path(
     wkm = kernel_mask(keep, bias, stats_dtype(q.dtype), additive=True)
     w = attention_weights(g.q, g.k, G, scale, wkm, shape, select=is_causal, sinks=sinks)
     return out, restore_weights(w, g.weight_fix, G, keep).to(q.dtype)
+
+
+def cpu_flash_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     dropout_p: float) -> bool:
+    """Whether ``F.scaled_dot_product_attention(q, k, v, is_causal=True)`` runs PyTorch's
+    CPU flash kernel, which writes -inf over the scores of future keys (a select, so a
+    NaN in such a key reaches no earlier query). Its conditions, from the shapes alone:
+    CPU, 4-D, one head dim for q, k and v, unit last stride, a float dtype, no dropout,
+    flash not switched off (``torch.backends.cuda.enable_flash_sdp``). Anything else
+    may run the math kernel, which adds the mask. tests/torch/test_guard_band.py checks
+    the kernel's behaviour on the installed PyTorch."""
+    return (q.device.type == "cpu" and not dropout_p and q.ndim == 4 and k.ndim == 4
+            and q.shape[-1] == k.shape[-1] == v.shape[-1] and 0 not in q.shape
+            and 0 not in k.shape and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
+            and q.dtype in _FLASH_DTYPES and torch.backends.cuda.flash_sdp_enabled())
+
+
+_FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
 def plain_sdpa(
