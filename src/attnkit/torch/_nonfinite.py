@@ -307,7 +307,7 @@ def guard_inputs(
     if rows is not None and (grad or not rows_zeroed):  # a NaN query with no key
         q = zero_rows(q, rows)
     if codes is not None:
-        return _guard_clean(q, k, v, keep, G, codes)
+        return _guard_clean(q, k, v, keep, G, codes, weights)
     if keep is None:
         return Guarded(q, k, v, None, None)
     clean_k = not keys_by_select or grad
@@ -353,7 +353,7 @@ def _band_sum(bad: torch.Tensor, keep: Keep, G: int) -> torch.Tensor:
 
 def _guard_clean(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: Keep | None, G: int,
-    codes: torch.Tensor,
+    codes: torch.Tensor, weights: bool = True,
 ) -> Guarded:
     """:func:`guard_inputs` for k and v free of NaN/inf, whose positions held ``codes``:
     nothing to zero (the queries with no key are done), and the codes of the positions
@@ -365,11 +365,11 @@ def _guard_clean(
         if keep is not None:
             codes = codes.view(_BITS[codes.dtype]).bitwise_and(
                 bitmask(keep.keys, codes.dtype)).view(codes.dtype)
-        sums = codes.sum(-1)  # (..., Hkv, 2)
-        k_fix = sums[..., :1, None]  # (..., Hkv, 1, 1)
-        out_fix = k_fix + sums[..., 1:, None]
+        out_fix = codes.sum((-2, -1), keepdim=True)  # (..., Hkv, 1, 1): keys' and values'
+        k_fix = codes[..., :1, :].sum(-1, keepdim=True) if weights else None
         if G > 1:
-            out_fix, k_fix = out_fix.unsqueeze(-3), k_fix.unsqueeze(-3)
+            out_fix = out_fix.unsqueeze(-3)
+            k_fix = None if k_fix is None else k_fix.unsqueeze(-3)
         return Guarded(q, k, v, out_fix, k_fix)
     key_codes = codes[..., 0, :]  # (..., Hkv, Tk)
     both = key_codes + codes[..., 1, :]

@@ -11,8 +11,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..numpy.mha_params import MultiHeadParams, head_sizes
-from ..spec import check_dropout, check_softcap
+from ..spec import check_dropout, check_softcap, default_scale
 from ._nonfinite import finite_safe, guard_inputs, restore
+from ._sdpa import plain_sdpa
 from ._triton_path import triton_decode
 from .cache import KVCache
 from .functional import attend
@@ -275,11 +276,15 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and not cache.cross and not need_weights and mask is None \
                 and bias is None and valid_lens is None and window is None and plain \
                 and (causal or Tq == 1) and not (self.training and self.dropout > 0):
-            # Decoding: the Triton kernel reads the cache buffers in place (None elsewhere).
+            # Decoding: the Triton kernel reads the cache buffers in place (None elsewhere);
+            # one query elsewhere sees every cached position, so SDPA as it is serves it.
+            # The buffers hold no NaN/inf; what they held comes back from the codes.
+            G = H // self.num_kv_heads
             out = triton_decode(q, cache.k, cache.v, cache.length)
+            if out is None and Tq == 1:
+                out = plain_sdpa(q, k, v, G, default_scale(None, q.shape[-1]), 0.0)
             if out is not None:
-                out = restore(out, guard_inputs(q, k, v, None, H // self.num_kv_heads,
-                                                codes=codes).out_fix, H // self.num_kv_heads)
+                out = restore(out, guard_inputs(q, k, v, None, G, codes=codes).out_fix, G)
         weights = None
         if out is None:
             out, weights = attend(
