@@ -119,6 +119,32 @@ def test_block_ops_keep_a_causally_masked_nan_out(dtype):
             np.testing.assert_array_equal(np.isnan(g.numpy()), np.isnan(getattr(ref, name)))
 
 
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the reference's NaN
+@pytest.mark.parametrize("kw", [
+    {"causal": False}, {"causal": True}, {"causal": "top_left"},
+    {"causal": False, "segment_ids": torch.tensor([[0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, -1]] * 2)},
+    {"causal": True, "segment_ids": torch.tensor([[0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, -1]] * 2)},
+])
+def test_block_op_adds_back_exactly_the_non_finite_values_a_row_may_attend(kw):
+    """NaN, +inf and -inf in V reach the output features of exactly the rows that may
+    attend them (+inf and -inf together: NaN), as in the reference, with Tq < Tk too."""
+    g = torch.Generator().manual_seed(5)
+    for Tq in (12, 7):
+        q = torch.randn(2, 2, Tq, 4, generator=g, dtype=torch.float64)
+        k, v = (torch.randn(2, 2, 12, 4, generator=g, dtype=torch.float64) for _ in range(2))
+        v[0, 0, 8, 1] = math.nan
+        v[1, 1, 4, 2], v[1, 1, 5, 2] = math.inf, -math.inf
+        v[1, 0, 2, 3] = math.inf
+        if "segment_ids" in kw and Tq != 12:
+            continue  # one id per position of a self-attention block
+        out, _ = attention_with_lse(q, k, v, scale=0.5, **kw)
+        ref = reference_attention(q.numpy(), k.numpy(), v.numpy(), scale=0.5, **{
+            n: (x.numpy() if isinstance(x, torch.Tensor) else x) for n, x in kw.items()})
+        np.testing.assert_array_equal(np.isnan(out.numpy()), np.isnan(ref.out))
+        np.testing.assert_array_equal(np.isposinf(out.numpy()), np.isposinf(ref.out))
+        np.testing.assert_allclose(out.numpy(), ref.out, rtol=1e-10, atol=1e-12)
+
+
 def test_public_backward_accepts_a_float32_lse():
     # Gradients from a float32 LSE are as good as that LSE (normal logits: the rule holds).
     g = torch.Generator().manual_seed(4)

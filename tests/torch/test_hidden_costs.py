@@ -86,6 +86,25 @@ def test_modules_never_read_a_tensor_back(no_readback):
     add(x, x, x, vl).sum().backward()
 
 
+@pytest.mark.parametrize("kw", [
+    {"causal": True}, {"causal": "top_left"}, {"causal": False},
+    {"causal": True, "key_mask": torch.tensor([[True] * 5 + [False] * 2, [True] * 7])},
+    {"causal": False, "segment_ids": (torch.tensor([[0, 0, 1, 1, 1]] * 2),
+                                      torch.tensor([[0, 0, 0, 1, 1, 1, -1]] * 2))},
+])
+def test_the_lse_op_never_reads_a_tensor_back(no_readback, kw):
+    """Ring attention's block op (attnkit.torch.lse) on its torch path: NaN/inf in the
+    values are handled by tensor ops (it used to read back whether V was all finite)."""
+    from attnkit.torch.lse import attention_with_lse, attention_with_lse_backward
+
+    g, q, k, v = _inputs(Tq=5)
+    with torch.no_grad():
+        v = v.clone()
+        v[0, 1, 6, 2] = float("nan")  # a key the first rows may not attend
+    out, lse = attention_with_lse(q, k, v, scale=0.3, **kw)
+    attention_with_lse_backward(torch.ones_like(out), q, k, v, out, lse, scale=0.3, **kw)
+
+
 def _compiled(fn):
     """``fn`` compiled whole (a graph break raises) with a counter of compiled frames."""
     counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")

@@ -38,6 +38,8 @@ __all__ = [
     "Guarded",
     "LaterFix",
     "all_finite",
+    "from_counts",
+    "kind_codes",
     "bitmask",
     "finite_safe",
     "guard_inputs",
@@ -178,7 +180,7 @@ def _with_zero_row(x: torch.Tensor) -> torch.Tensor:
     return F.pad(x, (0, 0, 1, 0))
 
 
-def _kind_codes(bad: torch.Tensor, Tk: int) -> torch.Tensor:
+def kind_codes(bad: torch.Tensor, Tk: int) -> torch.Tensor:
     """``bad`` (0 or NaN/+-inf) as float64 codes whose sums count each kind exactly:
     NaN = 1, +inf = S, -inf = S^2 with S = Tk + 1 (so S^3 stays below 2^53 for Tk up to
     2e5)."""
@@ -186,8 +188,8 @@ def _kind_codes(bad: torch.Tensor, Tk: int) -> torch.Tensor:
     return torch.nan_to_num(bad.detach().to(torch.float64), 1.0, S, S * S)
 
 
-def _from_counts(n: torch.Tensor, Tk: int, dtype: torch.dtype) -> torch.Tensor:
-    """Sums of :func:`_kind_codes` back to the IEEE sum of what they counted: NaN if any
+def from_counts(n: torch.Tensor, Tk: int, dtype: torch.dtype) -> torch.Tensor:
+    """Sums of :func:`kind_codes` back to the IEEE sum of what they counted: NaN if any
     NaN or both infinities, +-inf if only one, else 0."""
     S = float(Tk + 1)
     nan, pos, neg = n % S, (n // S) % S, n // (S * S)
@@ -210,10 +212,10 @@ def _interval_sum(bad: torch.Tensor, keep: Keep) -> torch.Tensor:
         return _gather_rows(_with_zero_row(prefix), _last_key(keep) + 1)
     hi = _last_key(keep)
     Tk = keep.shape[-1]
-    counts = _with_zero_row(_kind_codes(bad, Tk).cumsum(-2))
+    counts = _with_zero_row(kind_codes(bad, Tk).cumsum(-2))
     lo = torch.minimum(_first_key(keep), hi + 1)  # empty band: lo = hi + 1, count 0
     n = _gather_rows(counts, hi + 1) - _gather_rows(counts, lo)
-    return _from_counts(n, Tk, bad.dtype)
+    return from_counts(n, Tk, bad.dtype)
 
 
 def _dense_sum(bad_rows: torch.Tensor, keep: Keep, G: int) -> torch.Tensor:

@@ -50,7 +50,7 @@ from ..spec import (
     default_scale,
 )
 from ._dtypes import stats_dtype
-from ._nonfinite import all_finite, zero_masked_keys
+from ._nonfinite import all_finite, from_counts, kind_codes, zero_masked_keys
 from ._triton_path import triton_kernels
 
 __all__ = ["attention_with_lse", "attention_with_lse_backward", "sinks_backward"]
@@ -137,9 +137,10 @@ def _tile_scores(
     key_mask: torch.Tensor | None,
     softcap: float | None = None,
     seg: Segments | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Scaled, capped, masked scores of query rows ``[row0, row0 + Tt)``, and the softcap's
-    ``tanh`` (None without softcap) for the backward.
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Scaled, capped, masked scores of query rows ``[row0, row0 + Tt)``, the softcap's
+    ``tanh`` (None without softcap) for the backward, and the allowed pairs (None when
+    every one is).
 
     ``qt`` is ``(B, Hkv, G, Tt, Dk)``, ``k`` is ``(B, Hkv, 1, Tk, Dk)``; returns
     ``(B, Hkv, G, Tt, Tk)`` with ``-inf`` at disallowed keys. ``offset``: causal, query
@@ -165,7 +166,7 @@ def _tile_scores(
         keep = same if keep is None else keep & same
     if keep is not None:
         s = torch.where(keep, s, torch.full_like(s, -math.inf))
-    return s, tanh
+    return s, tanh, keep
 
 
 def _causal_offset(causal: bool | str, Tq: int, Tk: int) -> int | None:
@@ -210,6 +211,40 @@ def _with_sinks(
     alpha = torch.where(torch.isneginf(m), 0.0, torch.exp(m - m2_safe))
     l2 = l * alpha + torch.where(torch.isneginf(z), 0.0, torch.exp(z - m2_safe))
     return o * alpha, l2, m2
+
+
+class _ValueFix:
+    """Values ``v (B, Hkv, Tk, Dv)`` as ``clean`` (non-finite entries zeroed) and, per
+    query row, the IEEE sum of the removed entries over the keys the row may attend (0,
+    NaN or +-inf per feature): ``softmax(s) @ v`` is ``softmax(s) @ clean`` plus that,
+    for weights > 0, whatever the entries held, and masked keys add nothing.
+
+    Without causal or segments every row attends every (unmasked, unzeroed) key: one sum.
+    Under causal alone, prefix sums over the keys. With segments, the allowed pairs of a
+    tile times the entries' kinds counted exactly (:func:`kind_codes`)."""
+
+    def __init__(self, v: torch.Tensor, offset: int | None, segments: bool) -> None:
+        self.clean = torch.nan_to_num(v, 0.0, 0.0, 0.0)
+        bad = (v - self.clean).unsqueeze(2)  # (B, Hkv, 1, Tk, Dv)
+        self.offset, self.Tk, self.segments = offset, v.shape[-2], segments
+        if segments:  # (B, Hkv, 1, Tk, Dv) counts of each kind, exact in float64
+            self.sums = kind_codes(bad, self.Tk)
+        elif offset is None:  # (B, Hkv, 1, 1, Dv)
+            self.sums = bad.sum(-2, keepdim=True)
+        else:  # (B, Hkv, 1, Tk + 1, Dv), a zero row in front: row i reads keys j <= i + offset
+            self.sums = torch.nn.functional.pad(bad.cumsum(-2), (0, 0, 1, 0))
+
+    def rows(self, r0: int, r1: int, j: int, keep: torch.Tensor | None) -> torch.Tensor:
+        """``(B, Hkv, 1, r1 - r0 | 1, Dv)`` for query rows ``[r0, r1)``, which see keys
+        ``[0, j)`` under the allowed pairs ``keep`` of their tile."""
+        if self.segments:
+            assert keep is not None  # segments always mask some pair
+            n = keep.to(self.sums.dtype) @ self.sums[..., :j, :]  # keep: (B, 1, 1, Tt, j)
+            return from_counts(n, self.Tk, self.clean.dtype)
+        if self.offset is None:
+            return self.sums
+        last = torch.arange(r0, r1, device=self.sums.device) + (self.offset + 1)
+        return self.sums.index_select(-2, last.clamp_(0, self.Tk))
 
 
 def attention_with_lse(
@@ -269,19 +304,20 @@ def attention_with_lse(
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[3]
     qg = q.to(dt).reshape(B, Hkv, G, Tq, Dk)
     kg = k.to(dt).unsqueeze(2)  # (B, Hkv, 1, Tk, Dk): broadcasts over the G query heads
-    vg = zero_masked_keys(v.to(dt), key_mask).unsqueeze(2)  # (B, Hkv, 1, Tk, Dv)
     if Tq == 0:
         return q.new_zeros((B, H, 0, Dv), dtype=dt), q.new_zeros((B, H, 0), dtype=lse_dt)
+    # NaN/inf in a value: a masked key's weight is exactly 0, and 0 * nan would leak, so
+    # the products take V with its non-finite entries zeroed, and each row gets back the
+    # IEEE sum of what the keys it may attend held there (_ValueFix). No read-back.
+    vfix = _ValueFix(zero_masked_keys(v.to(dt), key_mask), offset, seg is not None)
+    vg = vfix.clean.unsqueeze(2)  # (B, Hkv, 1, Tk, Dv)
     z = None if sinks is None else sinks.to(device=q.device, dtype=dt).reshape(Hkv, G, 1, 1)
-    # NaN/inf in a value row: rows that attend it keep it, the others (to which it is
-    # masked, weight exactly 0) must not get 0 * nan; they take the product with it zeroed.
-    v_bad = None if all_finite(vg) else ~torch.isfinite(vg)
     outs, lses = [], []
     tile = _row_tile(q, Tk)
     for r0 in range(0, Tq, tile):
         r1 = min(r0 + tile, Tq)
         j = _keys_seen(r1, Tk, offset)
-        s, _ = _tile_scores(
+        s, _, keep = _tile_scores(
             qg[..., r0:r1, :], kg[..., :j, :], r0, offset, scale=scale,
             key_mask=None if key_mask is None else key_mask[:, :j], softcap=softcap,
             seg=_rows(seg, r0, r1, j),
@@ -293,17 +329,12 @@ def attention_with_lse(
         p = torch.exp(s - _neg_inf_guard(m))  # exp(-inf) = 0 at masked keys
         l = p.sum(dim=-1, keepdim=True)
         o = torch.matmul(p, vg[..., :j, :])
-        if v_bad is not None:
-            clean = torch.matmul(p, _finite_or_zero(vg[..., :j, :]))
-            # (p != 0): the keys a row attends (NaN scores included, underflow excluded,
-            # as in the float64 reference).
-            touched = torch.matmul((p != 0).to(dt), v_bad[..., :j, :].to(dt))
-            o = torch.where(touched > 0, o, clean)
         if z is not None:
             o, l, m = _with_sinks(o, l, m, z)
         # l == 0 exactly when the row has no allowed key: output 0, lse -inf.
         empty = l == 0
-        outs.append(torch.where(empty, torch.zeros_like(o), o / torch.where(empty, 1.0, l)))
+        o = o / torch.where(empty, 1.0, l) + vfix.rows(r0, r1, j, keep)
+        outs.append(torch.where(empty, torch.zeros_like(o), o))
         # The row max and sum added in the LSE's dtype: in float64, no rounding at |m|.
         m_w, l_w = m.to(lse_dt), torch.where(empty, 1.0, l).to(lse_dt)
         lse = torch.where(empty, -math.inf, m_w + torch.log(l_w))
@@ -392,7 +423,7 @@ def attention_with_lse_backward(
         r1 = min(r0 + tile, Tq)
         qt, dot = qg[..., r0:r1, :], dog[..., r0:r1, :]
         j = _keys_seen(r1, Tk, offset)
-        s, tanh = _tile_scores(
+        s, tanh, _ = _tile_scores(
             qt, kg[..., :j, :], r0, offset, scale=scale,
             key_mask=None if key_mask is None else key_mask[:, :j], softcap=softcap,
             seg=_rows(seg, r0, r1, j),
