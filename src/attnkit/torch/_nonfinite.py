@@ -48,6 +48,7 @@ __all__ = [
     "used_keys",
     "zero_masked_keys",
     "zero_rows",
+    "zero_rows_",
 ]
 
 _BITS = {torch.float16: torch.int16, torch.bfloat16: torch.int16,
@@ -83,6 +84,12 @@ def zero_rows(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """``x`` with the entries where ``keep`` (bool, broadcastable) is False set to +0.0 —
     NaN and inf included — in a new tensor, and the same for its gradient."""
     return _ZeroRows.apply(x, bitmask(keep, x.dtype))
+
+
+def zero_rows_(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """:func:`zero_rows` in place, for a buffer of the caller's own outside autograd."""
+    x.view(_BITS[x.dtype]).bitwise_and_(bitmask(keep, x.dtype))
+    return x
 
 
 def all_finite(*xs: torch.Tensor) -> bool:

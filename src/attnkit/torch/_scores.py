@@ -14,7 +14,7 @@ import torch
 
 from ._bias import KernelMask
 from ._dtypes import stats_dtype
-from ._nonfinite import zero_rows
+from ._nonfinite import zero_rows, zero_rows_
 from .masks import causal_mask
 from .softmax import sink_column, sink_softmax, softmax_from_lse
 
@@ -67,12 +67,13 @@ def softcap_scores(s: torch.Tensor, softcap: float | None) -> torch.Tensor:
 
 def _masked_softmax(
     s: torch.Tensor, km: KernelMask, select: bool, softcap: float | None,
-    sink: torch.Tensor | None,
+    sink: torch.Tensor | None, in_place: bool = False,
 ) -> torch.Tensor:
     """Weights from scores ``s`` (a buffer the caller owns) under ``km``: ``softcap``,
     then masked entries ``-inf`` by adding ``km.add``, and also by a select when
     ``select`` (a NaN in a masked key may still sit in ``s``: ``nan + -inf`` is NaN); the
-    softmax (with ``sink`` in its denominators); empty rows zeroed."""
+    softmax (with ``sink`` in its denominators); empty rows zeroed. ``in_place``: the
+    weights overwrite ``s`` (see :func:`attention_weights`)."""
     s = softcap_scores(s, softcap)
     if km.add is not None:
         s = s.add_(km.add)
@@ -80,6 +81,9 @@ def _masked_softmax(
         s = s.masked_fill_(~km.allowed, float("-inf"))
     if not s.shape[-1]:
         return s  # no keys: nothing to normalise
+    if in_place:
+        w = torch.softmax(s, dim=-1, out=s)
+        return w if km.rows is None else zero_rows_(w, km.rows)
     w = torch.softmax(s, dim=-1) if sink is None else sink_softmax(s, sink)
     return w if km.rows is None else zero_rows(w, km.rows)
 
@@ -93,8 +97,12 @@ def attention_weights(
     under ``km``, with the score variants ``softcap`` and ``sinks (H,)``.
 
     With autograd: one scores buffer and one weights buffer (the softmax's backward keeps
-    the weights). Without: the weights are the only ``Tq x Tk`` allocation; the scores are
-    formed a slab of query rows at a time and normalised while in cache.
+    the weights). Without, the weights are the only ``Tq x Tk`` allocation. On the CPU
+    the softmax then overwrites the scores in place (PyTorch's CPU kernel reads each row
+    before it writes it; tests/torch/test_weights.py checks it bit for bit): no second
+    buffer, whose page faults on first touch would cost as much as the softmax itself.
+    Elsewhere (or with sinks, or while ``torch.compile`` traces) the scores are formed a
+    slab of query rows at a time and normalised while in cache.
     """
     Tq = shape[-2]
     per_row = max(1, math.prod(shape) // max(1, Tq))
@@ -102,6 +110,10 @@ def attention_weights(
     grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad
                                            for x in (q, k, km.add, sinks))
     sink = None if sinks is None else sink_column(sinks, len(shape))
+    if not grad and sink is None and q.device.type == "cpu" \
+            and not torch.compiler.is_compiling():
+        return _masked_softmax(scaled_scores(q, k, G, scale), km, select, softcap, None,
+                               in_place=True)
     if grad or rows >= Tq:
         return _masked_softmax(scaled_scores(q, k, G, scale), km, select, softcap, sink)
     w = torch.empty(shape, dtype=stats_dtype(q.dtype), device=q.device)
