@@ -106,8 +106,8 @@ def bench_weights_memory(T: int, record: bool) -> None:
           round(ours / eager, 3), mib(scores)]],
         notes=("torch.no_grad(). Peak = rise of VmHWM over RSS before the call, glibc's mmap "
                "threshold pinned at 128 KiB. Eager holds the scores and their softmax at "
-               "once; attnkit forms the scores a slab of rows at a time, so the weights it "
-               "returns are its one (B, H, T, T) buffer. " + context()),
+               "once; attnkit's softmax overwrites the scores in place on the CPU, so the "
+               "weights it returns are its one (B, H, T, T) buffer. " + context()),
         record=record,
     )
 
