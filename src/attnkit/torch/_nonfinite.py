@@ -18,7 +18,8 @@ tensor ops whose cost is fixed by the shapes. What it costs (passes over q, k, v
   non-finite entry zeroed, and :func:`restore` adds back, per query, what its attended
   entries hold: their IEEE sum (NaN, or +-inf when all of one sign), per feature for values
   and as a whole-row NaN for keys (a NaN or inf key spoils its score). Prefix sums over the
-  keys compute it; a window with a left edge counts by kind instead.
+  keys compute it; a window with a left edge counts by kind instead
+  (:mod:`attnkit.torch._ieee_sums`).
 - **dense masks** (any other pattern): as the band, but per query row: a query that may
   attend a non-finite value gets it in every feature (one small ``(Tq, Tk) @ (Tk, 1)``
   product per head finds which).
@@ -30,16 +31,14 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
-from torch.nn import functional as F
 
+from ._ieee_sums import bad_part, band_sum, dense_sum
 from ._keep import Keep
 
 __all__ = [
     "Guarded",
     "LaterFix",
     "all_finite",
-    "from_counts",
-    "kind_codes",
     "bitmask",
     "finite_safe",
     "guard_inputs",
@@ -140,105 +139,6 @@ def used_keys(keep: Keep, k: torch.Tensor, G: int) -> torch.Tensor | None:
     return _fold(used, G, tuple(k.shape[:-1]))[..., None]
 
 
-# -- partial masks: what the attended non-finite entries add up to -------------------------
-
-
-def _bad(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(x with non-finite entries zeroed, x - that)``: the second is 0 where ``x`` is
-    finite and NaN/+-inf where it is not. It only carries those values into the forward
-    (detached: a gradient through ``x - clean`` would cancel against the kernel's in
-    rounding, and the non-finite entries have none to give)."""
-    clean = torch.nan_to_num(x, 0.0, 0.0, 0.0)
-    return clean, (x.detach() - clean.detach())
-
-
-def _last_key(keep: Keep) -> torch.Tensor:
-    """Index of the last key each query may attend (``(..., Tq, 1)``; -1 when none),
-    under the band and the per-query lengths."""
-    Tq, Tk = keep.shape[-2], keep.shape[-1]
-    right = keep.band[1] if keep.band is not None else None
-    i = torch.arange(Tq, device=keep.device)[:, None]
-    hi = (i + (Tk - Tq) + (Tk if right is None else right)).clamp(max=Tk - 1)
-    if keep.limits is not None:
-        hi = torch.minimum(hi, keep.limits - 1)
-    return hi.clamp(min=-1)
-
-
-def _first_key(keep: Keep) -> torch.Tensor:
-    """Index of the first key of each query's band (``(Tq, 1)``, >= 0)."""
-    Tq, Tk = keep.shape[-2], keep.shape[-1]
-    left = keep.band[0] if keep.band is not None else None
-    i = torch.arange(Tq, device=keep.device)[:, None]
-    return (i + (Tk - Tq) - (Tk if left is None else left)).clamp(min=0)
-
-
-def _gather_rows(prefix: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``prefix (..., Hkv, Tk + 1, X)`` at key rows ``index (..., Tq, 1)`` (per query,
-    possibly per batch row) -> ``(..., Hkv, Tq, X)``."""
-    if index.ndim == 2:  # the same rows for every batch row and head
-        return prefix.index_select(-2, index[:, 0])
-    lead = torch.broadcast_shapes(prefix.shape[:-2], index.shape[:-2])
-    idx = index.expand(lead + (index.shape[-2], prefix.shape[-1]))
-    return torch.gather(prefix.expand(lead + prefix.shape[-2:]), -2, idx)
-
-
-def _with_zero_row(x: torch.Tensor) -> torch.Tensor:
-    """``x (..., Tk, X)`` with a row of zeros in front (so that index -1 + 1 reads 0)."""
-    return F.pad(x, (0, 0, 1, 0))
-
-
-def kind_codes(bad: torch.Tensor, Tk: int) -> torch.Tensor:
-    """``bad`` (0 or NaN/+-inf) as float64 codes whose sums count each kind exactly:
-    NaN = 1, +inf = S, -inf = S^2 with S = Tk + 1 (so S^3 stays below 2^53 for Tk up to
-    2e5)."""
-    S = float(Tk + 1)
-    return torch.nan_to_num(bad.detach().to(torch.float64), 1.0, S, S * S)
-
-
-def from_counts(n: torch.Tensor, Tk: int, dtype: torch.dtype) -> torch.Tensor:
-    """Sums of :func:`kind_codes` back to the IEEE sum of what they counted: NaN if any
-    NaN or both infinities, +-inf if only one, else 0."""
-    S = float(Tk + 1)
-    nan, pos, neg = n % S, (n // S) % S, n // (S * S)
-    inf = torch.tensor(float("inf"), dtype=dtype, device=n.device)
-    zero = torch.zeros((), dtype=dtype, device=n.device)
-    signed = torch.where(pos > 0, inf, zero) - torch.where(neg > 0, inf, zero)  # nan if both
-    return torch.where(nan > 0, inf - inf, signed)
-
-
-def _interval_sum(bad: torch.Tensor, keep: Keep) -> torch.Tensor:
-    """IEEE sum of ``bad (..., Hkv, Tk, X)`` over each query's band of keys ->
-    ``(..., Hkv, Tq, X)``."""
-    left, right = keep.band if keep.band is not None else (None, None)
-    if left is None:  # prefix sums carry NaN and +-inf exactly: 0 + inf = inf, inf - inf...
-        prefix = bad.cumsum_(-2)  # bad is the caller's scratch
-        Tq, Tk = keep.shape[-2], keep.shape[-1]
-        first = Tk - Tq + (right if right is not None else Tk)  # last key of query 0
-        if keep.limits is None and right is not None and 0 <= first and first + Tq <= Tk:
-            return prefix[..., first:first + Tq, :]  # query i: prefix up to first + i
-        return _gather_rows(_with_zero_row(prefix), _last_key(keep) + 1)
-    hi = _last_key(keep)
-    Tk = keep.shape[-1]
-    counts = _with_zero_row(kind_codes(bad, Tk).cumsum(-2))
-    lo = torch.minimum(_first_key(keep), hi + 1)  # empty band: lo = hi + 1, count 0
-    n = _gather_rows(counts, hi + 1) - _gather_rows(counts, lo)
-    return from_counts(n, Tk, bad.dtype)
-
-
-def _dense_sum(bad_rows: torch.Tensor, keep: Keep, G: int) -> torch.Tensor:
-    """IEEE sum of ``bad_rows (..., Hkv, Tk)`` (0 or NaN/+-inf per key) over each query's
-    allowed keys -> ``(..., H, Tq, 1)``, or ``(..., Hkv, G, Tq, 1)`` with GQA. A select and a
-    sum over the mask's own shape: NaN and +-inf add up exactly as they should."""
-    allowed = keep.full()  # (..., H|1, Tq|1, Tk)
-    if G > 1:
-        lead, (Hm, Tqm, Tk) = allowed.shape[:-3], allowed.shape[-3:]
-        allowed = allowed.reshape(lead + ((Hm // G, G) if Hm > 1 else (1, 1)) + (Tqm, Tk))
-        bad_rows = bad_rows[..., None, None, :]  # (..., Hkv, 1, 1, Tk)
-    else:
-        bad_rows = bad_rows[..., None, :]  # (..., H, 1, Tk)
-    return torch.where(allowed, bad_rows.detach(), 0.0).sum(dim=-1, keepdim=True)
-
-
 # -- the guard -----------------------------------------------------------------------------
 
 
@@ -278,7 +178,7 @@ class LaterFix(NamedTuple):
             # a key's row is summed over the same band (and IEEE sums of 0/NaN/+-inf
             # come out the same either way), with one pass over V's size fewer.
             bad = bad.add_(_leftover(self.k, self.clean_k).sum(-1, keepdim=True).mul_(0.0))
-        fix = _band_sum(bad, self.keep, self.G)
+        fix = band_sum(bad, self.keep, self.G)
         return fix if self.k_fix is None else fix + self.k_fix
 
 
@@ -328,21 +228,21 @@ def guard_inputs(
     if not keep.partial and not heads_differ:
         return Guarded(q, k, v, None, None)  # every key row left is attended by all
     if keep.dense is not None or heads_differ:  # any pattern: per query row
-        v, bad_v = _bad(v)
-        out_fix = _dense_sum(bad_v.sum(-1), keep, G)
+        v, bad_v = bad_part(v)
+        out_fix = dense_sum(bad_v.sum(-1), keep, G)
         k_fix = None
         if clean_k:
-            k, bad_k = _bad(k)
-            k_fix = _dense_sum(bad_k.sum(-1) * 0.0, keep, G)  # NaN: a key with NaN/inf
+            k, bad_k = bad_part(k)
+            k_fix = dense_sum(bad_k.sum(-1) * 0.0, keep, G)  # NaN: a key with NaN/inf
         return Guarded(q, k, v, out_fix if k_fix is None else out_fix + k_fix, k_fix)
     # A band (and per-query lengths): prefix sums over the keys.
     k_fix = None
     if clean_k and (grad or weights):  # the cleaned keys are read again: their fix now
-        k, bad_k = _bad(k)
-        k_fix = _band_sum(bad_k.sum(-1, keepdim=True) * 0.0, keep, G)
+        k, bad_k = bad_part(k)
+        k_fix = band_sum(bad_k.sum(-1, keepdim=True) * 0.0, keep, G)
     if grad:
-        v, bad_v = _bad(v)
-        out_fix = _band_sum(bad_v, keep, G)
+        v, bad_v = bad_part(v)
+        out_fix = band_sum(bad_v, keep, G)
         return Guarded(q, k, v, out_fix if k_fix is None else out_fix + k_fix, k_fix)
     # Without autograd the rest is formed after the kernel, in the cleaned copies' buffers.
     clean_v = torch.nan_to_num(v, 0.0, 0.0, 0.0)
@@ -351,13 +251,6 @@ def guard_inputs(
         clean = torch.nan_to_num(k, 0.0, 0.0, 0.0)
         later, k = later._replace(k=k, clean_k=clean), clean
     return Guarded(q, k, clean_v, later, k_fix)
-
-
-def _band_sum(bad: torch.Tensor, keep: Keep, G: int) -> torch.Tensor:
-    """:func:`_interval_sum` of ``bad`` (the caller's scratch), with the axis of a GQA
-    group's heads when ``G > 1`` (one band for every head of a group)."""
-    fix = _interval_sum(bad, keep)
-    return fix.unsqueeze(-3) if G > 1 else fix
 
 
 def _guard_clean(
@@ -383,9 +276,9 @@ def _guard_clean(
     key_codes = codes[..., 0, :]  # (..., Hkv, Tk)
     both = key_codes + codes[..., 1, :]
     if keep.keys is None and keep.dense is None:  # a band
-        return Guarded(q, k, v, _band_sum(both[..., None], keep, G),
-                       _band_sum(key_codes[..., None].clone(), keep, G))
-    return Guarded(q, k, v, _dense_sum(both, keep, G), _dense_sum(key_codes, keep, G))
+        return Guarded(q, k, v, band_sum(both[..., None], keep, G),
+                       band_sum(key_codes[..., None].clone(), keep, G))
+    return Guarded(q, k, v, dense_sum(both, keep, G), dense_sum(key_codes, keep, G))
 
 
 def restore(x: torch.Tensor, fix: torch.Tensor | LaterFix | None, G: int) -> torch.Tensor:

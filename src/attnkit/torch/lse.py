@@ -50,7 +50,8 @@ from ..spec import (
     default_scale,
 )
 from ._dtypes import stats_dtype
-from ._nonfinite import all_finite, from_counts, kind_codes, zero_masked_keys
+from ._ieee_sums import ValueFix
+from ._nonfinite import all_finite, zero_masked_keys
 from ._triton_path import triton_kernels
 
 __all__ = ["attention_with_lse", "attention_with_lse_backward", "sinks_backward"]
@@ -213,40 +214,6 @@ def _with_sinks(
     return o * alpha, l2, m2
 
 
-class _ValueFix:
-    """Values ``v (B, Hkv, Tk, Dv)`` as ``clean`` (non-finite entries zeroed) and, per
-    query row, the IEEE sum of the removed entries over the keys the row may attend (0,
-    NaN or +-inf per feature): ``softmax(s) @ v`` is ``softmax(s) @ clean`` plus that,
-    for weights > 0, whatever the entries held, and masked keys add nothing.
-
-    Without causal or segments every row attends every (unmasked, unzeroed) key: one sum.
-    Under causal alone, prefix sums over the keys. With segments, the allowed pairs of a
-    tile times the entries' kinds counted exactly (:func:`kind_codes`)."""
-
-    def __init__(self, v: torch.Tensor, offset: int | None, segments: bool) -> None:
-        self.clean = torch.nan_to_num(v, 0.0, 0.0, 0.0)
-        bad = (v - self.clean).unsqueeze(2)  # (B, Hkv, 1, Tk, Dv)
-        self.offset, self.Tk, self.segments = offset, v.shape[-2], segments
-        if segments:  # (B, Hkv, 1, Tk, Dv) counts of each kind, exact in float64
-            self.sums = kind_codes(bad, self.Tk)
-        elif offset is None:  # (B, Hkv, 1, 1, Dv)
-            self.sums = bad.sum(-2, keepdim=True)
-        else:  # (B, Hkv, 1, Tk + 1, Dv), a zero row in front: row i reads keys j <= i + offset
-            self.sums = torch.nn.functional.pad(bad.cumsum(-2), (0, 0, 1, 0))
-
-    def rows(self, r0: int, r1: int, j: int, keep: torch.Tensor | None) -> torch.Tensor:
-        """``(B, Hkv, 1, r1 - r0 | 1, Dv)`` for query rows ``[r0, r1)``, which see keys
-        ``[0, j)`` under the allowed pairs ``keep`` of their tile."""
-        if self.segments:
-            assert keep is not None  # segments always mask some pair
-            n = keep.to(self.sums.dtype) @ self.sums[..., :j, :]  # keep: (B, 1, 1, Tt, j)
-            return from_counts(n, self.Tk, self.clean.dtype)
-        if self.offset is None:
-            return self.sums
-        last = torch.arange(r0, r1, device=self.sums.device) + (self.offset + 1)
-        return self.sums.index_select(-2, last.clamp_(0, self.Tk))
-
-
 def attention_with_lse(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -308,8 +275,8 @@ def attention_with_lse(
         return q.new_zeros((B, H, 0, Dv), dtype=dt), q.new_zeros((B, H, 0), dtype=lse_dt)
     # NaN/inf in a value: a masked key's weight is exactly 0, and 0 * nan would leak, so
     # the products take V with its non-finite entries zeroed, and each row gets back the
-    # IEEE sum of what the keys it may attend held there (_ValueFix). No read-back.
-    vfix = _ValueFix(zero_masked_keys(v.to(dt), key_mask), offset, seg is not None)
+    # IEEE sum of what the keys it may attend held there (ValueFix). No read-back.
+    vfix = ValueFix(zero_masked_keys(v.to(dt), key_mask), offset, seg is not None)
     vg = vfix.clean.unsqueeze(2)  # (B, Hkv, 1, Tk, Dv)
     z = None if sinks is None else sinks.to(device=q.device, dtype=dt).reshape(Hkv, G, 1, 1)
     outs, lses = [], []
