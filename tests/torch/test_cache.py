@@ -190,6 +190,24 @@ def test_failing_forward_leaves_cache_unchanged(cross):
     torch.testing.assert_close(out, full, rtol=1e-12, atol=1e-13)
 
 
+def test_a_step_that_sees_every_cached_position_gets_back_what_the_cache_held():
+    """One query under causal (or no mask) attends every cached position, so
+    MultiHeadAttention hands the buffers to SDPA directly; the codes must still put back
+    the NaN the cache stored as 0 (without them the later rows would come out finite)."""
+    m = _model()
+    x = torch.randn(2, 6, 12, dtype=torch.float64)
+    x[1, 2] = float("nan")
+    cache = m.init_cache(2, 8)
+    with torch.no_grad():
+        outs = [m(x[:, :2], causal=True, cache=cache)[0]]
+        outs += [m(x[:, t:t + 1], causal=t % 2 == 0, cache=cache)[0] for t in range(2, 6)]
+        full, _ = m(x, causal=True)
+    got = torch.cat(outs, dim=1)
+    assert torch.isnan(got[1, 2:]).all() and not torch.isnan(got[1, :2]).any()
+    assert not torch.isnan(got[0]).any()
+    torch.testing.assert_close(got, full, rtol=1e-12, atol=1e-13, equal_nan=True)
+
+
 def test_cache_keeps_masked_nan_out_and_attended_nan_in():
     """NaN written into the cache is stored as 0 with a code, so that no step's kernel
     meets it where a mask excludes it (no pass over the cache per step), and a query that
