@@ -145,6 +145,29 @@ def test_block_op_adds_back_exactly_the_non_finite_values_a_row_may_attend(kw):
         np.testing.assert_allclose(out.numpy(), ref.out, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the reference's NaN
+@pytest.mark.parametrize("kw", [
+    {"segment_ids": torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])},
+    {"key_mask": torch.tensor([[True] * 6 + [False] * 2])},
+])
+def test_block_backward_keeps_a_rows_nan_lse_off_its_masked_keys(kw):
+    """Bug: a row that attends a NaN key has a NaN LSE, and the backward's exp(-inf - nan)
+    gave its masked keys NaN probabilities, so NaN reached their dK and dV (keys of
+    another segment, or padding) where the reference has none."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v, dout = (torch.randn(1, 2, 8, 4, generator=g, dtype=torch.float64) for _ in range(4))
+    k[0, 0, 1, 2] = math.nan  # attended by rows 0-3 (segments) or by every row
+    out, lse = attention_with_lse(q, k, v, causal=False, scale=0.5, lse_dtype=torch.float64,
+                                  **kw)
+    grads = attention_with_lse_backward(dout, q, k, v, out, lse, causal=False, scale=0.5, **kw)
+    ref_kw = {"segment_ids": kw["segment_ids"].numpy()} if "segment_ids" in kw else {
+        "mask": kw["key_mask"].numpy()[:, None, None, :]}
+    ref = reference_attention(q.numpy(), k.numpy(), v.numpy(), scale=0.5, d_out=dout.numpy(),
+                              **ref_kw)
+    for name, got in zip(("dq", "dk", "dv"), grads):
+        _assert_like_reference(got, getattr(ref, name), name)
+
+
 def test_public_backward_accepts_a_float32_lse():
     # Gradients from a float32 LSE are as good as that LSE (normal logits: the rule holds).
     g = torch.Generator().manual_seed(4)

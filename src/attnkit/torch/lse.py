@@ -390,13 +390,17 @@ def attention_with_lse_backward(
         r1 = min(r0 + tile, Tq)
         qt, dot = qg[..., r0:r1, :], dog[..., r0:r1, :]
         j = _keys_seen(r1, Tk, offset)
-        s, tanh, _ = _tile_scores(
+        s, tanh, keep = _tile_scores(
             qt, kg[..., :j, :], r0, offset, scale=scale,
             key_mask=None if key_mask is None else key_mask[:, :j], softcap=softcap,
             seg=_rows(seg, r0, r1, j),
         )
-        # hi = +inf on a fully masked row: its probabilities are 0, not exp(s + inf).
+        # hi = +inf on a fully masked row: its probabilities are 0, not exp(s + inf). A
+        # row that attends a NaN key has a NaN LSE, and exp(-inf - nan) is NaN: its masked
+        # keys get probability 0 by a select, so no NaN reaches their dK and dV.
         p = torch.exp((s - hi[..., r0:r1, :]) - lo[..., r0:r1, :])
+        if keep is not None:
+            p = torch.where(keep, p, torch.zeros_like(p))
         delta = (dot * og[..., r0:r1, :]).sum(dim=-1, keepdim=True)  # (B, Hkv, G, Tt, 1)
         dv[..., :j, :] += torch.matmul(p.transpose(-1, -2), dot).sum(dim=2)
         ds = p * (torch.matmul(dot, v_mm[..., :j, :].transpose(-1, -2)) - delta)
