@@ -52,14 +52,19 @@ def test_band_guard_without_autograd_matches_the_reference(backend, G, kw, Tq, T
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the reference's NaN
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("backend", ["auto", "sdpa", "math"])
-@pytest.mark.parametrize("kw", [{"causal": True}, {"window": (3, 0)}])
-def test_weights_of_a_row_that_attends_a_nan_key_stay_0_where_masked(backend, grad, kw):
-    """Bug: a query attending a NaN key got NaN weights at its masked keys too."""
-    q, k, v = _poisoned(1, 12, 12)
+@pytest.mark.parametrize("kw", [{"causal": True}, {"window": (3, 0)},
+                                {"valid_lens": torch.tensor([10, 11])}])
+@pytest.mark.parametrize("Dv", [6, 8])
+def test_weights_of_a_row_that_attends_a_nan_key_stay_0_where_masked(backend, grad, kw, Dv):
+    """Bug: a query attending a NaN key got NaN weights at its masked keys too (under a
+    band when its keys were cleaned; under a key mask, and on SDPA's flash kernel under
+    is_causal, where they are read as they are, always)."""
+    q, k, v = _poisoned(1, 12, 12, Dv=Dv)
     q.requires_grad_(grad)
     with torch.set_grad_enabled(grad):
         out, w = at.attention(q, k, v, need_weights=True, backend=backend, **kw)
-    ref = reference_attention(q.detach().numpy(), k.numpy(), v.numpy(), **kw)
+    ref = reference_attention(q.detach().numpy(), k.numpy(), v.numpy(), **{
+        n: (x.numpy() if isinstance(x, torch.Tensor) else x) for n, x in kw.items()})
     w = w.detach().numpy()
     np.testing.assert_array_equal(np.isnan(w), np.isnan(ref.weights))
     np.testing.assert_allclose(w, ref.weights, rtol=1e-10, atol=1e-12)

@@ -300,13 +300,18 @@ def restore(x: torch.Tensor, fix: torch.Tensor | LaterFix | None, G: int) -> tor
 def restore_weights(
     w: torch.Tensor, fix: torch.Tensor | None, G: int, keep: Keep | None
 ) -> torch.Tensor:
-    """:func:`restore` for weights ``(..., H, Tq, Tk)``: the fix (NaN for a query that
-    attends a key with NaN/inf) reaches the keys the query may attend only; a masked weight
-    stays exactly 0, as in the reference."""
-    if fix is None:
+    """:func:`restore` for weights ``(..., H, Tq, Tk)`` (a buffer of the caller's own):
+    the fix (NaN for a query that attends a key with NaN/inf) is added, and every masked
+    weight is then set to exactly 0, as in the reference. The select is needed with or
+    without a fix: a NaN score among a row's allowed keys (a NaN key the kernel read as it
+    is) makes its whole softmax NaN, masked keys included."""
+    if fix is not None:
+        w = restore(w, fix, G)
+    if keep is None:
         return w
-    w = restore(w, fix, G)
-    return w if keep is None else torch.where(keep.full(), w, 0.0)
+    if w.requires_grad:
+        return torch.where(keep.full(), w, 0.0)
+    return zero_rows_(w, keep.full())  # in place: one pass, no second T x T buffer
 
 
 # -- projections of padded inputs ----------------------------------------------------------

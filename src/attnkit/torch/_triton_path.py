@@ -11,9 +11,11 @@ from types import ModuleType
 
 import torch
 
-from ..spec import check_fused_head_dims, is_half, scores_shape
+from ..spec import check_fused_head_dims, is_half
+from ._keep import Keep
+from ._nonfinite import guard_inputs, restore, restore_weights
 from ._scores import weights_from_lse
-from .masks import Window, attention_mask
+from .masks import Window
 
 __all__ = ["triton_decode", "triton_kernels", "triton_path", "triton_reason"]
 
@@ -106,6 +108,7 @@ def triton_path(
     v: torch.Tensor,
     *,
     G: int,
+    keep: Keep | None,
     causal: bool | str,
     window: Window | None,
     scale: float,
@@ -114,21 +117,27 @@ def triton_path(
     sinks: torch.Tensor | None = None,
     segment_ids: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(out, weights or None)`` from the fused kernel (weights rebuilt from its LSE).
+    """``(out, weights or None)`` from the fused kernel (weights rebuilt from its LSE),
+    under the constraints ``keep`` (the band and the segments the kernel applies).
 
-    The variants are passed on only when set, so kernels that predate them still run
-    every call :func:`triton_reason` lets through.
+    The kernel masks scores by a select, so a NaN in a masked key cannot reach the
+    forward; ``p @ v`` with ``p = 0`` still reads ``0 * nan`` from a masked value, and the
+    backward's products read masked keys and empty queries, so the kernel gets inputs from
+    :func:`attnkit.torch._nonfinite.guard_inputs` as SDPA does, and the output what its
+    attended entries held added back. The variants are passed on only when set, so kernels
+    that predate them still run every call :func:`triton_reason` lets through.
     """
     kernels = triton_kernels()
     assert kernels is not None
     given = {"softcap": softcap, "sinks": sinks, "segment_ids": segment_ids}
     variants = {name: value for name, value in given.items() if value is not None}
     opts = dict(causal=causal, window=window, scale=scale, **variants)
+    g = guard_inputs(q, k, v, keep, G, keys_by_select=True, weights=need_weights)
     if not need_weights:
-        return kernels.flash_attention(q, k, v, **opts), None
-    out, lse = kernels.flash_attention(q, k, v, return_lse=True, **opts)
-    keep = attention_mask(scores_shape(q, k, G), causal=causal, window=window,
-                          segment_ids=segment_ids, device=q.device)
+        return restore(kernels.flash_attention(g.q, g.k, g.v, **opts), g.out_fix, G), None
+    out, lse = kernels.flash_attention(g.q, g.k, g.v, return_lse=True, **opts)
+    allowed = None if keep is None else keep.full()
     # The kernel's LSE includes the sink, so exp(s - lse) are the sink-normalised weights.
-    weights = weights_from_lse(q, k, G, scale, keep, False, lse, softcap=softcap)
-    return out, weights.to(q.dtype)
+    weights = weights_from_lse(g.q, g.k, G, scale, allowed, False, lse, softcap=softcap)
+    weights = restore_weights(weights, g.weight_fix, G, keep)
+    return restore(out, g.out_fix, G), weights.to(q.dtype)

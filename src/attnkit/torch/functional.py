@@ -188,9 +188,11 @@ def attend(
         if backend == "triton" and reason is not None:
             raise ValueError(f"backend='triton' cannot take this call: {reason}")
         if reason is None and Tq and Tk:
-            return triton_path(q, k, v, G=G, causal=causal or False, window=window,
-                               scale=scale, need_weights=need_weights, softcap=softcap,
-                               sinks=sinks, segment_ids=ids)
+            keep = build_keep(shape, causal=causal, window=window, segment_ids=ids,
+                              device=q.device)
+            return triton_path(q, k, v, G=G, keep=keep, causal=causal or False,
+                               window=window, scale=scale, need_weights=need_weights,
+                               softcap=softcap, sinks=sinks, segment_ids=ids)
     if backend == "sdpa" and softcap is not None:
         raise ValueError("backend='sdpa' cannot take softcap (SDPA applies no score "
                          "function); use backend='math' or 'auto'")
