@@ -137,6 +137,33 @@ def test_attention_compiles_whole_and_matches_eager(Tq):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_paths_taken_only_when_dk_equals_dv_compile_whole():
+    """SDPA's flash kernel under is_causal (keys left as they are in eager mode), the
+    in-place softmax of need_weights and a KV-cache step that calls SDPA directly all
+    need Dk == Dv, which the calls above (Dv = 6) never reach: a bug once broke the graph
+    there (torch.backends.cuda.flash_sdp_enabled() is not traceable)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 6, 8) for _ in range(3))
+    m = at.MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+    x = torch.randn(2, 6, 16)
+
+    def fn(q, k, v, x):
+        cache = m.init_cache(2, 8)
+        outs = [at.attention(q, k, v, causal=True)[0],
+                *at.attention(q, k, v, causal=True, need_weights=True),
+                m(x[:, :4], causal=True, cache=cache)[0],
+                m(x[:, 4:5], causal=True, cache=cache)[0], m(x[:, 5:6], cache=cache)[0]]
+        return outs
+
+    compiled, counter = _compiled(fn)
+    with torch.no_grad():
+        got, want = compiled(q, k, v, x), fn(q, k, v, x)
+    assert counter.frame_count == 1
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_multi_head_attention_with_cache_compiles_whole_and_matches_eager():
     """A causal prefill and a decoding step through a KV cache, with padding, forward and
     backward: one graph, eager's outputs and parameter gradients."""

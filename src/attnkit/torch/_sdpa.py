@@ -86,7 +86,10 @@ def cpu_flash_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     CPU, 4-D, one head dim for q, k and v, unit last stride, a float dtype, no dropout,
     flash not switched off (``torch.backends.cuda.enable_flash_sdp``). Anything else
     may run the math kernel, which adds the mask. tests/torch/test_guard_band.py checks
-    the kernel's behaviour on the installed PyTorch."""
+    the kernel's behaviour on the installed PyTorch. While ``torch.compile`` traces, the
+    compiled graph picks its own kernel: False (and the flag is not traceable)."""
+    if torch.compiler.is_compiling():
+        return False
     return (q.device.type == "cpu" and not dropout_p and q.ndim == 4 and k.ndim == 4
             and q.shape[-1] == k.shape[-1] == v.shape[-1] and 0 not in q.shape
             and 0 not in k.shape and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
