@@ -11,11 +11,11 @@ import torch._dynamo.testing
 import attnkit.torch as at
 
 
-def _inputs(seed: int = 0, Tq: int = 5, Tk: int = 7):
+def _inputs(seed: int = 0, Tq: int = 5, Tk: int = 7, Dv: int = 6):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(2, 4, Tq, 8, generator=g, requires_grad=True)
     k = torch.randn(2, 2, Tk, 8, generator=g, requires_grad=True)
-    v = torch.randn(2, 2, Tk, 6, generator=g, requires_grad=True)
+    v = torch.randn(2, 2, Tk, Dv, generator=g, requires_grad=True)
     return g, q, k, v
 
 
@@ -58,9 +58,10 @@ def no_readback(monkeypatch):
 
 
 @pytest.mark.parametrize("backend", ["auto", "sdpa", "math"])
-@pytest.mark.parametrize("Tq", [1, 5])  # decoding (one query) and a block
-def test_masked_calls_never_read_a_tensor_back(no_readback, backend, Tq):
-    g, q, k, v = _inputs(Tq=Tq)
+@pytest.mark.parametrize("Tq", [1, 5, 7])  # decoding (one query), a block, Tq == Tk
+@pytest.mark.parametrize("Dv", [6, 8])  # Dv == Dk: SDPA's flash kernel on the CPU
+def test_masked_calls_never_read_a_tensor_back(no_readback, backend, Tq, Dv):
+    g, q, k, v = _inputs(Tq=Tq, Dv=Dv)
     # segment_ids are left out: on the CPU they are read once, by design, to find packed
     # documents (attnkit.torch._packed; skipped under torch.compile, tested below).
     for kw in _calls(g, Tq, 7):
@@ -69,6 +70,8 @@ def test_masked_calls_never_read_a_tensor_back(no_readback, backend, Tq):
         out, w = at.attention(q, k, v, backend=backend, **kw)
         loss = out.sum() if w is None else out.sum() + w.sum()
         torch.autograd.grad(loss, (q, k, v))
+        with torch.no_grad():  # the inference forms: decoding, fix-ups after the kernel
+            at.attention(q, k, v, backend=backend, **kw)
 
 
 def test_modules_never_read_a_tensor_back(no_readback):
