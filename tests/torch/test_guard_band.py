@@ -124,3 +124,26 @@ def test_keys_go_uncleaned_only_where_the_flash_kernel_runs():
         torch.backends.cuda.enable_flash_sdp(True)
     ref = reference_attention(q.numpy(), k.numpy(), v.numpy(), causal=True)
     np.testing.assert_array_equal(np.isnan(out.numpy()), np.isnan(ref.out))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the reference's NaN
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "math"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kw", [{}, {"causal": True}, {"causal": "top_left"}])
+@pytest.mark.parametrize("G", [1, 2])
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_row_whose_every_score_is_nan_comes_out_nan(backend, dtype, kw, G, grad):
+    """Bug: without an attn_mask, SDPA's CPU kernel (float32 and narrower) takes a row
+    whose scores are all NaN for a fully masked one and returns 0: a query holding a NaN,
+    and under is_causal a query whose keys j <= i all hold one. The reference gives NaN."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 2 * G, 6, 8, generator=g)
+    k, v = (torch.randn(1, 2, 6, 8, generator=g) for _ in range(2))
+    q[0, 1, 3, 2] = float("nan")  # an attended query row
+    k[0, 0, 0, 5] = float("nan")  # key 0: every row attends it (causal rows 0.. too)
+    q, k, v = (x.to(dtype).requires_grad_(grad) for x in (q, k, v))
+    with torch.set_grad_enabled(grad):
+        out, _ = at.attention(q, k, v, backend=backend, **kw)
+    kk, vv = (np.repeat(x.detach().double().numpy(), G, axis=1) for x in (k, v))
+    ref = reference_attention(q.detach().double().numpy(), kk, vv, **kw)
+    np.testing.assert_array_equal(np.isnan(out.detach().float().numpy()), np.isnan(ref.out))

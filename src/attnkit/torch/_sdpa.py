@@ -68,6 +68,8 @@ def sdpa_path(
         out = out[..., -shape[-2]:, :v.shape[-1]]
     if km.rows is not None:
         out = zero_rows(out, km.rows)
+    if mask is None and sinks is None:  # is_causal alone: SDPA may drop a NaN row
+        out = _keep_nan_rows(out, g.q, g.k, G, causal_keys=by_select)
     out = restore(out, g.out_fix, G)
     if torch.is_grad_enabled() and out.requires_grad:
         out = _FirstOrderOnly.apply(out)
@@ -109,9 +111,36 @@ def plain_sdpa(
                                              enable_gqa=True)
     else:
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+    out = _keep_nan_rows(out, q, k, G, causal_keys=False)
     if out.requires_grad and torch.is_grad_enabled():
         out = _FirstOrderOnly.apply(out)
     return out
+
+
+def _keep_nan_rows(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, G: int, *,
+                   causal_keys: bool) -> torch.Tensor:
+    """``out`` with NaN in the rows all of whose scores are NaN.
+
+    Without an ``attn_mask``, SDPA's kernels (the CPU one in float32 and narrower, as
+    measured) take the row max skipping NaN, so such a row looks fully masked and comes
+    back 0: a query with a NaN entry, or, when keys go to the kernel as they are under
+    top-left ``is_causal`` (``causal_keys``), a query whose keys ``j <= i`` all hold a NaN.
+    The reference gives NaN. (All of a row's keys NaN without causal would need a pass
+    over K per call; not done.) A row with some finite score propagates NaN by itself.
+    """
+    # clamp(0, 0) keeps NaN and sends everything else to 0 (a sum that overflows to inf
+    # included): NaN where a query holds a NaN (or both infinities), else 0.
+    # Detached: the fix carries NaN into the forward, no gradient (clamp's would be 1 at a
+    # sum of exactly 0).
+    fix = q.detach().sum(-1, keepdim=True).clamp_(0.0, 0.0)  # (..., H, Tq, 1)
+    if causal_keys:
+        bad = k.detach().sum(-1).isnan().to(torch.uint8)  # (..., Hkv, Tk)
+        all_bad = bad.cummin(-1).values  # keys 0..j all hold a NaN
+        last = torch.arange(q.shape[-2], device=q.device).clamp(max=k.shape[-2] - 1)
+        all_bad = all_bad.index_select(-1, last)[..., None].bool()  # (..., Hkv, Tq, 1)
+        k_fix = torch.where(all_bad, float("nan"), 0.0).to(fix.dtype)
+        fix = fix + (k_fix.repeat_interleave(G, dim=-3) if G > 1 else k_fix)
+    return out + fix if out.requires_grad else out.add_(fix)
 
 
 class _FirstOrderOnly(torch.autograd.Function):
