@@ -147,3 +147,24 @@ def test_a_row_whose_every_score_is_nan_comes_out_nan(backend, dtype, kw, G, gra
     kk, vv = (np.repeat(x.detach().double().numpy(), G, axis=1) for x in (k, v))
     ref = reference_attention(q.detach().double().numpy(), kk, vv, **kw)
     np.testing.assert_array_equal(np.isnan(out.detach().float().numpy()), np.isnan(ref.out))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the reference's NaN
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "math"])
+@pytest.mark.parametrize("kw", [{"valid_lens": torch.tensor([[1, 1, 0, 1, 1], [1, 0, 1, 1, 0]])},
+                                {"window": (0, None)}])
+def test_a_nan_key_reaches_every_row_that_may_attend_it_when_tq_exceeds_tk(backend, kw):
+    """Bug: with no right edge (2-D valid_lens, a window open to the right) the last key a
+    row may attend was computed as i + 2 Tk - Tq, short of Tk - 1 for the first rows once
+    Tq > Tk + 1: those rows lost the NaN of a key they attend."""
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 2, 5, 8, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 2, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    k[0, 1, 0, 6] = float("nan")
+    v[1, 0, 1, 3] = float("inf")
+    with torch.no_grad():
+        out, _ = at.attention(q, k, v, backend=backend, **kw)
+    ref = reference_attention(q.numpy(), k.numpy(), v.numpy(), **{
+        n: (x.numpy() if isinstance(x, torch.Tensor) else x) for n, x in kw.items()})
+    np.testing.assert_array_equal(np.isnan(out.numpy()), np.isnan(ref.out))
+    np.testing.assert_array_equal(np.isinf(out.numpy()), np.isinf(ref.out))

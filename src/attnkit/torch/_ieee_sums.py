@@ -35,7 +35,8 @@ def _last_key(keep: Keep) -> torch.Tensor:
     Tq, Tk = keep.shape[-2], keep.shape[-1]
     right = keep.band[1] if keep.band is not None else None
     i = torch.arange(Tq, device=keep.device)[:, None]
-    hi = (i + (Tk - Tq) + (Tk if right is None else right)).clamp(max=Tk - 1)
+    # No right edge: past the last key for every row (Tk alone falls short once Tq > Tk).
+    hi = (i + (Tk - Tq) + (Tq + Tk if right is None else right)).clamp(max=Tk - 1)
     if keep.limits is not None:
         hi = torch.minimum(hi, keep.limits - 1)
     return hi.clamp(min=-1)
