@@ -168,3 +168,32 @@ def test_a_nan_key_reaches_every_row_that_may_attend_it_when_tq_exceeds_tk(backe
         n: (x.numpy() if isinstance(x, torch.Tensor) else x) for n, x in kw.items()})
     np.testing.assert_array_equal(np.isnan(out.numpy()), np.isnan(ref.out))
     np.testing.assert_array_equal(np.isinf(out.numpy()), np.isinf(ref.out))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the reference's NaN
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "math"])
+@pytest.mark.parametrize("kw", [{"causal": True}, {"window": (1, 0)},
+                                {"valid_lens": torch.tensor([4, 6])},
+                                {"mask": torch.tensor([[True, False] * 3])[:, None, None, :]}])
+@pytest.mark.parametrize("G", [1, 2])
+def test_a_nan_query_reaches_no_gradient_of_a_key_it_may_not_attend(backend, kw, G):
+    """Bug: with autograd, a query holding a NaN was given to the kernel as it was, so
+    dK = dS^T Q read 0 * nan at the keys masked for it, and dV through its NaN
+    probabilities: NaN in gradients where the reference has none."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 2 * G, 6, 8, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 6, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    q[0, 0, 2, 4] = float("nan")  # attends keys 0..2 under causal: 3..5 are masked for it
+    q[1, 1, 0, 1] = float("nan")
+    dout = torch.randn(2, 2 * G, 6, 8, generator=g, dtype=torch.float64)
+    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    out, _ = at.attention(q, k, v, backend=backend, **kw)
+    out.backward(dout)
+    kk, vv = (np.repeat(x.detach().numpy(), G, axis=1) for x in (k, v))
+    ref = reference_attention(q.detach().numpy(), kk, vv, d_out=dout.numpy(), **{
+        n: (x.numpy() if isinstance(x, torch.Tensor) else x) for n, x in kw.items()})
+    np.testing.assert_array_equal(np.isnan(out.detach().numpy()), np.isnan(ref.out))
+    for name, got in (("dk", k.grad), ("dv", v.grad)):
+        want = getattr(ref, name).reshape(2, 2, G, 6, 8).sum(2)  # a group's heads summed
+        extra = np.isnan(got.numpy()) & ~np.isnan(want)
+        assert not extra.any(), f"{name}: NaN where the reference has none"

@@ -224,9 +224,13 @@ def guard_inputs(
     if used is not None:
         v = zero_rows(v, used)
         k = zero_rows(k, used) if clean_k else k
+    q_fix = None
+    if grad:  # dK = dS^T Q: a masked key's dS is 0, and 0 * a NaN query entry is NaN
+        q, bad_q = bad_part(q)
+        q_fix = _grouped(bad_q.sum(-1, keepdim=True) * 0.0, G)  # NaN: a query with NaN/inf
     heads_differ = keep.keys_differ_by_head(G)
     if not keep.partial and not heads_differ:
-        return Guarded(q, k, v, None, None)  # every key row left is attended by all
+        return Guarded(q, k, v, q_fix, q_fix)  # every key row left is attended by all
     if keep.dense is not None or heads_differ:  # any pattern: per query row
         v, bad_v = bad_part(v)
         out_fix = dense_sum(bad_v.sum(-1), keep, G)
@@ -234,7 +238,8 @@ def guard_inputs(
         if clean_k:
             k, bad_k = bad_part(k)
             k_fix = dense_sum(bad_k.sum(-1) * 0.0, keep, G)  # NaN: a key with NaN/inf
-        return Guarded(q, k, v, out_fix if k_fix is None else out_fix + k_fix, k_fix)
+        k_fix = _plus(k_fix, q_fix)
+        return Guarded(q, k, v, _plus(out_fix, k_fix), k_fix)
     # A band (and per-query lengths): prefix sums over the keys.
     k_fix = None
     if clean_k and (grad or weights):  # the cleaned keys are read again: their fix now
@@ -242,8 +247,8 @@ def guard_inputs(
         k_fix = band_sum(bad_k.sum(-1, keepdim=True) * 0.0, keep, G)
     if grad:
         v, bad_v = bad_part(v)
-        out_fix = band_sum(bad_v, keep, G)
-        return Guarded(q, k, v, out_fix if k_fix is None else out_fix + k_fix, k_fix)
+        k_fix = _plus(k_fix, q_fix)
+        return Guarded(q, k, v, _plus(band_sum(bad_v, keep, G), k_fix), k_fix)
     # Without autograd the rest is formed after the kernel, in the cleaned copies' buffers.
     clean_v = torch.nan_to_num(v, 0.0, 0.0, 0.0)
     later = LaterFix(v, clean_v, keep, G, k_fix=k_fix)
@@ -251,6 +256,17 @@ def guard_inputs(
         clean = torch.nan_to_num(k, 0.0, 0.0, 0.0)
         later, k = later._replace(k=k, clean_k=clean), clean
     return Guarded(q, k, clean_v, later, k_fix)
+
+
+def _grouped(x: torch.Tensor, G: int) -> torch.Tensor:
+    """A per-query-head fix ``(..., H, Tq, X)`` in the layout of a GQA group's fixes,
+    ``(..., Hkv, G, Tq, X)`` (itself when ``G == 1``)."""
+    return x if G == 1 else x.unflatten(-3, (x.shape[-3] // G, G))
+
+
+def _plus(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+    """``a + b`` where either fix may be None (nothing to add)."""
+    return b if a is None else a if b is None else a + b
 
 
 def _guard_clean(
