@@ -129,7 +129,8 @@ def test_keys_go_uncleaned_only_where_the_flash_kernel_runs():
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the reference's NaN
 @pytest.mark.parametrize("backend", ["auto", "sdpa", "math"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("kw", [{}, {"causal": True}, {"causal": "top_left"}])
+@pytest.mark.parametrize("kw", [{}, {"causal": True}, {"causal": "top_left"},
+                                {"sinks": True}])
 @pytest.mark.parametrize("G", [1, 2])
 @pytest.mark.parametrize("grad", [False, True])
 def test_a_row_whose_every_score_is_nan_comes_out_nan(backend, dtype, kw, G, grad):
@@ -141,11 +142,14 @@ def test_a_row_whose_every_score_is_nan_comes_out_nan(backend, dtype, kw, G, gra
     k, v = (torch.randn(1, 2, 6, 8, generator=g) for _ in range(2))
     q[0, 1, 3, 2] = float("nan")  # an attended query row
     k[0, 0, 0, 5] = float("nan")  # key 0: every row attends it (causal rows 0.. too)
+    if "sinks" in kw:  # the sink's logit is finite, but a NaN query spoils it too
+        kw = {"sinks": torch.randn(2 * G, generator=g)}
     q, k, v = (x.to(dtype).requires_grad_(grad) for x in (q, k, v))
     with torch.set_grad_enabled(grad):
         out, _ = at.attention(q, k, v, backend=backend, **kw)
     kk, vv = (np.repeat(x.detach().double().numpy(), G, axis=1) for x in (k, v))
-    ref = reference_attention(q.detach().double().numpy(), kk, vv, **kw)
+    ref = reference_attention(q.detach().double().numpy(), kk, vv, **{
+        n: (x.double().numpy() if isinstance(x, torch.Tensor) else x) for n, x in kw.items()})
     np.testing.assert_array_equal(np.isnan(out.detach().float().numpy()), np.isnan(ref.out))
 
 

@@ -68,7 +68,7 @@ def sdpa_path(
         out = out[..., -shape[-2]:, :v.shape[-1]]
     if km.rows is not None:
         out = zero_rows(out, km.rows)
-    if mask is None and sinks is None:  # is_causal alone: SDPA may drop a NaN row
+    if mask is None:  # no attn_mask (is_causal, or a sink alone): SDPA may drop a NaN row
         out = _keep_nan_rows(out, g.q, g.k, G, causal_keys=by_select)
     out = restore(out, g.out_fix, G)
     if torch.is_grad_enabled() and out.requires_grad:
