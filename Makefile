@@ -1,33 +1,42 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
-# Each creates .venv when it is missing and installs what it needs.
+# Each creates .venv when it is missing and installs what it needs from requirements.lock,
+# the committed lock (`make lock` re-resolves it), so every machine gets the same versions.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# Development pin: a CPU build of this version is served here; an unpinned
-# torch would pull gigabytes of CUDA packages.
-TORCH_PIN := torch==2.13.0
+LOCK := requirements.lock
+# The lock is a constraint file: each target installs only the extras it needs, at the
+# locked versions.
+INSTALL := $(PIP) install --progress-bar on -c $(LOCK)
+PIP_TOOLS := pip-tools==7.6.2
 
-.PHONY: demo test lint bench clean browser
+.PHONY: demo test lint bench lock test-compat clean browser
 
 $(PY):
+	@echo ">> creating $(VENV) with $$($(PYTHON) --version)"
 	$(PYTHON) -m venv $(VENV)
 
 # One stamp per extras set, so `make test` after `make demo` installs only what is new.
-$(VENV)/.stamp-demo: pyproject.toml | $(PY)
-	$(PIP) install -q "$(TORCH_PIN)" -e ".[torch,viz]"
+$(VENV)/.stamp-demo: pyproject.toml $(LOCK) | $(PY)
+	@echo ">> installing attnkit with torch 2.13 (CPU build, ~200 MB download) and matplotlib"
+	@echo ">> from $(LOCK) into $(VENV): about 1.1 GB on disk, 1-3 minutes"
+	$(INSTALL) -e ".[torch,viz]"
 	touch $@
 
-$(VENV)/.stamp-test: pyproject.toml | $(PY)
-	$(PIP) install -q "$(TORCH_PIN)" -e ".[torch,viz,triton,transformers,dev]"
+$(VENV)/.stamp-test: pyproject.toml $(LOCK) | $(PY)
+	@echo ">> installing attnkit with every extra (torch, matplotlib, triton, transformers)"
+	@echo ">> and the test tools from $(LOCK) into $(VENV): about 2 GB on disk, 2-5 minutes"
+	$(INSTALL) -e ".[torch,viz,triton,transformers,dev]"
 	touch $@
 
 # The explorer's browser tests drive Debian's chromium (Playwright comes with the dev
 # extra; its own browser download cannot be used here). CI runs as root with no stdin.
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 browser:
-	command -v chromium >/dev/null || ($(SUDO) apt-get update && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium)
+	@command -v chromium >/dev/null || (echo ">> installing Debian's chromium for the browser tests" && \
+		$(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium)
 
 demo: $(VENV)/.stamp-demo
 	$(PY) -m attnkit demo --out attnkit-out
@@ -42,5 +51,18 @@ lint: $(VENV)/.stamp-test
 bench: $(VENV)/.stamp-test
 	$(PY) -m attnkit bench --quick
 
+# Re-resolve the lock to the newest releases that pyproject.toml and requirements.in allow.
+# Run `make test` (and `make test-compat`) after it: that is what says the new set works.
+lock: | $(PY)
+	$(PIP) install -q "$(PIP_TOOLS)"
+	$(PY) -m piptools compile --quiet --upgrade --strip-extras --no-emit-index-url \
+		--no-emit-find-links --extra torch,viz,triton,transformers,dev \
+		--output-file $(LOCK) pyproject.toml requirements.in
+
+# The supported range: oldest and newest transformers, each in a venv of its own
+# (.compat/), running tests/integrations and a smoke set of the rest; prints a table.
+test-compat: | $(PY)
+	$(PY) tools/compat.py
+
 clean:
-	rm -rf $(VENV) attnkit-out .pytest_cache
+	rm -rf $(VENV) .compat attnkit-out .pytest_cache
