@@ -143,16 +143,22 @@ def softmax_numerics() -> Figure:
     # Right: filling masked scores in float16 (row 0: two keys masked, row 1: all masked).
     scores = np.array([[2.0, 1.0, 0.5, 0.0], [1.0, 2.0, 3.0, 4.0]])
     keep = np.array([[True, True, False, False], [False, False, False, False]])
-    with np.errstate(all="ignore"):
-        filled = np.where(keep, scores, np.float16(-1e9)).astype(np.float16)  # -1e9 -> -inf
-        e = np.exp(filled.astype(np.float32) - filled.max(-1, keepdims=True))
-        fp16_fill = e / e.sum(-1, keepdims=True)
-        e = np.exp(np.where(keep, scores, -1e4) - np.where(keep, scores, -1e4).max(-1, keepdims=True))
-        small_fill = e / e.sum(-1, keepdims=True)
+    def filled_softmax(fill: np.ndarray) -> np.ndarray:
+        """The notes' recipe: write ``fill`` into masked scores, then the max trick."""
+        with np.errstate(all="ignore"):
+            x = np.where(keep, scores, fill).astype(np.float32)
+            e = np.exp(x - x.max(-1, keepdims=True))
+            return e / e.sum(-1, keepdims=True)
+
+    with np.errstate(over="ignore"):
+        fp16_fill = np.float16(-1e9)  # -inf: float16 stops at 65504
     axes = right.subplots(3, 1)
-    rows = [(fp16_fill, "fill -1e9 in float16: it becomes -inf,\nthe empty row is NaN"),
-            (small_fill, "fill -1e4: the empty row becomes\na uniform average of what it may not see"),
-            (an.masked_softmax(scores, mask=keep), "attnkit.numpy.masked_softmax:\nthe empty row is 0")]
+    rows = [(filled_softmax(fp16_fill),
+             "fill -1e9 in float16: it becomes -inf,\nthe empty row is NaN"),
+            (filled_softmax(np.float16(-1e4)),
+             "fill -1e4: the empty row becomes\na uniform average of what it may not see"),
+            (an.masked_softmax(scores, mask=keep),
+             "attnkit.numpy.masked_softmax:\nthe empty row is 0")]
     for ax, (w, title) in zip(axes, rows):
         heat(ax, w, keep, "", annotate=True, vmax=1, xlabel="", ylabel="")
         ax.set_yticks([0, 1], ["2 masked", "all masked"], fontsize=7)
@@ -185,7 +191,8 @@ def masks() -> Figure:
         image = heat(ax, w, keep, title, annotate=False, vmax=1, ylabel=ylabel)
     fig.colorbar(image, ax=axes, shrink=0.8, label="weight (equal scores)")
     fig.get_layout_engine().set(rect=(0, 0.11, 1, 0.89))
-    caption(fig, "Every score is 0 here, so an allowed key's weight is 1 / (allowed keys in its row). "
+    caption(fig, "Every score is 0 here, so an allowed key's weight is "
+            "1 / (allowed keys in its row). "
             "Hatched = may not attend. A row with no allowed key (query 0 of the second "
             "panel, queries 0-1 of the last:\npadding) gets weight 0 everywhere and output 0.")
     return fig
@@ -255,7 +262,8 @@ def score_functions() -> Figure:
     ax2.legend(fontsize=7)
     ax2.set_title("unscaled, the softmax saturates to one key", fontsize=9)
     fig.get_layout_engine().set(rect=(0, 0.05, 1, 0.95))
-    caption(fig, "Top: the additive panel uses random weights (no training): its pattern is chance. "
+    caption(fig, "Top: the additive panel uses random weights (no training): "
+            "its pattern is chance. "
             "Sharper or flatter says nothing about which score function is better.")
     return fig
 
