@@ -16,7 +16,7 @@ from .softmax import sink_column, sink_softmax, softmax_from_lse
 
 __all__ = [
     "additive_mask", "attention_weights", "group", "scaled_scores", "softcap_scores",
-    "ungroup", "weights_from_lse",
+    "ungroup", "weights_from_lse", "weights_keep",
 ]
 
 
@@ -56,6 +56,16 @@ def softcap_scores(s: torch.Tensor, softcap: float | None) -> torch.Tensor:
     return s if softcap is None else torch.tanh(s / softcap) * softcap
 
 
+def weights_keep(
+    allowed: torch.Tensor | None, rows: torch.Tensor | None, need_weights: bool
+) -> torch.Tensor | None:
+    """Where weights may be nonzero: the rows that have a key, and, when the weights are
+    returned, only the allowed keys of those rows."""
+    if not need_weights or allowed is None:
+        return rows
+    return allowed if rows is None else allowed & rows
+
+
 def additive_mask(
     allowed: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype,
     *, empty_rows: bool,
@@ -81,12 +91,14 @@ def additive_mask(
 
 def attention_weights(
     q: torch.Tensor, k: torch.Tensor, G: int, scale: float, add: torch.Tensor | None,
-    rows: torch.Tensor | None, *, softcap: float | None = None,
+    keep: torch.Tensor | None, *, softcap: float | None = None,
     sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Softmax weights ``(..., H, Tq, Tk)`` in the statistics dtype: scale, ``softcap``,
     ``add`` (:func:`additive_mask`), softmax (with the ``sinks (H,)`` in its
-    denominators), rows with no key zeroed.
+    denominators), then 0 wherever ``keep`` (bool, broadcastable) is False: the rows with
+    no key, and, for weights a caller reads, every masked key (a NaN score among a row's
+    allowed keys makes its whole softmax NaN).
 
     Without autograd on the CPU the softmax overwrites the scores in place (PyTorch's CPU
     kernel reads each row before it writes it; tests/torch/test_weights.py checks it bit
@@ -104,9 +116,9 @@ def attention_weights(
         w = torch.softmax(s, dim=-1, out=s)
     else:
         w = torch.softmax(s, dim=-1)
-    if rows is None:
+    if keep is None:
         return w
-    return w.masked_fill(~rows, 0.0) if w.requires_grad else w.masked_fill_(~rows, 0.0)
+    return w.masked_fill(~keep, 0.0) if w.requires_grad else w.masked_fill_(~keep, 0.0)
 
 
 def weights_from_lse(
@@ -142,4 +154,7 @@ def weights_from_lse(
     if lse is None:
         with torch.no_grad():
             lse = torch.logsumexp(s, dim=-1)
-    return softmax_from_lse(s, lse.to(s.dtype))
+    w = softmax_from_lse(s, lse.to(s.dtype))
+    if attn_mask is not None and attn_mask.dtype == torch.bool:  # a NaN LSE: 0 stays 0
+        w = w.masked_fill(~attn_mask, 0.0)
+    return w
