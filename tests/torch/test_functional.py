@@ -365,3 +365,57 @@ def test_triton_hand_off_matches_math_path(monkeypatch):
                                   backend="math")
         torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
         torch.testing.assert_close(w, ref_w, rtol=tol, atol=tol)
+
+
+# -- the plan: a pure function of the call's structure -------------------------------------
+
+
+def _call(**given):
+    """A :class:`attnkit.torch.functional.Call` for q, k, v (2, 4, 8, 16) on the CPU, with
+    the fields given overriding."""
+    from attnkit.torch.functional import Call
+
+    base = dict(backend="auto", device="cpu", triton="needs CUDA", q_shape=(2, 4, 8, 16),
+                Dv=16, scores=(2, 4, 8, 8), masked=False, bias=False, causal=None, window=None,
+                segment_ids=False, packed=False, softcap=False, sinks=False, dropout=False,
+                need_weights=False, grad=False)
+    return Call(**{**base, **given})
+
+
+@pytest.mark.parametrize("given, path, is_causal, band, empty", [
+    ({}, "sdpa", False, False, False),
+    ({"causal": "bottom_right"}, "sdpa", True, False, False),  # Tq == Tk: SDPA's own
+    ({"causal": "top_left", "scores": (2, 4, 3, 8)}, "sdpa", True, False, False),
+    ({"causal": "bottom_right", "scores": (2, 4, 3, 8)}, "sdpa", False, True, False),
+    ({"causal": "bottom_right", "scores": (2, 4, 1, 8)}, "sdpa", False, False, False),  # decode
+    ({"causal": "bottom_right", "bias": True}, "sdpa", False, True, True),  # T5: one mask
+    ({"causal": "bottom_right", "scores": (2, 4, 8, 3)}, "sdpa", False, True, True),
+    ({"window": (2, 0)}, "sdpa", False, True, False),
+    ({"masked": True}, "sdpa", False, False, True),
+    ({"softcap": True}, "math", False, False, False),
+    ({"need_weights": True}, "math", False, False, False),
+    ({"need_weights": True, "grad": True, "scores": (64, 64, 64, 64)}, "sdpa", False, False,
+     False),
+    ({"backend": "math", "causal": "bottom_right"}, "math", False, True, False),
+    ({"scores": (2, 4, 8, 0)}, "math", False, False, True),
+    ({"segment_ids": True, "packed": True}, "packed", False, False, True),
+    ({"triton": None, "device": "cuda", "segment_ids": True}, "triton", False, False, True),
+])
+def test_plan_picks_the_path_from_the_structure_alone(given, path, is_causal, band, empty):
+    from attnkit.torch.functional import plan
+
+    got = plan(_call(**given))
+    assert (got.path, got.is_causal, got.band, got.empty_rows) == (path, is_causal, band, empty)
+
+
+def test_plan_refuses_a_forced_path_that_cannot_take_the_call():
+    from attnkit.torch.functional import may_pack, plan
+
+    with pytest.raises(ValueError, match="backend='triton' cannot take this call: needs CUDA"):
+        plan(_call(backend="triton"))
+    with pytest.raises(ValueError, match="backend='sdpa' cannot take softcap"):
+        plan(_call(backend="sdpa", softcap=True))
+    # Packed runs are never looked for in a decoding step, nor beside another mask.
+    assert may_pack(_call(segment_ids=True))
+    assert not may_pack(_call(segment_ids=True, scores=(2, 4, 1, 8)))
+    assert not may_pack(_call(segment_ids=True, masked=True))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch._dynamo.testing
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import attnkit.torch as at
 
@@ -211,3 +212,30 @@ def test_graph_breaks_counted_by_explain_are_zero():
                                                   valid_lens=torch.tensor([2, 5]))[0])(x)
     assert explained.graph_break_count == 0, explained.break_reasons
     assert explained.graph_count == 1
+
+
+class _CountOps(TorchDispatchMode):
+    """Every aten op dispatched inside the ``with`` block, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("kw, most", [
+    ({"valid_lens": torch.tensor([200, 256])}, 8),  # SDPA with the same key mask: 4
+    ({"causal": True}, 3),  # SDPA's is_causal: 1
+    ({}, 1),
+])
+def test_a_masked_call_costs_sdpa_plus_the_mask_it_needs(kw, most):
+    """The aten ops of one call (B=2, H=8, T=256, D=64, no grad): the kernel and the
+    mask it needs, nothing that passes over q, k or v (issue 23 counted 35 and 25)."""
+    q = torch.randn(2, 8, 256, 64)
+    with torch.no_grad(), _CountOps() as counted:
+        at.attention(q, q, q, **kw)
+    assert len(counted.ops) <= most, counted.ops
+    assert sum("scaled_dot_product" in op for op in counted.ops) == 1, counted.ops

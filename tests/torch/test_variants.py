@@ -369,3 +369,29 @@ def test_every_variant_reaches_the_triton_kernel(monkeypatch) -> None:
     assert seen["sinks"].shape == (4,)
     got_q, got_kv = seen["segment_ids"]
     assert torch.equal(got_q, q_ids) and torch.equal(got_kv, ids)
+
+
+def test_packed_runs_are_found_once_per_ids_tensor(monkeypatch) -> None:
+    """Layers that share one segment_ids tensor read it once (the runs are kept on it
+    until it is written to); a decoding step never reads it."""
+    from attnkit.torch import _packed
+
+    found = []
+    real = _packed._blocks
+    monkeypatch.setattr(_packed, "_blocks", lambda *a: found.append(1) or real(*a))
+    ids = at.segment_ids_from_lengths(torch.tensor([200, 150, 162]), 512)
+    q = torch.randn(1, 2, 512, 8)
+    with torch.no_grad():
+        first, _ = at.attention(q, q, q, segment_ids=ids, causal=True)
+        for _ in range(3):  # three more layers
+            again, _ = at.attention(q, q, q, segment_ids=ids, causal=True)
+        assert len(found) == 1
+        torch.testing.assert_close(again, first)
+        dense, _ = at.attention(q, q, q, mask=at.segment_mask(ids, (1, 2, 512, 512)),
+                                causal=True)
+        torch.testing.assert_close(first, dense)
+        ids[0, -1] = -1  # written to: found again
+        at.attention(q, q, q, segment_ids=ids, causal=True)
+        assert len(found) == 2
+        at.attention(q[:, :, -1:], q, q, segment_ids=(ids[:, -1:], ids))  # one query
+    assert len(found) == 2

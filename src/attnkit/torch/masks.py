@@ -171,15 +171,15 @@ def window_mask(
     """
     check_window_side("left", left)
     check_window_side("right", right)
-    i = torch.arange(Tq, device=device)[:, None]
-    j = torch.arange(Tk, device=device)[None, :]
-    d = i + (Tk - Tq)  # the diagonal key of each query
-    keep = torch.ones(Tq, Tk, dtype=torch.bool, device=device)
-    if left is not None:
-        keep = keep & (j >= d - left)
-    if right is not None:
-        keep = keep & (j <= d + right)
-    return keep
+    # j - d for each query i (rows) and key j (columns), d = i + Tk - Tq its diagonal key
+    off = torch.arange(Tq - Tk, Tq, device=device) - torch.arange(Tq, device=device)[:, None]
+    if left is None and right is None:
+        return torch.ones(Tq, Tk, dtype=torch.bool, device=device)
+    if left is None:
+        return off <= right
+    if right is None:
+        return off >= -left
+    return (off >= -left) & (off <= right)
 
 
 def causal_mask(
