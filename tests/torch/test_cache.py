@@ -10,6 +10,7 @@ import torch
 
 import attnkit
 import attnkit.torch as at
+from attnkit.torch import KVCache
 
 SPLITS = [[11], [4, 1, 1, 1, 1, 1, 1, 1], [1] * 11, [3, 5, 2, 1], [1, 10]]
 
@@ -190,3 +191,17 @@ def test_failing_forward_leaves_cache_unchanged(cross):
     torch.testing.assert_close(out, full, rtol=1e-12, atol=1e-13)
 
 
+
+
+def test_an_older_state_dict_with_the_nonfinite_buffer_loads_with_a_warning():
+    """Caches used to keep a `nonfinite` buffer (codes of NaN/inf written into them); an
+    old state_dict still loads, with one DeprecationWarning, and the buffer is gone."""
+    cache = KVCache(batch_size=2, num_kv_heads=1, capacity=4, head_dim=3)
+    cache.append(torch.ones(2, 1, 3, 3), torch.ones(2, 1, 3, 3))
+    old = cache.state_dict()
+    old["nonfinite"] = torch.zeros(2, 1, 2, 4)
+    fresh = KVCache(batch_size=2, num_kv_heads=1, capacity=4, head_dim=3)
+    with pytest.warns(DeprecationWarning, match="nonfinite") as caught:
+        fresh.load_state_dict(old)
+    assert len(caught) == 1 and fresh.length == 3 and torch.equal(fresh.k, cache.k)
+    assert "nonfinite" not in fresh.state_dict()

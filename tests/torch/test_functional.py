@@ -13,6 +13,7 @@ import torch
 import attnkit
 import attnkit.numpy as an
 import attnkit.torch as at
+from attnkit.testing import reference_attention
 
 
 def t64(x: np.ndarray, requires_grad: bool = False) -> torch.Tensor:
@@ -419,3 +420,21 @@ def test_plan_refuses_a_forced_path_that_cannot_take_the_call():
     assert may_pack(_call(segment_ids=True))
     assert not may_pack(_call(segment_ids=True, scores=(2, 4, 1, 8)))
     assert not may_pack(_call(segment_ids=True, masked=True))
+
+
+@pytest.mark.parametrize("T", [9, 33])
+def test_bias_with_causal_trains_on_every_path(T):
+    """Bug (issue 22, T5 training): a bias that needs a gradient with causal=True sent SDPA
+    both an attn_mask and is_causal, which it refuses. The band now goes into the mask."""
+    g = torch.Generator().manual_seed(T)
+    q = torch.randn(1, 4, T, 16, generator=g, dtype=torch.float64)
+    b = torch.randn(1, 4, T, T, generator=g, dtype=torch.float64, requires_grad=True)
+    grads = []
+    for backend in ("auto", "sdpa", "math"):
+        out, _ = at.attention(q, q, q, bias=b, causal=True, backend=backend)
+        grads.append((out, torch.autograd.grad(out.sum(), b)[0]))
+    ref = reference_attention(q, q, q, bias=b.detach(), causal=True)
+    for out, grad in grads:
+        np.testing.assert_allclose(npy(out), ref.out, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(grad, grads[-1][1])
+        assert (grad[..., torch.ones(T, T, dtype=torch.bool).triu(1)] == 0).all()

@@ -374,3 +374,14 @@ def test_mha_constructor_errors():
         at.MultiHeadAttention(10, 3)
     with pytest.raises(ValueError, match="multiple of num_kv_heads"):
         at.MultiHeadAttention(12, 4, num_kv_heads=3)
+
+
+@pytest.mark.parametrize("shapes", [((2, 3, 8), (2, 4, 9), (2, 4, 5)),
+                                    ((2, 3, 8), (2, 4, 8), (2, 5, 5))])
+def test_dot_product_attention_errors_name_the_callers_shapes(shapes):
+    """Bug (audit): the message named attention()'s (B, 1, T, D) views."""
+    q, k, v = (torch.randn(s) for s in shapes)
+    with pytest.raises(ValueError) as err:
+        at.DotProductAttention()(q, k, v)
+    assert all(str(s) in str(err.value) for s in shapes), str(err.value)
+    assert "(2, 1," not in str(err.value)

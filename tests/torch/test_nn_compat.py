@@ -425,3 +425,22 @@ def test_swap_attention_shared_layers_and_bad_targets():
     assert model["a"] is model["b"][0]  # still one layer, under both names
     with pytest.raises(TypeError, match="from_torch"):
         at.swap_attention(nn.MultiheadAttention(E, H))
+
+
+@pytest.mark.parametrize("bias_dtype", [torch.float64, torch.float16])
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_in_proj_bias_in_another_dtype_runs_as_in_torch(bias_dtype, self_attention):
+    """Bug (audit): torch's layer runs a float32 input with an in_proj_bias of another
+    dtype; attnkit's raised a bare RuntimeError from matmul. The bias is cast to the
+    input's dtype, as torch's result shows."""
+    torch.manual_seed(0)
+    ref = nn.MultiheadAttention(8, 2, batch_first=True)
+    ref.in_proj_bias.data = ref.in_proj_bias.data.normal_().to(bias_dtype)
+    ours = at.MultiheadAttention.from_torch(ref, share_parameters=True)
+    x, y = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    kv = x if self_attention else y
+    want, want_w = ref(x, kv, kv)
+    got, got_w = ours(x, kv, kv)
+    assert got.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(got_w, want_w, rtol=1e-3, atol=1e-3)
