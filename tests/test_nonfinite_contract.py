@@ -344,3 +344,19 @@ def test_decoding_step_equals_math(G, kw):
     torch.testing.assert_close(got, want)
     if kw in ("valid_lens", "key_mask"):
         assert (got[2] == 0).all()  # no key: output 0
+
+
+@pytest.mark.skipif(not TRITON, reason="attnkit.triton cannot run here")
+def test_4_a_nan_query_with_no_key_on_triton_is_the_callers_as_documented():
+    """The kernel gives the row output 0 and dQ 0; its NaN may reach dK (0 * NaN in
+    dS^T Q), and docs/triton.md says so (it used to promise "zero gradients; no NaN")."""
+    kernels = triton_kernels("flash_attention")
+    q, k, v, dout = (x.float() for x in _inputs(7))
+    q[0, 0, 6] = math.nan  # batch 0, query 6: padding (IDS), no key
+    q.requires_grad_(True)
+    out = kernels.flash_attention(q, k, v, segment_ids=(IDS, IDS))
+    out.backward(dout)
+    assert (out[0, :, 5:] == 0).all() and (q.grad[0, :, 5:] == 0).all()
+    assert torch.isfinite(out).all() and torch.isfinite(q.grad).all()
+    doc = (pathlib.Path(__file__).parents[1] / "docs" / "triton.md").read_text()
+    assert "zero gradients; no NaN" not in doc and "can reach dK" in doc
