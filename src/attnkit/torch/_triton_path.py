@@ -50,9 +50,10 @@ def triton_reason(
     if not is_half(dtype):
         return f"the Triton kernel takes float16/bfloat16, got {dtype}"
     if len(q_shape) != 4:
-        return f"the Triton kernel takes (B, H, T, D), got q {q_shape}"
+        return f"the Triton kernel takes (B, H, T, D), got q {tuple(q_shape)}"
     if k_shape[0] != q_shape[0]:
-        return f"the Triton kernel does not broadcast batch: q {q_shape}, k {k_shape}"
+        return (f"the Triton kernel does not broadcast batch: q {tuple(q_shape)}, k "
+                f"{tuple(k_shape)}")
     too_wide = check_fused_head_dims(q_shape[-1], Dv)
     if too_wide is not None:
         return too_wide

@@ -224,14 +224,15 @@ def attention(
     G, shape = check_call(q, k, v)
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-    p = check_dropout(dropout_p) if training else 0.0
+    # Each check only for an argument that is given: a decoding step runs this per layer.
+    p = check_dropout(dropout_p) if training and dropout_p else 0.0
     scale = default_scale(scale, q.shape[-1])
-    causal = check_causal(causal)
-    window = check_window(window)
-    softcap = check_softcap(softcap)
+    causal = check_causal(causal) if causal is not False else None
+    window = check_window(window) if window is not None else None
+    softcap = check_softcap(softcap) if softcap is not None else None
     if sinks is not None:
         check_sinks(sinks, shape[-3] if len(shape) >= 3 else 1, q.device)
-    ids = check_segment_ids(segment_ids, shape, q.device)
+    ids = check_segment_ids(segment_ids, shape, q.device) if segment_ids is not None else None
     if bias is not None:
         check_bias(bias, shape, q.device)
         bias = _with_rank(bias, len(shape))
@@ -245,12 +246,10 @@ def attention(
         q.requires_grad or k.requires_grad or v.requires_grad)
     masked = mask is not None or valid_lens is not None
     device = "cuda" if q.is_cuda else q.device.type
-    why = "not asked for"
-    if backend in ("auto", "triton"):
-        why = triton_reason(device, q.dtype, tuple(q.shape), tuple(k.shape), v.shape[-1],
-                            masked, bias is not None, p > 0.0)
-    call = Call(backend, device, why, tuple(q.shape), v.shape[-1], shape, masked,
-                bias is not None, causal, window, ids is not None, False, softcap is not None,
+    why = "not asked for" if backend not in ("auto", "triton") else triton_reason(
+        device, q.dtype, q.shape, k.shape, v.shape[-1], masked, bias is not None, p > 0.0)
+    call = Call(backend, device, why, q.shape, v.shape[-1], shape, masked, bias is not None,
+                causal, window, ids is not None, False, softcap is not None,
                 sinks is not None, p > 0.0, need_weights, grad)
     runs = None
     if ids is not None and may_pack(call):

@@ -30,6 +30,7 @@ only if their ids are equal; an id < 0 attends and is attended by nothing. The h
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import torch
@@ -91,14 +92,18 @@ def _check_lengths(valid_lens: object, maxlen: int) -> torch.Tensor:
             vl = torch.nan_to_num(vl, 0.0).clamp_(0, maxlen).long()
             return vl
         return vl.clamp(0, maxlen)
-    if vl.numel():
+    if not vl.numel():
+        pass
+    elif not vl.is_floating_point():
         values = vl.flatten().tolist() if vl.numel() <= 4096 else \
             torch.stack(torch.aminmax(vl.flatten())).tolist()
-        lo, hi = min(values), max(values)
+        check_length_range(min(values), max(values), maxlen)
+    else:
+        values = vl.flatten().tolist()
         if any(x != x for x in values):  # NaN
             raise TypeError(f"valid_lens must hold whole numbers, got {vl.tolist()}")
-        check_length_range(_number(lo), _number(hi), maxlen)
-        if vl.is_floating_point() and not bool((vl == vl.round()).all()):
+        check_length_range(_number(min(values)), _number(max(values)), maxlen)
+        if not all(float(x).is_integer() for x in values):
             raise TypeError(f"valid_lens must hold whole numbers, got {vl.tolist()}")
     return vl.long() if vl.is_floating_point() else vl
 
@@ -146,6 +151,13 @@ def valid_lens_limits(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -
     return _check_lengths(valid_lens, Tk).reshape(view)
 
 
+@functools.lru_cache(maxsize=64)
+def _positions(n: int, device: torch.device) -> torch.Tensor:
+    """``arange(n)`` on ``device``, made once per length (a decoding step would otherwise
+    allocate it per layer); never written to."""
+    return torch.arange(n, device=device)
+
+
 def valid_lens_mask(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -> torch.Tensor:
     """d2l ``valid_lens`` as a bool mask broadcastable to ``scores_shape = (B, ..., Tq, Tk)``.
 
@@ -153,7 +165,10 @@ def valid_lens_mask(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -> 
     per query.
     """
     limits = valid_lens_limits(valid_lens, scores_shape)
-    return torch.arange(scores_shape[-1], device=limits.device) < limits
+    Tk = scores_shape[-1]
+    if torch.compiler.is_compiling():
+        return torch.arange(Tk, device=limits.device) < limits
+    return _positions(Tk, limits.device) < limits
 
 
 def window_mask(
