@@ -13,7 +13,7 @@ import torch
 from torch.nn import functional as F
 
 from ._dtypes import stats_dtype
-from ._scores import additive_mask, attention_weights, group, ungroup, weights_keep
+from ._scores import additive_mask, attention_weights, group, ungroup, weights_mask
 
 __all__ = ["math_path"]
 
@@ -39,8 +39,8 @@ def math_path(
     have no allowed key (its weights are then zeroed; with sinks no row is empty)."""
     add, rows = additive_mask(allowed, bias, stats_dtype(q.dtype),
                               empty_rows=empty_rows and sinks is None)
-    keep = weights_keep(allowed, rows, need_weights)
-    w = attention_weights(q, k, G, scale, add, keep, softcap=softcap, sinks=sinks)
+    allowed = weights_mask(allowed, rows, need_weights)
+    w = attention_weights(q, k, G, scale, add, allowed, softcap=softcap, sinks=sinks)
     dropped = F.dropout(w, dropout_p, training=True) if dropout_p > 0.0 else w
     out = ungroup(group(dropped.to(v.dtype), G) @ v, G, q.shape[-2])  # (..., H, Tq, Dv)
     return out, (w.to(q.dtype) if need_weights else None)

@@ -16,7 +16,7 @@ from .softmax import sink_column, sink_softmax, softmax_from_lse
 
 __all__ = [
     "additive_mask", "attention_weights", "group", "scaled_scores", "softcap_scores",
-    "ungroup", "weights_from_lse", "weights_keep",
+    "ungroup", "weights_from_lse", "weights_mask",
 ]
 
 
@@ -56,7 +56,7 @@ def softcap_scores(s: torch.Tensor, softcap: float | None) -> torch.Tensor:
     return s if softcap is None else torch.tanh(s / softcap) * softcap
 
 
-def weights_keep(
+def weights_mask(
     allowed: torch.Tensor | None, rows: torch.Tensor | None, need_weights: bool
 ) -> torch.Tensor | None:
     """Where weights may be nonzero: the rows that have a key, and, when the weights are
@@ -91,12 +91,12 @@ def additive_mask(
 
 def attention_weights(
     q: torch.Tensor, k: torch.Tensor, G: int, scale: float, add: torch.Tensor | None,
-    keep: torch.Tensor | None, *, softcap: float | None = None,
+    allowed: torch.Tensor | None, *, softcap: float | None = None,
     sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Softmax weights ``(..., H, Tq, Tk)`` in the statistics dtype: scale, ``softcap``,
     ``add`` (:func:`additive_mask`), softmax (with the ``sinks (H,)`` in its
-    denominators), then 0 wherever ``keep`` (bool, broadcastable) is False: the rows with
+    denominators), then 0 wherever ``allowed`` (bool, broadcastable) is False: the rows with
     no key, and, for weights a caller reads, every masked key (a NaN score among a row's
     allowed keys makes its whole softmax NaN).
 
@@ -116,9 +116,9 @@ def attention_weights(
         w = torch.softmax(s, dim=-1, out=s)
     else:
         w = torch.softmax(s, dim=-1)
-    if keep is None:
+    if allowed is None:
         return w
-    return w.masked_fill(~keep, 0.0) if w.requires_grad else w.masked_fill_(~keep, 0.0)
+    return w.masked_fill(~allowed, 0.0) if w.requires_grad else w.masked_fill_(~allowed, 0.0)
 
 
 def weights_from_lse(

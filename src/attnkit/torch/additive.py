@@ -149,14 +149,14 @@ def additive_attention(
     dropout_p = check_dropout(dropout_p)
     shape = lead + (q.shape[-2], k.shape[-2])
     check_bias(bias, shape)
-    keep = attention_mask(shape, mask=mask, valid_lens=valid_lens, causal=causal,
+    allowed = attention_mask(shape, mask=mask, valid_lens=valid_lens, causal=causal,
                           window=window, device=q.device)
     scores = additive_scores(
         q @ w_q, k @ w_k, w_v, chunk_size=chunk_size, max_chunk_elements=max_chunk_elements
     )
     if bias is not None:
         scores = scores.to(stats_dtype(scores.dtype)) + bias.to(stats_dtype(scores.dtype))
-    w = safe_softmax(scores, keep)
+    w = safe_softmax(scores, allowed)
     p = dropout_p if training else 0.0
     dropped = F.dropout(w, p, training=True) if p > 0.0 else w
     return dropped.to(v.dtype) @ v, w.to(q.dtype)

@@ -50,7 +50,7 @@ from ._checks import check_bias, check_call, check_segment_ids, check_sinks
 from ._dtypes import stats_dtype
 from ._math import math_path
 from ._packed import packed_attention, packed_runs
-from ._scores import additive_mask, attention_weights, weights_keep
+from ._scores import additive_mask, attention_weights, weights_mask
 from ._sdpa import bias_as, sdpa_path
 from ._triton_path import triton_path, triton_reason
 from .additive import additive_attention, additive_scores  # re-exported: they lived here
@@ -274,7 +274,7 @@ def attention(
                 allowed = masks(causal=causal, window=window)
             add, rows = additive_mask(allowed, bias, stats_dtype(q.dtype),
                                       empty_rows=how.empty_rows and sinks is None)
-            w = attention_weights(q, k, G, scale, add, weights_keep(allowed, rows, True),
+            w = attention_weights(q, k, G, scale, add, weights_mask(allowed, rows, True),
                                   sinks=sinks)
             return out, w.to(q.dtype)
         case "math":

@@ -137,21 +137,21 @@ def _tile_scores(
     if softcap is not None:
         tanh = torch.tanh(s / softcap)
         s = tanh * softcap
-    keep = None
+    allowed = None
     if offset is not None:
         i = torch.arange(row0, row0 + qt.shape[-2], device=s.device)[:, None] + offset
         j = torch.arange(k.shape[-2], device=s.device)[None, :]
-        keep = j <= i
+        allowed = j <= i
     if key_mask is not None:
         km = key_mask[:, None, None, None, :]  # (B, 1, 1, 1, Tk)
-        keep = km if keep is None else keep & km
+        allowed = km if allowed is None else allowed & km
     if seg is not None:
         qi, kj = seg[0][:, :, None], seg[1][:, None, :]
         same = ((qi == kj) & (qi >= 0))[:, None, None]  # (B, 1, 1, Tt, Tk)
-        keep = same if keep is None else keep & same
-    if keep is not None:
-        s = torch.where(keep, s, torch.full_like(s, -math.inf))
-    return s, tanh, keep
+        allowed = same if allowed is None else allowed & same
+    if allowed is not None:
+        s = torch.where(allowed, s, torch.full_like(s, -math.inf))
+    return s, tanh, allowed
 
 
 def _causal_offset(causal: bool | str, Tq: int, Tk: int) -> int | None:
@@ -364,15 +364,15 @@ def attention_with_lse_backward(
         r1 = min(r0 + tile, Tq)
         qt, dot = qg[..., r0:r1, :], dog[..., r0:r1, :]
         j = _keys_seen(r1, Tk, offset)
-        s, tanh, keep = _tile_scores(
+        s, tanh, allowed = _tile_scores(
             qt, kg[..., :j, :], r0, offset, scale=scale,
             key_mask=None if key_mask is None else key_mask[:, :j], softcap=softcap,
             seg=_rows(seg, r0, r1, j),
         )
         # hi = +inf on a fully masked row: its probabilities are 0, not exp(s + inf).
         p = torch.exp((s - hi[..., r0:r1, :]) - lo[..., r0:r1, :])
-        if keep is not None:
-            p = torch.where(keep, p, torch.zeros_like(p))
+        if allowed is not None:
+            p = torch.where(allowed, p, torch.zeros_like(p))
         delta = (dot * og[..., r0:r1, :]).sum(dim=-1, keepdim=True)  # (B, Hkv, G, Tt, 1)
         dv[..., :j, :] += torch.matmul(p.transpose(-1, -2), dot).sum(dim=2)
         ds = p * (torch.matmul(dot, vg[..., :j, :].transpose(-1, -2)) - delta)

@@ -219,8 +219,8 @@ def segment_mask(segment_ids: object, scores_shape: tuple[int, ...]) -> torch.Te
     pair = check_segment_ids(segment_ids, scores_shape)
     assert pair is not None
     q_ids, kv_ids = pair
-    keep = (q_ids[:, :, None] == kv_ids[:, None, :]) & (q_ids[:, :, None] >= 0)  # (B, Tq, Tk)
-    return keep.reshape(keep.shape[:1] + (1,) * (len(scores_shape) - 3) + keep.shape[1:])
+    same = (q_ids[:, :, None] == kv_ids[:, None, :]) & (q_ids[:, :, None] >= 0)  # (B, Tq, Tk)
+    return same.reshape(same.shape[:1] + (1,) * (len(scores_shape) - 3) + same.shape[1:])
 
 
 def segment_ids_from_cu_seqlens(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
@@ -348,11 +348,11 @@ def attention_mask(
     """
     shape = tuple(scores_shape)
     Tq, Tk = shape[-2], shape[-1]
-    keep: torch.Tensor | None = None
+    allowed: torch.Tensor | None = None
 
     def _and(m: torch.Tensor) -> None:
-        nonlocal keep
-        keep = m if keep is None else (keep & m)
+        nonlocal allowed
+        allowed = m if allowed is None else (allowed & m)
 
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
@@ -371,7 +371,7 @@ def attention_mask(
     if segment_ids is not None:
         sm = segment_mask(segment_ids, shape)
         _and(sm.to(device) if device is not None else sm)
-    return keep
+    return allowed
 
 
 def masked_softmax(

@@ -210,14 +210,14 @@ class MultiheadAttention(nn.MultiheadAttention):
         if cache is not None:  # attnkit's MultiHeadAttention's rule
             k, v = MultiHeadAttention._through_cache(cache, k, v)  # (B, H, cached, D)
         Tk = k.shape[2]
-        keep, bias = _torch_masks(key_padding_mask, attn_mask, B, self.num_heads, Tq, Tk,
+        allowed, bias = _torch_masks(key_padding_mask, attn_mask, B, self.num_heads, Tq, Tk,
                                   batched)
         if trust_hint:
-            keep = bias = None
+            allowed = bias = None
         # Extra keys come last; a trusted hint's top-left causal spans them too, as torch's.
-        k, v, keep, bias = self._extra_keys(k, v, keep, bias)
+        k, v, allowed, bias = self._extra_keys(k, v, allowed, bias)
         return attention(
-            q, k, v, mask=keep, bias=bias, causal="top_left" if trust_hint else False,
+            q, k, v, mask=allowed, bias=bias, causal="top_left" if trust_hint else False,
             need_weights=need_weights, dropout_p=self.dropout if self.training else 0.0,
         )
 
@@ -262,7 +262,7 @@ class MultiheadAttention(nn.MultiheadAttention):
         return x.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
 
     def _extra_keys(
-        self, k: Tensor, v: Tensor, keep: Tensor | None, bias: Tensor | None,
+        self, k: Tensor, v: Tensor, allowed: Tensor | None, bias: Tensor | None,
     ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         """``add_bias_kv`` (the learned ``bias_k``/``bias_v`` position) and then
         ``add_zero_attn`` (an all-zero position) appended after the keys and values, as
@@ -277,14 +277,14 @@ class MultiheadAttention(nn.MultiheadAttention):
             extra_v.append(v.new_zeros(v.shape[:2] + (1, v.shape[3])))
         n = len(extra_k)
         if n == 0:
-            return k, v, keep, bias
+            return k, v, allowed, bias
         k = torch.cat([k, *extra_k], dim=2)
         v = torch.cat([v, *extra_v], dim=2)
-        if keep is not None:
-            keep = torch.cat([keep, keep.new_ones(keep.shape[:-1] + (n,))], dim=-1)
+        if allowed is not None:
+            allowed = torch.cat([allowed, allowed.new_ones(allowed.shape[:-1] + (n,))], dim=-1)
         if bias is not None:
             bias = F.pad(bias, (0, n))
-        return k, v, keep, bias
+        return k, v, allowed, bias
 
 
 def _check_inputs(m: nn.MultiheadAttention, query: Tensor, key: Tensor, value: Tensor) -> bool:
@@ -323,13 +323,13 @@ def _torch_masks(
 ) -> tuple[Tensor | None, Tensor | None]:
     """torch's masks (True = NOT allowed, or additive float) as attnkit's ``(mask, bias)``
     (True = may attend; float added), both broadcastable to ``(B, H, Tq, Tk)``."""
-    keep: Tensor | None = None
+    allowed: Tensor | None = None
     bias: Tensor | None = None
 
     def add(m: Tensor) -> None:
-        nonlocal keep, bias
+        nonlocal allowed, bias
         if m.dtype == torch.bool:
-            keep = ~m if keep is None else keep & ~m
+            allowed = ~m if allowed is None else allowed & ~m
         else:
             bias = m if bias is None else bias + m
 
@@ -354,7 +354,7 @@ def _torch_masks(
                 f"attn_mask must be (Tq, Tk) = {(Tq, Tk)} or ({heads[1]}, Tq, Tk) = "
                 f"{(heads[0], Tq, Tk)}, got {tuple(am.shape)}"
             )
-    return keep, bias
+    return allowed, bias
 
 
 def _check_mask(name: str, m: object) -> Tensor:
