@@ -225,27 +225,35 @@ def attention(
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
     # Each check only for an argument that is given: a decoding step runs this per layer.
+    dev = q.device
     p = check_dropout(dropout_p) if training and dropout_p else 0.0
     scale = default_scale(scale, q.shape[-1])
     causal = check_causal(causal) if causal is not False else None
     window = check_window(window) if window is not None else None
     softcap = check_softcap(softcap) if softcap is not None else None
     if sinks is not None:
-        check_sinks(sinks, shape[-3] if len(shape) >= 3 else 1, q.device)
-    ids = check_segment_ids(segment_ids, shape, q.device) if segment_ids is not None else None
+        check_sinks(sinks, shape[-3] if len(shape) >= 3 else 1, dev)
+    ids = check_segment_ids(segment_ids, shape, dev) if segment_ids is not None else None
     if bias is not None:
-        check_bias(bias, shape, q.device)
+        check_bias(bias, shape, dev)
         bias = _with_rank(bias, len(shape))
     if mask is not None and isinstance(mask, torch.Tensor):
         mask = _with_rank(mask, len(shape))
-    masks = partial(attention_mask, shape, mask=mask, valid_lens=valid_lens,
-                    segment_ids=ids, device=q.device)
+    def masks(causal: str | bool | None = False, window: Window | None = None
+              ) -> torch.Tensor | None:
+        """The bool mask (True = may attend) of the given constraints, or None."""
+        if mask is None and valid_lens is None and ids is None and not causal \
+                and window is None:
+            return None
+        return attention_mask(shape, mask=mask, valid_lens=valid_lens, causal=causal or False,
+                              window=window, segment_ids=ids, device=dev)
+
     if check_finite:
         _check_finite(q, k, v, G, shape, masks(causal=causal or False, window=window), bias)
     grad = need_weights and torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad)
     masked = mask is not None or valid_lens is not None
-    device = "cuda" if q.is_cuda else q.device.type
+    device = "cuda" if q.is_cuda else dev.type
     why = "not asked for" if backend not in ("auto", "triton") else triton_reason(
         device, q.dtype, q.shape, k.shape, v.shape[-1], masked, bias is not None, p > 0.0)
     call = Call(backend, device, why, q.shape, v.shape[-1], shape, masked, bias is not None,
