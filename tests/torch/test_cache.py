@@ -160,6 +160,7 @@ def test_decode_hands_cache_buffers_to_triton_kernel_in_place(monkeypatch):
     full, _ = m(x, causal=True)
     monkeypatch.setattr(tp, "triton_reason", lambda *a: None)
     cache = m.init_cache(2, 8)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     with torch.no_grad():
         outs = [m(x[:, :3], causal=True, cache=cache)[0]]
         outs += [m(x[:, t:t + 1], causal=True, cache=cache)[0] for t in range(3, 6)]

@@ -77,6 +77,14 @@ class KVCache(nn.Module):
         self.length: int = 0
         self.cross = bool(cross)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # `length` changes at every decoding step: a plain attribute, set without
+        # nn.Module's search of its parameters, buffers and submodules.
+        if name == "length":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
     @property
     def capacity(self) -> int:
         return self.k.shape[2]

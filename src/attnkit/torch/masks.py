@@ -95,9 +95,11 @@ def _check_lengths(valid_lens: object, maxlen: int) -> torch.Tensor:
     if not vl.numel():
         pass
     elif not vl.is_floating_point():
-        values = vl.flatten().tolist() if vl.numel() <= 4096 else \
-            torch.stack(torch.aminmax(vl.flatten())).tolist()
-        check_length_range(min(values), max(values), maxlen)
+        values = (vl.tolist() if vl.ndim == 1 else vl.flatten().tolist()) \
+            if vl.numel() <= 4096 else torch.stack(torch.aminmax(vl.flatten())).tolist()
+        lo, hi = min(values), max(values)
+        if lo < 0 or hi > maxlen:
+            check_length_range(lo, hi, maxlen)
     else:
         values = vl.flatten().tolist()
         if any(x != x for x in values):  # NaN
@@ -364,7 +366,7 @@ def attention_mask(
         _and(mask.to(device) if device is not None else mask)
     if valid_lens is not None:
         vm = valid_lens_mask(valid_lens, shape)
-        _and(vm.to(device) if device is not None else vm)
+        _and(vm if device is None or vm.device == device else vm.to(device))
     left, right = resolve_band(causal, window, Tq, Tk)  # causal and window: one band
     if left is not None or right is not None:
         _and(window_mask(Tq, Tk, left, right, device=device))

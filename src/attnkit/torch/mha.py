@@ -261,7 +261,7 @@ class MultiHeadAttention(nn.Module):
             k, v = self._through_cache(cache, k, v)  # (B, Hkv, positions cached, D)
         out = weights = None
         bottom_right = causal is True or causal == "bottom_right" or (not causal and Tq == 1)
-        if cache is not None and not cache.cross and bottom_right \
+        if cache is not None and q.is_cuda and not cache.cross and bottom_right \
                 and not need_weights and mask is None and bias is None and valid_lens is None \
                 and window is None and self.softcap is None and self.sinks is None \
                 and segment_ids is None and not (self.training and self.dropout > 0):
