@@ -239,6 +239,7 @@ def attention(
         bias = _with_rank(bias, len(shape))
     if mask is not None and isinstance(mask, torch.Tensor):
         mask = _with_rank(mask, len(shape))
+
     def masks(causal: str | bool | None = False, window: Window | None = None
               ) -> torch.Tensor | None:
         """The bool mask (True = may attend) of the given constraints, or None."""
