@@ -102,8 +102,8 @@ def test_modules_never_read_a_tensor_back(no_readback):
                                       torch.tensor([[0, 0, 0, 1, 1, 1, -1]] * 2))},
 ])
 def test_the_lse_op_never_reads_a_tensor_back(no_readback, kw):
-    """Ring attention's block op (attnkit.torch.lse) on its torch path: NaN/inf in the
-    values are handled by tensor ops (it used to read back whether V was all finite)."""
+    """Ring attention's block op (attnkit.torch.lse): nothing is read back, whatever the
+    values hold (it used to read back whether a masked block was all finite)."""
     from attnkit.torch.lse import attention_with_lse, attention_with_lse_backward
 
     g, q, k, v = _inputs(Tq=5)
