@@ -83,9 +83,8 @@ def bench_overhead(quick: bool, record: bool) -> None:
             "for one query under causal; is_causal for a causal prefill); eager = "
             "softmax((q * scale) @ k^T [+ padding bias]) @ v returning the weights; an SDPA "
             "decoding step = the same four projections, a write into preallocated buffers, "
-            "SDPA over the filled part. attnkit keeps NaN/inf in masked positions out of "
-            "every output and gradient (SDPA does not), with tensor ops only: for a masked "
-            "call that costs passes over q/k/v (see docs/torch.md). " + context()
+            "SDPA over the filled part. attnkit builds the mask from valid_lens itself (an "
+            "arange and a compare per call) and checks them on the CPU. " + context()
         ),
         record=record,
     )

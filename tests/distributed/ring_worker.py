@@ -66,9 +66,6 @@ def run_case(case: dict, group: dist.ProcessGroup | None = None) -> dict | None:
     if "logit" in case:  # logits logit + O(1), exact in float32 (Dk = 64)
         arrays = large_logit_inputs(B, H, Hkv, T, T, Dv, logit=case["logit"], seed=case["seed"])
         full = dict(zip(("q", "k", "v", "dout"), (torch.from_numpy(x) for x in arrays)))
-    if case.get("nan"):  # NaN at future positions: attended only by later queries
-        full["v"][:, :, T // 2, Dv // 2] = float("nan")
-        full["k"][:, -1, (3 * T) // 4, :] = float("nan")
     valid = case.get("valid_lens")
     valid_lens = None if valid is None else torch.tensor([min(x, T) for x in valid])
     dtype, layout, causal = DTYPES[case["dtype"]], case["layout"], case["causal"]

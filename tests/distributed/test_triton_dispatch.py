@@ -32,7 +32,7 @@ def via_triton(monkeypatch):
     """Route every unmasked float block to the Triton kernels, CPU tensors included."""
     monkeypatch.setattr(
         lse_op, "_use_triton",
-        lambda q, k, v, key_mask, masked: (
+        lambda q, v, key_mask: (
             ops if key_mask is None and q.dtype in lse_op._TRITON_DTYPES else None
         ),
     )
@@ -57,7 +57,7 @@ def test_block_ops_on_triton_match_torch_path(shape, causal, via_triton) -> None
     ref_out, ref_lse = block_forward(q, k, v, causal=causal, scale=0.25)  # float64 torch path
     ref_g = block_backward(dout, q, k, v, ref_out, ref_lse, causal=causal, scale=0.25)
     f32 = [t.float().to(DEVICE) for t in (q, k, v, dout)]
-    lse_op._use_triton, orig = (lambda q, k, v, key_mask, masked: None), lse_op._use_triton
+    lse_op._use_triton, orig = (lambda q, v, key_mask: None), lse_op._use_triton
     try:
         b_out, b_lse = block_forward(*f32[:3], causal=causal, scale=0.25)
         b_g = block_backward(f32[3], *f32[:3], b_out, b_lse, causal=causal, scale=0.25)
@@ -87,7 +87,7 @@ def test_one_rank_ring_on_triton_blocks(causal, variants, via_triton) -> None:
             leaves.append(sinks.to(DEVICE, dtype).requires_grad_(True))
         saved = lse_op._use_triton
         if not triton:
-            lse_op._use_triton = lambda q, k, v, key_mask, masked: None
+            lse_op._use_triton = lambda q, v, key_mask: None
         try:
             out = ring_attention(*leaves[:3], causal=causal, sinks=leaves[3] if variants
                                  else None, **opts)

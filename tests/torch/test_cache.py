@@ -10,6 +10,7 @@ import torch
 
 import attnkit
 import attnkit.torch as at
+from attnkit.torch import KVCache
 
 SPLITS = [[11], [4, 1, 1, 1, 1, 1, 1, 1], [1] * 11, [3, 5, 2, 1], [1, 10]]
 
@@ -159,6 +160,7 @@ def test_decode_hands_cache_buffers_to_triton_kernel_in_place(monkeypatch):
     full, _ = m(x, causal=True)
     monkeypatch.setattr(tp, "triton_reason", lambda *a: None)
     cache = m.init_cache(2, 8)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     with torch.no_grad():
         outs = [m(x[:, :3], causal=True, cache=cache)[0]]
         outs += [m(x[:, t:t + 1], causal=True, cache=cache)[0] for t in range(3, 6)]
@@ -190,45 +192,17 @@ def test_failing_forward_leaves_cache_unchanged(cross):
     torch.testing.assert_close(out, full, rtol=1e-12, atol=1e-13)
 
 
-def test_a_step_that_sees_every_cached_position_gets_back_what_the_cache_held():
-    """One query under causal (or no mask) attends every cached position, so
-    MultiHeadAttention hands the buffers to SDPA directly; the codes must still put back
-    the NaN the cache stored as 0 (without them the later rows would come out finite)."""
-    m = _model()
-    x = torch.randn(2, 6, 12, dtype=torch.float64)
-    x[1, 2] = float("nan")
-    cache = m.init_cache(2, 8)
-    with torch.no_grad():
-        outs = [m(x[:, :2], causal=True, cache=cache)[0]]
-        outs += [m(x[:, t:t + 1], causal=t % 2 == 0, cache=cache)[0] for t in range(2, 6)]
-        full, _ = m(x, causal=True)
-    got = torch.cat(outs, dim=1)
-    assert torch.isnan(got[1, 2:]).all() and not torch.isnan(got[1, :2]).any()
-    assert not torch.isnan(got[0]).any()
-    torch.testing.assert_close(got, full, rtol=1e-12, atol=1e-13, equal_nan=True)
 
 
-def test_cache_keeps_masked_nan_out_and_attended_nan_in():
-    """NaN written into the cache is stored as 0 with a code, so that no step's kernel
-    meets it where a mask excludes it (no pass over the cache per step), and a query that
-    may attend it still gets NaN: decoding equals the full forward, NaN pattern included."""
-    m = _model()
-    x = torch.randn(2, 6, 12, dtype=torch.float64)
-    x[0, 2] = float("nan")  # batch 0: a padded position (valid_len 2)
-    x[1, 4] = float("nan")  # batch 1: attended by queries 4 and 5
-    cache = m.init_cache(2, 8)
-    outs = []
-    with torch.no_grad():
-        outs.append(m(x[:, :3], causal=True, cache=cache, valid_lens=torch.tensor([2, 3]))[0])
-        for t in range(3, 6):
-            outs.append(m(x[:, t:t + 1], causal=True, cache=cache,
-                          valid_lens=torch.tensor([2, t + 1]))[0])
-        full, _ = m(x, causal=True, valid_lens=torch.tensor([[2] * 6, [6] * 6]))
-    got = torch.cat(outs, dim=1)
-    assert torch.isnan(got[1, 4:]).all() and not torch.isnan(got[1, :4]).any()
-    assert not torch.isnan(got[0, [0, 1, 3, 4, 5]]).any()  # row 2's own query is NaN
-    torch.testing.assert_close(got, full, rtol=1e-12, atol=1e-13, equal_nan=True)
-    assert torch.isfinite(cache.k).all() and torch.isfinite(cache.v).all()
-    codes = cache.codes()
-    assert torch.isnan(codes[0, :, :, 2]).all() and torch.isnan(codes[1, :, :, 4]).all()
-    assert (codes[0, :, :, [0, 1, 3, 4, 5]] == 0).all()
+def test_an_older_state_dict_with_the_nonfinite_buffer_loads_with_a_warning():
+    """Caches used to keep a `nonfinite` buffer (codes of NaN/inf written into them); an
+    old state_dict still loads, with one DeprecationWarning, and the buffer is gone."""
+    cache = KVCache(batch_size=2, num_kv_heads=1, capacity=4, head_dim=3)
+    cache.append(torch.ones(2, 1, 3, 3), torch.ones(2, 1, 3, 3))
+    old = cache.state_dict()
+    old["nonfinite"] = torch.zeros(2, 1, 2, 4)
+    fresh = KVCache(batch_size=2, num_kv_heads=1, capacity=4, head_dim=3)
+    with pytest.warns(DeprecationWarning, match="nonfinite") as caught:
+        fresh.load_state_dict(old)
+    assert len(caught) == 1 and fresh.length == 3 and torch.equal(fresh.k, cache.k)
+    assert "nonfinite" not in fresh.state_dict()

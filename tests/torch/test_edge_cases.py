@@ -162,55 +162,6 @@ def test_zero_head_dim_uses_the_default_scale(backend):
     np.testing.assert_allclose(w.numpy(), ref_w, rtol=1e-5, atol=1e-6)
 
 
-# -- NaN in a fully masked query row ----------------------------------------------------------
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("Tq", [1, 5])
-def test_nan_query_in_a_fully_masked_row_gives_zero_gradients(backend, Tq, rng):
-    """A query with no allowed key holding NaN: output 0 and every gradient equal to the
-    reference's (zero for that row), none NaN."""
-    q, k, v = (rng.standard_normal(s) for s in ((2, 4, Tq, 3), (2, 2, 6, 3), (2, 2, 6, 3)))
-    q[0] = np.nan  # batch 0 has valid_len 0: every row empty
-    vl = np.array([0, 4])
-    d_out = rng.standard_normal((2, 4, Tq, 3))
-    (ref, _), pull = an.vjp(an.scaled_dot_product_attention, q, k, v, valid_lens=vl)
-    ref_grads = pull(d_out)
-    tq, tk, tv = (t64(x, requires_grad=True) for x in (q, k, v))
-    out, _ = at.attention(tq, tk, tv, valid_lens=torch.tensor(vl), backend=backend)
-    np.testing.assert_allclose(npy(out), ref, rtol=1e-12, atol=1e-14)
-    out.backward(t64(d_out))
-    for got, want in zip((tq.grad, tk.grad, tv.grad), ref_grads):
-        assert not torch.isnan(got).any()
-        np.testing.assert_allclose(npy(got), want, rtol=1e-10, atol=1e-12)
-
-
-def test_mha_nan_query_with_valid_len_zero_reaches_no_gradient(rng):
-    """MultiHeadAttention, self-attention: a batch row with valid_len 0 whose input is NaN
-    gets output bias-only and gives every projection weight a finite gradient equal to the
-    reference's."""
-    torch.manual_seed(0)
-    m = at.MultiHeadAttention(8, 2, dtype=torch.float64)
-    x = rng.standard_normal((2, 5, 8))
-    x[0] = np.nan
-    vl = np.array([0, 5])
-    d_out = rng.standard_normal((2, 5, 8))
-    (ref, _), pull = an.vjp(an.multi_head_attention, m.to_numpy_params(), x, x, valid_lens=vl)
-    d_params, _, _ = pull(d_out)
-    tx = t64(x, requires_grad=True)
-    out, _ = m(tx, valid_lens=torch.tensor(vl), causal=True)
-    ref_c, _ = an.multi_head_attention(m.to_numpy_params(), x, x, valid_lens=vl, causal=True)
-    np.testing.assert_allclose(npy(out), ref_c, rtol=1e-10, atol=1e-12)
-    out, _ = m(tx, valid_lens=torch.tensor(vl))
-    np.testing.assert_allclose(npy(out), ref, rtol=1e-10, atol=1e-12)
-    out.backward(t64(d_out))
-    flat = d_params.to_flat()
-    for lin, w in ((m.q_proj, "w_q"), (m.k_proj, "w_k"), (m.v_proj, "w_v"),
-                   (m.out_proj, "w_o")):
-        assert not torch.isnan(lin.weight.grad).any(), w
-        np.testing.assert_allclose(npy(lin.weight.grad).T, flat[w], rtol=1e-10, atol=1e-12)
-
-
 # -- dropout ----------------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ import torch
 import attnkit
 import attnkit.numpy as an
 import attnkit.torch as at
+from attnkit.testing import reference_attention
 
 
 def t64(x: np.ndarray, requires_grad: bool = False) -> torch.Tensor:
@@ -207,83 +208,6 @@ def test_bias_all_minus_inf_row_is_empty(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_nan_in_masked_value_does_not_leak_but_attended_nan_propagates(rng, backend):
-    q, k, v = (rng.standard_normal((1, 2, 4, 3)) for _ in range(3))
-    v[0, 0, 3, 1] = np.nan  # key 3 of head 0
-    vl = np.array([3])
-    ref, _ = an.scaled_dot_product_attention(q, k, v, valid_lens=vl)
-    out, _ = at.attention(t64(q), t64(k), t64(v), valid_lens=torch.tensor(vl), backend=backend)
-    assert not np.isnan(ref).any()
-    np.testing.assert_allclose(npy(out), ref, rtol=1e-12)
-    ref_c, _ = an.scaled_dot_product_attention(q, k, v, causal=True)
-    out_c, _ = at.attention(t64(q), t64(k), t64(v), causal=True, backend=backend)
-    np.testing.assert_array_equal(np.isnan(npy(out_c)), np.isnan(ref_c))
-    assert np.isnan(ref_c[0, 0, 3, 1])  # the last query attends key 3: NaN propagates
-    np.testing.assert_allclose(npy(out_c), ref_c, rtol=1e-12)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("where", ["k", "v"])
-def test_nan_in_padding_leaks_into_neither_output_nor_gradients(rng, backend, where):
-    """Garbage (NaN/inf) in padded key/value rows that no query may attend: output,
-    weights and every gradient equal the reference's, with no NaN (0 * nan in a matmul,
-    forward or backward, must not reach them)."""
-    q, k, v = (rng.standard_normal(s) for s in ((2, 4, 5, 3), (2, 2, 6, 3), (2, 2, 6, 3)))
-    vl = np.array([4, 6])
-    garbage = {"k": k, "v": v}[where]
-    garbage[0, :, 4:] = np.nan
-    garbage[0, 1, 5, 0] = np.inf
-    d_out = rng.standard_normal((2, 4, 5, 3))
-    (ref, ref_w), pull = an.vjp(an.scaled_dot_product_attention, q, k, v, valid_lens=vl)
-    ref_grads = pull(d_out)
-    assert not any(np.isnan(g).any() for g in ref_grads)
-    tq, tk, tv = (t64(x, requires_grad=True) for x in (q, k, v))
-    out, w = at.attention(tq, tk, tv, valid_lens=torch.tensor(vl), need_weights=True,
-                          backend=backend)
-    np.testing.assert_allclose(npy(out), ref, rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(npy(w), ref_w, rtol=1e-12, atol=1e-14)
-    out.backward(t64(d_out))
-    for got, want in zip((tq.grad, tk.grad, tv.grad), ref_grads):
-        # The reference gives padded rows gradient 0 (of a NaN input: still 0).
-        np.testing.assert_allclose(npy(got), want, rtol=1e-10, atol=1e-12)
-
-
-@pytest.mark.parametrize("where", ["k", "v"])
-def test_additive_nan_in_padding_leaks_into_neither_output_nor_gradients(rng, where):
-    q, k, v = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 5, 6)), \
-        rng.standard_normal((2, 5, 3))
-    w_q, w_k, w_v = rng.standard_normal((4, 8)), rng.standard_normal((6, 8)), \
-        rng.standard_normal(8)
-    {"k": k, "v": v}[where][0, 3:] = np.nan
-    vl = np.array([3, 5])
-    d_out = rng.standard_normal((2, 3, 3))
-    (ref, _), pull = an.vjp(an.additive_attention, q, k, v, w_q, w_k, w_v, valid_lens=vl)
-    ref_grads = pull(d_out)
-    assert not any(np.isnan(g).any() for g in ref_grads)
-    args = [t64(x, requires_grad=True) for x in (q, k, v, w_q, w_k, w_v)]
-    out, _ = at.additive_attention(*args, valid_lens=torch.tensor(vl))
-    np.testing.assert_allclose(npy(out), ref, rtol=1e-12, atol=1e-14)
-    out.backward(t64(d_out))
-    for got, want in zip(args, ref_grads):
-        np.testing.assert_allclose(npy(got.grad), want, rtol=1e-10, atol=1e-12)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_nan_in_masked_key_does_not_leak_but_attended_nan_propagates(rng, backend):
-    q, k, v = (rng.standard_normal((1, 2, 4, 3)) for _ in range(3))
-    k[0, 0, 3, 1] = np.nan  # key 3 of head 0: only the last query may see it (causal)
-    for kw in ({"causal": True}, {"window": (1, 0)}, {"mask": np.tri(4, 4, dtype=bool)}):
-        ref, _ = an.scaled_dot_product_attention(q, k, v, **kw)
-        tkw = {n: (torch.tensor(x) if isinstance(x, np.ndarray) else x) for n, x in kw.items()}
-        out, w = at.attention(t64(q), t64(k), t64(v), need_weights=True, backend=backend,
-                              **tkw)
-        np.testing.assert_array_equal(np.isnan(npy(out)), np.isnan(ref))
-        assert np.isnan(ref[0, 0, 3]).all() and not np.isnan(ref[0, 0, :3]).any()
-        np.testing.assert_allclose(npy(out), ref, rtol=1e-12)
-        assert not torch.isnan(w[0, 0, :3]).any()
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_caller_tensors_unchanged(rng, backend):
     q, k, v = (t64(rng.standard_normal((2, 2, 5, 3)), requires_grad=True) for _ in range(3))
     bias = t64(rng.standard_normal((2, 1, 5, 5)))
@@ -365,19 +289,22 @@ def test_triton_dispatch_conditions(monkeypatch):
     monkeypatch.setitem(sys.modules, "attnkit.triton", fake)
     # `import attnkit.triton as x` reads the package attribute when the real one is loaded
     monkeypatch.setattr(attnkit, "triton", fake, raising=False)
-    q = torch.empty(1, 2, 4, 8, dtype=torch.float16, device="meta")
-    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    assert tp.triton_reason(q, False, False, 0.0) is None
-    assert "mask" in tp.triton_reason(q, True, False, 0.0)
-    assert "dropout" in tp.triton_reason(q, False, False, 0.1)
-    assert "float16/bfloat16" in tp.triton_reason(q.float(), False, False, 0.0)
-    k = torch.empty(2, 2, 4, 8, dtype=torch.float16, device="meta")
-    assert "broadcast batch" in tp.triton_reason(q, False, False, 0.0, k, k)
-    big = torch.empty(1, 2, 4, 512, dtype=torch.float16, device="meta")
-    assert "head dims 1..256" in tp.triton_reason(big, False, False, 0.0, big, big)
+    q = (1, 2, 4, 8)
+
+    def reason(q=q, k=q, Dv=8, dtype=torch.float16, mask=False, bias=False, drop=False,
+               device="cuda"):
+        return tp.triton_reason(device, dtype, q, k, Dv, mask, bias, drop)
+
+    assert reason() is None
+    assert "needs CUDA" in reason(device="cpu")
+    assert "mask" in reason(mask=True) and "mask" in reason(bias=True)
+    assert "dropout" in reason(drop=True)
+    assert "float16/bfloat16" in reason(dtype=torch.float32)
+    assert "broadcast batch" in reason(k=(2, 2, 4, 8))
+    assert "head dims 1..256" in reason(q=(1, 2, 4, 512), k=(1, 2, 4, 512), Dv=512)
     monkeypatch.setitem(sys.modules, "attnkit.triton", None)  # not importable
     monkeypatch.delattr(attnkit, "triton", raising=False)
-    assert "not importable" in tp.triton_reason(q, False, False, 0.0)
+    assert "not importable" in reason()
 
 
 ERRORS = [
@@ -439,3 +366,75 @@ def test_triton_hand_off_matches_math_path(monkeypatch):
                                   backend="math")
         torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
         torch.testing.assert_close(w, ref_w, rtol=tol, atol=tol)
+
+
+# -- the plan: a pure function of the call's structure -------------------------------------
+
+
+def _call(**given):
+    """A :class:`attnkit.torch.functional.Call` for q, k, v (2, 4, 8, 16) on the CPU, with
+    the fields given overriding."""
+    from attnkit.torch.functional import Call
+
+    base = dict(backend="auto", device="cpu", triton="needs CUDA", q_shape=(2, 4, 8, 16),
+                Dv=16, scores=(2, 4, 8, 8), masked=False, bias=False, causal=None, window=None,
+                segment_ids=False, packed=False, softcap=False, sinks=False, dropout=False,
+                need_weights=False, grad=False)
+    return Call(**{**base, **given})
+
+
+@pytest.mark.parametrize("given, path, is_causal, band, empty", [
+    ({}, "sdpa", False, False, False),
+    ({"causal": "bottom_right"}, "sdpa", True, False, False),  # Tq == Tk: SDPA's own
+    ({"causal": "top_left", "scores": (2, 4, 3, 8)}, "sdpa", True, False, False),
+    ({"causal": "bottom_right", "scores": (2, 4, 3, 8)}, "sdpa", False, True, False),
+    ({"causal": "bottom_right", "scores": (2, 4, 1, 8)}, "sdpa", False, False, False),  # decode
+    ({"causal": "bottom_right", "bias": True}, "sdpa", False, True, True),  # T5: one mask
+    ({"causal": "bottom_right", "scores": (2, 4, 8, 3)}, "sdpa", False, True, True),
+    ({"window": (2, 0)}, "sdpa", False, True, False),
+    ({"masked": True}, "sdpa", False, False, True),
+    ({"softcap": True}, "math", False, False, False),
+    ({"need_weights": True}, "math", False, False, False),
+    ({"need_weights": True, "grad": True, "scores": (64, 64, 64, 64)}, "sdpa", False, False,
+     False),
+    ({"backend": "math", "causal": "bottom_right"}, "math", False, True, False),
+    ({"scores": (2, 4, 8, 0)}, "math", False, False, True),
+    ({"segment_ids": True, "packed": True}, "packed", False, False, True),
+    ({"triton": None, "device": "cuda", "segment_ids": True}, "triton", False, False, True),
+])
+def test_plan_picks_the_path_from_the_structure_alone(given, path, is_causal, band, empty):
+    from attnkit.torch.functional import plan
+
+    got = plan(_call(**given))
+    assert (got.path, got.is_causal, got.band, got.empty_rows) == (path, is_causal, band, empty)
+
+
+def test_plan_refuses_a_forced_path_that_cannot_take_the_call():
+    from attnkit.torch.functional import may_pack, plan
+
+    with pytest.raises(ValueError, match="backend='triton' cannot take this call: needs CUDA"):
+        plan(_call(backend="triton"))
+    with pytest.raises(ValueError, match="backend='sdpa' cannot take softcap"):
+        plan(_call(backend="sdpa", softcap=True))
+    # Packed runs are never looked for in a decoding step, nor beside another mask.
+    assert may_pack(_call(segment_ids=True))
+    assert not may_pack(_call(segment_ids=True, scores=(2, 4, 1, 8)))
+    assert not may_pack(_call(segment_ids=True, masked=True))
+
+
+@pytest.mark.parametrize("T", [9, 33])
+def test_bias_with_causal_trains_on_every_path(T):
+    """Bug (issue 22, T5 training): a bias that needs a gradient with causal=True sent SDPA
+    both an attn_mask and is_causal, which it refuses. The band now goes into the mask."""
+    g = torch.Generator().manual_seed(T)
+    q = torch.randn(1, 4, T, 16, generator=g, dtype=torch.float64)
+    b = torch.randn(1, 4, T, T, generator=g, dtype=torch.float64, requires_grad=True)
+    grads = []
+    for backend in ("auto", "sdpa", "math"):
+        out, _ = at.attention(q, q, q, bias=b, causal=True, backend=backend)
+        grads.append((out, torch.autograd.grad(out.sum(), b)[0]))
+    ref = reference_attention(q, q, q, bias=b.detach(), causal=True)
+    for out, grad in grads:
+        np.testing.assert_allclose(npy(out), ref.out, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(grad, grads[-1][1])
+        assert (grad[..., torch.ones(T, T, dtype=torch.bool).triu(1)] == 0).all()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch._dynamo.testing
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import attnkit.torch as at
 
@@ -63,8 +64,11 @@ def no_readback(monkeypatch):
 def test_masked_calls_never_read_a_tensor_back(no_readback, backend, Tq, Dv):
     g, q, k, v = _inputs(Tq=Tq, Dv=Dv)
     # segment_ids are left out: on the CPU they are read once, by design, to find packed
-    # documents (attnkit.torch._packed; skipped under torch.compile, tested below).
+    # documents (attnkit.torch._packed; skipped under torch.compile, tested below); so are
+    # valid_lens, read on the CPU to be checked (on a GPU they are clamped instead).
     for kw in _calls(g, Tq, 7):
+        if "valid_lens" in kw:
+            continue
         if backend == "sdpa" and "softcap" in kw:
             continue  # SDPA has no softcap (the call raises, saying so)
         out, w = at.attention(q, k, v, backend=backend, **kw)
@@ -78,15 +82,17 @@ def test_modules_never_read_a_tensor_back(no_readback):
     torch.manual_seed(0)
     m = at.MultiHeadAttention(16, 4, num_kv_heads=2)
     x = torch.randn(2, 6, 16)
-    vl = torch.tensor([4, 6])
-    out, w = m(x, causal=True, valid_lens=vl, need_weights=True)
+    pad = (torch.arange(6) < torch.tensor([4, 6])[:, None])[:, None, None, :]  # (B, 1, 1, T)
+    out, w = m(x, causal=True, mask=pad, need_weights=True)
     (out.sum() + w.sum()).backward()
     cache = m.init_cache(2, 8)
     with torch.no_grad():
-        m(x[:, :4], causal=True, cache=cache, valid_lens=torch.tensor([3, 4]))
-        m(x[:, 4:5], causal=True, cache=cache, valid_lens=torch.tensor([3, 5]))
+        m(x[:, :4], causal=True, cache=cache, mask=pad[..., :4])
+        m(x[:, 4:5], causal=True, cache=cache, mask=pad[..., :5])
     add = at.AdditiveAttention(16, 16, 8)
-    add(x, x, x, vl).sum().backward()
+    out, _ = at.additive_attention(x, x, x, add.W_q.weight.T, add.W_k.weight.T,
+                                   add.w_v.weight[0], mask=pad[:, 0])
+    out.sum().backward()
 
 
 @pytest.mark.parametrize("kw", [
@@ -96,8 +102,8 @@ def test_modules_never_read_a_tensor_back(no_readback):
                                       torch.tensor([[0, 0, 0, 1, 1, 1, -1]] * 2))},
 ])
 def test_the_lse_op_never_reads_a_tensor_back(no_readback, kw):
-    """Ring attention's block op (attnkit.torch.lse) on its torch path: NaN/inf in the
-    values are handled by tensor ops (it used to read back whether V was all finite)."""
+    """Ring attention's block op (attnkit.torch.lse): nothing is read back, whatever the
+    values hold (it used to read back whether a masked block was all finite)."""
     from attnkit.torch.lse import attention_with_lse, attention_with_lse_backward
 
     g, q, k, v = _inputs(Tq=5)
@@ -206,3 +212,30 @@ def test_graph_breaks_counted_by_explain_are_zero():
                                                   valid_lens=torch.tensor([2, 5]))[0])(x)
     assert explained.graph_break_count == 0, explained.break_reasons
     assert explained.graph_count == 1
+
+
+class _CountOps(TorchDispatchMode):
+    """Every aten op dispatched inside the ``with`` block, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("kw, most", [
+    ({"valid_lens": torch.tensor([200, 256])}, 8),  # SDPA with the same key mask: 4
+    ({"causal": True}, 3),  # SDPA's is_causal: 1
+    ({}, 1),
+])
+def test_a_masked_call_costs_sdpa_plus_the_mask_it_needs(kw, most):
+    """The aten ops of one call (B=2, H=8, T=256, D=64, no grad): the kernel and the
+    mask it needs, nothing that passes over q, k or v (issue 23 counted 35 and 25)."""
+    q = torch.randn(2, 8, 256, 64)
+    with torch.no_grad(), _CountOps() as counted:
+        at.attention(q, q, q, **kw)
+    assert len(counted.ops) <= most, counted.ops
+    assert sum("scaled_dot_product" in op for op in counted.ops) == 1, counted.ops

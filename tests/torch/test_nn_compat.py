@@ -316,42 +316,6 @@ def test_cross_attention_cache_projects_memory_once():
     assert cache.length == Tk
 
 
-def test_nan_in_padded_memory_reaches_no_gradient():
-    _, ours = torch_pair({"kdim": 3, "vdim": 7})
-    q = torch.randn(Tq, B, E, dtype=F64)
-    k, v = torch.randn(Tk, B, 3, dtype=F64), torch.randn(Tk, B, 7, dtype=F64)
-    kpm = torch.zeros(B, Tk, dtype=torch.bool)
-    kpm[:, -1] = True
-    k[-1], v[-1] = float("nan"), float("inf")
-    out, _ = ours(q, k, v, key_padding_mask=kpm)
-    out.sum().backward()
-    assert torch.isfinite(out).all()
-    for name, p in ours.named_parameters():
-        assert torch.isfinite(p.grad).all(), name
-
-
-def test_nan_in_a_later_key_stays_out_of_earlier_queries_under_the_causal_hint():
-    """Top-left causal (the trusted hint): a NaN key/value at position j reaches queries
-    i >= j only; one that no query may see (j >= Tq) reaches no output and, with every
-    output in the loss, no gradient (torch would spread both)."""
-    _, ours = torch_pair({})
-    q = torch.randn(Tq, B, E, dtype=F64)
-    hint = dict(attn_mask=torch.ones(Tq, Tk, dtype=torch.bool).triu(1), is_causal=True,
-                need_weights=False)
-    seen = torch.randn(Tk, B, E, dtype=F64)
-    seen[2, 0] = float("nan")
-    out, _ = ours(q, seen, seen, **hint)
-    assert torch.isfinite(out[:2]).all() and torch.isnan(out[2:, 0]).all()
-    assert torch.isfinite(out[:, 1:]).all()  # other batch rows untouched
-    unseen = torch.randn(Tk, B, E, dtype=F64)
-    unseen[Tk - 1] = float("nan")  # Tk > Tq: no query sees the last key
-    out, _ = ours(q, unseen, unseen, **hint)
-    out.sum().backward()
-    assert torch.isfinite(out).all()
-    for name, p in ours.named_parameters():
-        assert torch.isfinite(p.grad).all(), name
-
-
 # -- in models ---------------------------------------------------------------------------
 
 
@@ -461,3 +425,22 @@ def test_swap_attention_shared_layers_and_bad_targets():
     assert model["a"] is model["b"][0]  # still one layer, under both names
     with pytest.raises(TypeError, match="from_torch"):
         at.swap_attention(nn.MultiheadAttention(E, H))
+
+
+@pytest.mark.parametrize("bias_dtype", [torch.float64, torch.float16])
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_in_proj_bias_in_another_dtype_runs_as_in_torch(bias_dtype, self_attention):
+    """Bug (audit): torch's layer runs a float32 input with an in_proj_bias of another
+    dtype; attnkit's raised a bare RuntimeError from matmul. The bias is cast to the
+    input's dtype, as torch's result shows."""
+    torch.manual_seed(0)
+    ref = nn.MultiheadAttention(8, 2, batch_first=True)
+    ref.in_proj_bias.data = ref.in_proj_bias.data.normal_().to(bias_dtype)
+    ours = at.MultiheadAttention.from_torch(ref, share_parameters=True)
+    x, y = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    kv = x if self_attention else y
+    want, want_w = ref(x, kv, kv)
+    got, got_w = ours(x, kv, kv)
+    assert got.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(got_w, want_w, rtol=1e-3, atol=1e-3)

@@ -1,17 +1,10 @@
-"""The math path: plain matmuls and a guarded float32 softmax, in one pass.
+"""The math path: plain matmuls and a float32 softmax, in one pass.
 
 The readable baseline of :func:`attnkit.torch.attention`, and the only path that honours
 every call (any mask, bias, softcap, sinks, dropout, head layout, empty sizes; double
-backward included). It is also what ``backend="auto"`` picks where it is the cheaper one:
-
-- ``need_weights=True`` without autograd (or with small scores): the scores are formed
-  once, normalised, and multiplied by V; the weights are the one ``Tq x Tk`` buffer (see
-  :func:`attnkit.torch._scores.attention_weights`).
-- Decoding (a few queries) under a mask: the ``(Tq, Tk)`` scores are small, so masking
-  them with a select keeps a NaN in a masked key out for free, and only V needs its
-  masked rows zeroed; PyTorch's SDPA would need both. Under a key mask and without
-  autograd, weights or variants, its decoding form (:mod:`attnkit.torch._decode`) zeroes
-  V's masked rows a cache-sized slab at a time.
+backward included). ``backend="auto"`` also picks it for ``need_weights=True`` where one
+pass is cheaper than a fused kernel plus the weights beside it: the scores are formed
+once, normalised, and multiplied by V, and the weights are the one ``Tq x Tk`` buffer.
 """
 
 from __future__ import annotations
@@ -19,11 +12,8 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from ._bias import kernel_mask
 from ._dtypes import stats_dtype
-from ._keep import Keep
-from ._nonfinite import guard_inputs, restore, restore_weights
-from ._scores import attention_weights, group, ungroup
+from ._scores import additive_mask, attention_weights, group, ungroup, weights_mask
 
 __all__ = ["math_path"]
 
@@ -34,32 +24,23 @@ def math_path(
     v: torch.Tensor,
     *,
     G: int,
-    shape: tuple[int, ...],
-    keep: Keep | None,
+    allowed: torch.Tensor | None,
     bias: torch.Tensor | None,
+    empty_rows: bool,
     scale: float,
     dropout_p: float,
     need_weights: bool,
     softcap: float | None = None,
     sinks: torch.Tensor | None = None,
-    select: bool = False,
-    codes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(out (..., H, Tq, Dv), weights (..., H, Tq, Tk) or None)`` for scores of
-    ``shape`` under ``keep`` and ``bias``. Order: scale, ``softcap``, bias, masks, softmax
-    with the ``sinks (H,)`` in its denominators.
-
-    ``select``: mask the scores with a select rather than an addition, so that keys need
-    no cleaning (worth it when the scores are smaller than K, i.e. for a few queries).
-    ``codes``: k and v come from a KV cache (no NaN/inf; see
-    :func:`attnkit.torch._nonfinite.guard_inputs`).
-    """
-    g = guard_inputs(q, k, v, keep, G, keys_by_select=select, rows_zeroed=True, codes=codes)
-    km = kernel_mask(keep, bias, stats_dtype(q.dtype), additive=not select)
-    w = attention_weights(g.q, g.k, G, scale, km, shape, select=select, softcap=softcap,
-                          sinks=sinks)
-    w = restore_weights(w, g.weight_fix, G, keep)
+    """``(out (..., H, Tq, Dv), weights (..., H, Tq, Tk) or None)`` under the bool mask
+    ``allowed`` (True = may attend) and ``bias``. Order: scale, ``softcap``, bias, masks,
+    softmax with the ``sinks (H,)`` in its denominators. ``empty_rows``: some query may
+    have no allowed key (its weights are then zeroed; with sinks no row is empty)."""
+    add, rows = additive_mask(allowed, bias, stats_dtype(q.dtype),
+                              empty_rows=empty_rows and sinks is None)
+    allowed = weights_mask(allowed, rows, need_weights)
+    w = attention_weights(q, k, G, scale, add, allowed, softcap=softcap, sinks=sinks)
     dropped = F.dropout(w, dropout_p, training=True) if dropout_p > 0.0 else w
-    out = ungroup(group(dropped.to(v.dtype), G) @ g.v, G, q.shape[-2])  # (..., H, Tq, Dv)
-    out = restore(out, g.out_fix, G)
+    out = ungroup(group(dropped.to(v.dtype), G) @ v, G, q.shape[-2])  # (..., H, Tq, Dv)
     return out, (w.to(q.dtype) if need_weights else None)

@@ -7,11 +7,12 @@ is zero. Running attention on each block alone, instead of on ``Tq x Tk`` scores
 dense mask, does ``sum_d Tq_d * Tk_d`` work instead of ``Tq * Tk``: for 8 equal documents,
 an eighth.
 
-Finding the runs reads the ids back to the host: one read per call, and only here, where
-the tensors already live on the CPU, so it never stalls a GPU stream. (Under
-``torch.compile`` the path is skipped: the read would break the graph; the dense mask
-path is traced instead.) Ids that repeat after a gap, or a call with a ``mask``, ``bias``
-or ``valid_lens`` as well, take the dense mask path.
+Finding the runs reads the ids back to the host, once per id tensor (the answer is kept
+on it), and only here, where the tensors already live on the CPU, so it never stalls a
+GPU stream. It is never tried for a decoding step (one query), nor under
+``torch.compile`` (the read would break the graph; the dense mask path is traced
+instead). Ids that repeat after a gap, or a call with a ``mask``, ``bias`` or
+``valid_lens`` as well, take the dense mask path.
 
 Causal and window constraints are kept exactly: the band ``(left, right)`` around the
 bottom-right diagonal of the whole ``Tq x Tk`` matrix is, for the block of query rows
@@ -22,6 +23,7 @@ on shared ids ``s = 0``, so a causal block is a causal attention of its own.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -36,34 +38,50 @@ Runs = list[tuple[int, int, int, int]]
 _CALL_COST = 128 * 128
 
 
-def _runs(ids: list[int]) -> dict[int, tuple[int, int]] | None:
-    """``{id: (start, end)}`` of the contiguous runs of the non-negative ids, or None when
-    some id comes back after a gap (then the blocks are not contiguous)."""
-    runs: dict[int, tuple[int, int]] = {}
-    start = 0
-    for t in range(1, len(ids) + 1):
-        if t == len(ids) or ids[t] != ids[start]:
-            x = ids[start]
-            if x >= 0:
-                if x in runs:
-                    return None
-                runs[x] = (start, t)
-            start = t
-    return runs
+def _row_runs(ids: torch.Tensor) -> list[dict[int, tuple[int, int]] | None]:
+    """Per batch row, ``{id: (start, end)}`` of the contiguous runs of its non-negative
+    ids, or None for a row where some id comes back after a gap. Tensor ops find where
+    the id changes; Python then visits one entry per run, not per position."""
+    B, T = ids.shape
+    starts = torch.ones(B, T, dtype=torch.bool)
+    starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    b, t = starts.nonzero(as_tuple=True)
+    rows: list[dict[int, tuple[int, int]] | None] = [{} for _ in range(B)]
+    found = list(zip(b.tolist(), t.tolist(), ids[b, t].tolist()))
+    for n, (row, start, x) in enumerate(found):
+        runs = rows[row]
+        end = found[n + 1][1] if n + 1 < len(found) and found[n + 1][0] == row else T
+        if runs is None or x < 0:
+            continue
+        if x in runs:
+            rows[row] = None
+        else:
+            runs[x] = (start, end)
+    return rows
 
 
 def packed_runs(q_ids: torch.Tensor, kv_ids: torch.Tensor) -> list[Runs] | None:
     """The blocks of each batch row (query run x key run of the same id), or None when the
     ids are not contiguous runs or the blocks would not save work over one dense call.
 
-    Reads the ids back to the host (CPU tensors: no device sync).
-    """
+    Reads the ids back (CPU tensors: no device sync), once per pair of id tensors: the
+    answer is kept on ``q_ids`` (until either is written to), so the layers of a model
+    that share one ``segment_ids`` tensor find their blocks once per forward."""
+    kept = getattr(q_ids, "_attnkit_runs", None)
+    stamp = (q_ids._version, kv_ids._version)
+    if kept is not None and kept[0]() is kv_ids and kept[1] == stamp:
+        return kept[2]
+    blocks = _blocks(q_ids, kv_ids)
+    q_ids._attnkit_runs = (weakref.ref(kv_ids), stamp, blocks)
+    return blocks
+
+
+def _blocks(q_ids: torch.Tensor, kv_ids: torch.Tensor) -> list[Runs] | None:
     B, Tq, Tk = q_ids.shape[0], q_ids.shape[-1], kv_ids.shape[-1]
-    same = q_ids is kv_ids
+    q_rows = _row_runs(q_ids)
+    k_rows = q_rows if q_ids is kv_ids else _row_runs(kv_ids)
     rows: list[Runs] = []
-    for q_row, k_row in zip(q_ids.tolist(), (q_ids if same else kv_ids).tolist()):
-        q_runs = _runs(q_row)
-        k_runs = q_runs if same else _runs(k_row)
+    for q_runs, k_runs in zip(q_rows, k_rows):
         if q_runs is None or k_runs is None:
             return None
         rows.append([qr + k_runs[x] for x, qr in q_runs.items() if x in k_runs])

@@ -8,25 +8,16 @@ computes all their scores.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from ._bias import KernelMask
 from ._dtypes import stats_dtype
-from ._nonfinite import zero_rows, zero_rows_
 from .masks import causal_mask
 from .softmax import sink_column, sink_softmax, softmax_from_lse
 
 __all__ = [
-    "attention_weights", "group", "scaled_scores", "softcap_scores", "ungroup",
-    "weights_from_lse",
+    "additive_mask", "attention_weights", "group", "scaled_scores", "softcap_scores",
+    "ungroup", "weights_from_lse", "weights_mask",
 ]
-
-# Without autograd, the weights are built in slabs of query rows holding about this many
-# scores, so that a slab's scores and softmax stay in cache and only the weights
-# themselves take (..., H, Tq, Tk) memory.
-_SLAB_ELEMS = 1 << 18
 
 
 def group(x: torch.Tensor, G: int) -> torch.Tensor:
@@ -65,68 +56,69 @@ def softcap_scores(s: torch.Tensor, softcap: float | None) -> torch.Tensor:
     return s if softcap is None else torch.tanh(s / softcap) * softcap
 
 
-def _masked_softmax(
-    s: torch.Tensor, km: KernelMask, select: bool, softcap: float | None,
-    sink: torch.Tensor | None, in_place: bool = False,
-) -> torch.Tensor:
-    """Weights from scores ``s`` (a buffer the caller owns) under ``km``: ``softcap``,
-    then masked entries ``-inf`` by adding ``km.add``, and also by a select when
-    ``select`` (a NaN in a masked key may still sit in ``s``: ``nan + -inf`` is NaN); the
-    softmax (with ``sink`` in its denominators); empty rows zeroed. ``in_place``: the
-    weights overwrite ``s`` (see :func:`attention_weights`)."""
-    s = softcap_scores(s, softcap)
-    if km.add is not None:
-        s = s.add_(km.add)
-    if select and km.allowed is not None:
-        s = s.masked_fill_(~km.allowed, float("-inf"))
-    if not s.shape[-1]:
-        return s  # no keys: nothing to normalise
-    if in_place:
-        w = torch.softmax(s, dim=-1, out=s)
-        return w if km.rows is None else zero_rows_(w, km.rows)
-    w = torch.softmax(s, dim=-1) if sink is None else sink_softmax(s, sink)
-    return w if km.rows is None else zero_rows(w, km.rows)
+def weights_mask(
+    allowed: torch.Tensor | None, rows: torch.Tensor | None, need_weights: bool
+) -> torch.Tensor | None:
+    """Where weights may be nonzero: the rows that have a key, and, when the weights are
+    returned, only the allowed keys of those rows."""
+    if not need_weights or allowed is None:
+        return rows
+    return allowed if rows is None else allowed & rows
+
+
+def additive_mask(
+    allowed: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype,
+    *, empty_rows: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(add, rows)`` for scores in ``dtype``: ``add`` is the bias with ``-inf`` where
+    ``allowed`` is False (None without either); ``rows (..., Tq|1, 1)`` is False for a
+    query with no allowed key (None when ``empty_rows`` is False: none can be empty).
+
+    An empty row would be a ``0/0`` softmax whose backward is NaN, so its ``add`` is 0
+    (the row is un-masked for the softmax) and the caller zeroes its weights afterwards:
+    weights 0, output 0, gradient 0. Both tensors have the masks' shape, never more."""
+    if allowed is None and bias is None:
+        return None, None
+    add = torch.zeros((), dtype=dtype, device=(allowed if bias is None else bias).device) \
+        if bias is None else bias.to(dtype)
+    if allowed is not None:
+        add = torch.where(allowed, add, float("-inf"))
+    if not empty_rows:
+        return add, None
+    rows = (add != float("-inf")).any(dim=-1, keepdim=True)
+    return torch.where(rows, add, 0.0), rows
 
 
 def attention_weights(
-    q: torch.Tensor, k: torch.Tensor, G: int, scale: float, km: KernelMask,
-    shape: tuple[int, ...], *, select: bool = False, softcap: float | None = None,
+    q: torch.Tensor, k: torch.Tensor, G: int, scale: float, add: torch.Tensor | None,
+    allowed: torch.Tensor | None, *, softcap: float | None = None,
     sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Softmax weights of the scores ``shape = (..., H, Tq, Tk)``, in the statistics dtype,
-    under ``km``, with the score variants ``softcap`` and ``sinks (H,)``.
+    """Softmax weights ``(..., H, Tq, Tk)`` in the statistics dtype: scale, ``softcap``,
+    ``add`` (:func:`additive_mask`), softmax (with the ``sinks (H,)`` in its
+    denominators), then 0 wherever ``allowed`` (bool, broadcastable) is False: the rows with
+    no key, and, for weights a caller reads, every masked key (a NaN score among a row's
+    allowed keys makes its whole softmax NaN).
 
-    With autograd: one scores buffer and one weights buffer (the softmax's backward keeps
-    the weights). Without, the weights are the only ``Tq x Tk`` allocation. On the CPU
-    the softmax then overwrites the scores in place (PyTorch's CPU kernel reads each row
-    before it writes it; tests/torch/test_weights.py checks it bit for bit): no second
-    buffer, whose page faults on first touch would cost as much as the softmax itself.
-    Elsewhere (or with sinks, or while ``torch.compile`` traces) the scores are formed a
-    slab of query rows at a time and normalised while in cache.
-    """
-    Tq = shape[-2]
-    per_row = max(1, math.prod(shape) // max(1, Tq))
-    rows = max(1, _SLAB_ELEMS // per_row)
-    grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad
-                                           for x in (q, k, km.add, sinks))
-    sink = None if sinks is None else sink_column(sinks, len(shape))
-    if not grad and sink is None and q.device.type == "cpu" \
-            and not torch.compiler.is_compiling():
-        return _masked_softmax(scaled_scores(q, k, G, scale), km, select, softcap, None,
-                               in_place=True)
-    if grad or rows >= Tq:
-        return _masked_softmax(scaled_scores(q, k, G, scale), km, select, softcap, sink)
-    w = torch.empty(shape, dtype=stats_dtype(q.dtype), device=q.device)
-    for r0 in range(0, Tq, rows):
-        part = KernelMask(*(None if x is None else _rows_of(x, r0, rows) for x in km))
-        s = scaled_scores(q[..., r0:r0 + rows, :], k, G, scale)
-        w[..., r0:r0 + rows, :] = _masked_softmax(s, part, select, softcap, sink)
-    return w
-
-
-def _rows_of(x: torch.Tensor, r0: int, n: int) -> torch.Tensor:
-    """Query rows ``[r0, r0 + n)`` of a mask that broadcasts over them or has them."""
-    return x if x.ndim < 2 or x.shape[-2] == 1 else x[..., r0:r0 + n, :]
+    Without autograd on the CPU the softmax overwrites the scores in place (PyTorch's CPU
+    kernel reads each row before it writes it; tests/torch/test_weights.py checks it bit
+    for bit): the weights are the one ``Tq x Tk`` buffer, with no second one whose page
+    faults on first touch would cost as much as the softmax itself."""
+    s = softcap_scores(scaled_scores(q, k, G, scale), softcap)
+    if add is not None:
+        s = s.add_(add)
+    if not s.shape[-1]:
+        return s  # no keys: nothing to normalise
+    if sinks is not None:
+        w = sink_softmax(s, sink_column(sinks, s.ndim))
+    elif q.device.type == "cpu" and not torch.compiler.is_compiling() and not (
+            torch.is_grad_enabled() and s.requires_grad):
+        w = torch.softmax(s, dim=-1, out=s)
+    else:
+        w = torch.softmax(s, dim=-1)
+    if allowed is None:
+        return w
+    return w.masked_fill(~allowed, 0.0) if w.requires_grad else w.masked_fill_(~allowed, 0.0)
 
 
 def weights_from_lse(
@@ -162,4 +154,7 @@ def weights_from_lse(
     if lse is None:
         with torch.no_grad():
             lse = torch.logsumexp(s, dim=-1)
-    return softmax_from_lse(s, lse.to(s.dtype))
+    w = softmax_from_lse(s, lse.to(s.dtype))
+    if attn_mask is not None and attn_mask.dtype == torch.bool:  # a NaN LSE: 0 stays 0
+        w = w.masked_fill(~attn_mask, 0.0)
+    return w

@@ -12,8 +12,6 @@ from types import ModuleType
 import torch
 
 from ..spec import check_fused_head_dims, is_half
-from ._keep import Keep
-from ._nonfinite import guard_inputs, restore, restore_weights
 from ._scores import weights_from_lse
 from .masks import Window
 
@@ -41,40 +39,27 @@ def triton_kernels(*names: str) -> ModuleType | None:
     return kernels
 
 
-# The variants (issue 12) the Triton kernels take; until a kernel takes one, calls that use
-# it are declined here and run on another path.
-TRITON_VARIANTS: frozenset[str] = frozenset({"softcap", "sinks", "segment_ids", "top_left"})
-
-
 def triton_reason(
-    q: torch.Tensor, has_mask: bool, has_bias: bool, dropout_p: float,
-    k: torch.Tensor | None = None, v: torch.Tensor | None = None,
-    variants: tuple[str, ...] = (),
+    device: str, dtype: torch.dtype, q_shape: tuple[int, ...], k_shape: tuple[int, ...],
+    Dv: int, has_mask: bool, has_bias: bool, dropout: bool,
 ) -> str | None:
-    """Why the Triton kernel cannot take this call, or None when it can.
-
-    ``variants``: the call's variants by name (``"softcap"``, ``"sinks"``,
-    ``"segment_ids"``, ``"top_left"``), each declined unless in :data:`TRITON_VARIANTS`.
-    """
-    missing = [name for name in variants if name not in TRITON_VARIANTS]
-    if missing:
-        return f"the Triton kernel does not take {', '.join(missing)} yet"
-    if not q.is_cuda:
-        return f"q is on {q.device}, the Triton kernel needs CUDA"
-    if not is_half(q.dtype):
-        return f"the Triton kernel takes float16/bfloat16, got {q.dtype}"
-    if q.ndim != 4:
-        return f"the Triton kernel takes (B, H, T, D), got q {tuple(q.shape)}"
-    if k is not None and v is not None:
-        if k.shape[0] != q.shape[0]:
-            return f"the Triton kernel does not broadcast batch: q {tuple(q.shape)}, k " \
-                   f"{tuple(k.shape)}"
-        too_wide = check_fused_head_dims(q.shape[-1], v.shape[-1])
-        if too_wide is not None:
-            return too_wide
+    """Why the Triton kernel cannot take a call of this structure, or None when it can
+    (a pure function of the structure, but for the one import it may try on CUDA)."""
+    if device != "cuda":
+        return f"q is on {device}, the Triton kernel needs CUDA"
+    if not is_half(dtype):
+        return f"the Triton kernel takes float16/bfloat16, got {dtype}"
+    if len(q_shape) != 4:
+        return f"the Triton kernel takes (B, H, T, D), got q {tuple(q_shape)}"
+    if k_shape[0] != q_shape[0]:
+        return (f"the Triton kernel does not broadcast batch: q {tuple(q_shape)}, k "
+                f"{tuple(k_shape)}")
+    too_wide = check_fused_head_dims(q_shape[-1], Dv)
+    if too_wide is not None:
+        return too_wide
     if has_mask or has_bias:
         return "the Triton kernel takes no mask, bias or valid_lens (causal/window only)"
-    if dropout_p > 0.0:
+    if dropout:
         return "the Triton kernel has no dropout"
     if triton_kernels() is None:
         return "attnkit.triton is not importable or reports it is unavailable"
@@ -95,7 +80,8 @@ def triton_decode(
         v_cache: ``(B, Hkv, capacity, Dv)``.
         length: filled positions, including this step's.
     """
-    if triton_reason(q, False, False, 0.0, k_cache, v_cache) is not None:
+    if triton_reason(q.device.type, q.dtype, tuple(q.shape), tuple(k_cache.shape),
+                     v_cache.shape[-1], False, False, False) is not None:
         return None
     kernels = triton_kernels()
     assert kernels is not None
@@ -108,36 +94,27 @@ def triton_path(
     v: torch.Tensor,
     *,
     G: int,
-    keep: Keep | None,
     causal: bool | str,
     window: Window | None,
     scale: float,
     need_weights: bool,
+    allowed: torch.Tensor | None = None,
     softcap: float | None = None,
     sinks: torch.Tensor | None = None,
     segment_ids: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(out, weights or None)`` from the fused kernel (weights rebuilt from its LSE),
-    under the constraints ``keep`` (the band and the segments the kernel applies).
-
-    The kernel masks scores by a select, so a NaN in a masked key cannot reach the
-    forward; ``p @ v`` with ``p = 0`` still reads ``0 * nan`` from a masked value, and the
-    backward's products read masked keys and empty queries, so the kernel gets inputs from
-    :func:`attnkit.torch._nonfinite.guard_inputs` as SDPA does, and the output what its
-    attended entries held added back. The variants are passed on only when set, so kernels
-    that predate them still run every call :func:`triton_reason` lets through.
-    """
+    """``(out, weights or None)`` from the fused kernel, which applies the band and the
+    segments itself; with ``need_weights`` the weights are rebuilt from its LSE under
+    ``allowed`` (the same constraints as a bool mask). The variants are passed on only
+    when set, so kernels that predate them still run every call they can take."""
     kernels = triton_kernels()
     assert kernels is not None
     given = {"softcap": softcap, "sinks": sinks, "segment_ids": segment_ids}
     variants = {name: value for name, value in given.items() if value is not None}
     opts = dict(causal=causal, window=window, scale=scale, **variants)
-    g = guard_inputs(q, k, v, keep, G, keys_by_select=True, weights=need_weights)
     if not need_weights:
-        return restore(kernels.flash_attention(g.q, g.k, g.v, **opts), g.out_fix, G), None
-    out, lse = kernels.flash_attention(g.q, g.k, g.v, return_lse=True, **opts)
-    allowed = None if keep is None else keep.full()
+        return kernels.flash_attention(q, k, v, **opts), None
+    out, lse = kernels.flash_attention(q, k, v, return_lse=True, **opts)
     # The kernel's LSE includes the sink, so exp(s - lse) are the sink-normalised weights.
-    weights = weights_from_lse(g.q, g.k, G, scale, allowed, False, lse, softcap=softcap)
-    weights = restore_weights(weights, g.weight_fix, G, keep)
-    return restore(out, g.out_fix, G), weights.to(q.dtype)
+    weights = weights_from_lse(q, k, G, scale, allowed, False, lse, softcap=softcap)
+    return out, weights.to(q.dtype)

@@ -17,9 +17,7 @@ from ..numpy.attention import check_additive
 from ..spec import check_dropout
 from ._checks import check_bias, check_tensor
 from ._dtypes import stats_dtype
-from ._keep import build_keep
-from ._nonfinite import guard_inputs, restore, restore_weights
-from .masks import Window
+from .masks import Window, attention_mask
 from .softmax import safe_softmax
 
 __all__ = ["additive_attention", "additive_scores"]
@@ -151,23 +149,14 @@ def additive_attention(
     dropout_p = check_dropout(dropout_p)
     shape = lead + (q.shape[-2], k.shape[-2])
     check_bias(bias, shape)
-    keep = None
-    if mask is not None or valid_lens is not None or causal or window is not None:
-        keep = build_keep(shape, mask=mask, valid_lens=valid_lens, causal=causal,
+    allowed = attention_mask(shape, mask=mask, valid_lens=valid_lens, causal=causal,
                           window=window, device=q.device)
-    # NaN/inf in masked key/value rows must reach no output and no gradient; the scores are
-    # masked by a select, so keys are cleaned only when a gradient is recorded.
-    grad = torch.is_grad_enabled() and any(
-        x.requires_grad for x in (q, k, v, w_q, w_k, w_v))
-    g = guard_inputs(q, k, v, keep, 1, keys_by_select=True, rows_zeroed=True, grad=grad)
     scores = additive_scores(
-        g.q @ w_q, g.k @ w_k, w_v, chunk_size=chunk_size, max_chunk_elements=max_chunk_elements
+        q @ w_q, k @ w_k, w_v, chunk_size=chunk_size, max_chunk_elements=max_chunk_elements
     )
     if bias is not None:
         scores = scores.to(stats_dtype(scores.dtype)) + bias.to(stats_dtype(scores.dtype))
-    w = restore_weights(safe_softmax(scores, None if keep is None else keep.full()),
-                        g.weight_fix, 1, keep)
+    w = safe_softmax(scores, allowed)
     p = dropout_p if training else 0.0
     dropped = F.dropout(w, p, training=True) if p > 0.0 else w
-    out = restore(dropped.to(v.dtype) @ g.v, g.out_fix, 1)
-    return out, w.to(q.dtype)
+    return dropped.to(v.dtype) @ v, w.to(q.dtype)

@@ -15,13 +15,9 @@ The cache is an ``nn.Module`` with ``k`` and ``v`` as buffers and ``length``/``c
 extra state, so ``state_dict()``/``load_state_dict()``, ``torch.save`` and ``.to(device)``
 work as for any module.
 
-A NaN or inf written into the cache is stored as 0, and remembered in ``nonfinite``
-``(B, Hkv, 2, capacity)``: per position, NaN in row 0 where its key had a non-finite
-entry, and in row 1 the IEEE sum of its value's non-finite entries (NaN or +-inf; 0 when
-all are finite). Reads of
-the buffers (by SDPA, or the Triton decode kernel in place) then never meet a NaN that a
-mask should have excluded, with no pass over the cache per step; attention adds back what
-the positions a query may attend held (:func:`attnkit.torch._nonfinite.guard_inputs`).
+The buffers start as zeros and a position past ``length`` is never read, so attention
+over the cache never meets a value that nobody wrote; what a call appends is stored as it
+is (NaN included: attending it propagates it, as in plain math).
 
 Decoding is inference: appended keys and values are stored detached, so no gradient flows
 into earlier steps through the cache (train with one full causal forward instead); the
@@ -30,6 +26,7 @@ positions a call appends are attended live, so that call's projections do get on
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -55,7 +52,6 @@ class KVCache(nn.Module):
 
     k: torch.Tensor
     v: torch.Tensor
-    nonfinite: torch.Tensor
 
     def __init__(
         self,
@@ -78,9 +74,16 @@ class KVCache(nn.Module):
         kw = {"device": device, "dtype": dtype}
         self.register_buffer("k", torch.zeros(batch_size, num_kv_heads, capacity, head_dim, **kw))
         self.register_buffer("v", torch.zeros(batch_size, num_kv_heads, capacity, Dv, **kw))
-        self.register_buffer("nonfinite", torch.zeros(batch_size, num_kv_heads, 2, capacity, **kw))
         self.length: int = 0
         self.cross = bool(cross)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # `length` changes at every decoding step: a plain attribute, set without
+        # nn.Module's search of its parameters, buffers and submodules.
+        if name == "length":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
     @property
     def capacity(self) -> int:
@@ -93,12 +96,6 @@ class KVCache(nn.Module):
     def values(self) -> torch.Tensor:
         """The filled values ``(B, Hkv, length, Dv)`` (a view, no copy)."""
         return self.v[:, :, : self.length]
-
-    def codes(self) -> torch.Tensor:
-        """What the filled positions held that the buffers do not: ``(B, Hkv, 2,
-        length)``, NaN in ``[:, :, 0]`` for a key with a non-finite entry, the IEEE sum of
-        a value's non-finite entries in ``[:, :, 1]`` (0 where all were finite)."""
-        return self.nonfinite[..., : self.length]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write ``T`` new positions after the filled ones.
@@ -127,18 +124,22 @@ class KVCache(nn.Module):
             )
         new = slice(self.length, self.length + T)
         with torch.no_grad():
-            k_clean = torch.nan_to_num(k, 0.0, 0.0, 0.0)
-            v_clean = torch.nan_to_num(v, 0.0, 0.0, 0.0)
-            self.k[:, :, new] = k_clean
-            self.v[:, :, new] = v_clean
-            self.nonfinite[:, :, :, new] = torch.stack(
-                [(k - k_clean).sum(-1) * 0.0, (v - v_clean).sum(-1)], dim=2
-            )  # (B, Hkv, 2, T): NaN for a key with NaN/inf; a value's IEEE sum
+            self.k[:, :, new] = k
+            self.v[:, :, new] = v
         self.length += T
 
     def reset(self) -> None:
         """Forget every position (the buffers are kept and overwritten later)."""
         self.length = 0
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
+                              **kwargs: Any) -> None:
+        # Caches saved by earlier versions held a `nonfinite` buffer (codes of NaN/inf
+        # written into them); it is no longer kept, so it is dropped here.
+        if state_dict.pop(prefix + "nonfinite", None) is not None:
+            warnings.warn("KVCache: ignoring the `nonfinite` buffer of an older state_dict "
+                          "(no longer kept)", DeprecationWarning, stacklevel=2)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"length": self.length, "cross": self.cross}

@@ -1,4 +1,4 @@
-"""Functional attention for PyTorch: one entry point, three interchangeable paths.
+"""Functional attention for PyTorch: one entry point, a plan, and four paths.
 
 Shape legend (used in every docstring and error message)::
 
@@ -7,58 +7,59 @@ Shape legend (used in every docstring and error message)::
     Dk   query/key head dim        Dv   value head dim
 
 :func:`attention` computes ``softmax(q k^T * scale + bias, masked) v`` with the semantics of
-:mod:`attnkit.numpy` (its float64 oracle): masks say True = may attend, ``causal`` and
-``window`` are bottom-right aligned (``causal="top_left"`` is SDPA's ``is_causal``),
-``valid_lens`` follows d2l, ``segment_ids`` pack documents, ``softcap`` and ``sinks`` are
-the score variants of Gemma 2 and GPT-OSS, and a query with no allowed key gets output 0
-and zero gradients, never NaN. It only dispatches: the arguments are checked by the shared
-rules (:mod:`attnkit.spec`, :mod:`attnkit.torch._checks`), and the call runs on one of
-three paths:
+:mod:`attnkit.numpy` (its float64 oracle). It checks the arguments, describes the call by
+its structure (:class:`Call`: shapes and which arguments are given, never their values),
+asks :func:`plan` for a path, and runs it:
 
-- ``"triton"`` (:mod:`attnkit.torch._triton_path`): attnkit's fused GPU kernel (CUDA,
-  fp16/bf16, no mask/bias/valid_lens, no dropout; the variants it takes are listed in
-  ``_triton_path.TRITON_VARIANTS``), imported lazily so that nothing here needs Triton.
 - ``"sdpa"`` (:mod:`attnkit.torch._sdpa`):
-  ``torch.nn.functional.scaled_dot_product_attention``, masks built explicitly (top-left
-  causal is its own ``is_causal``); GQA via ``enable_gqa``; sinks as one extra key; no
-  softcap.
-- ``"math"`` (:mod:`attnkit.torch._math`): plain matmul + float32 softmax with an explicit
-  empty-row guard. It is the readable baseline and the only path that handles everything
-  (double backward included).
+  ``torch.nn.functional.scaled_dot_product_attention`` with the mask it needs (SDPA's own
+  ``is_causal`` where that is the only constraint), GQA via ``enable_gqa``, sinks as one
+  extra key.
+- ``"math"`` (:mod:`attnkit.torch._math`): plain matmuls and a float32 softmax; the only
+  path that takes everything (softcap, empty sizes, double backward), and the cheaper one
+  for ``need_weights`` without autograd.
+- ``"triton"`` (:mod:`attnkit.torch._triton_path`): attnkit's fused GPU kernel (CUDA,
+  fp16/bf16, no mask/bias/valid_lens, no dropout), imported lazily.
+- ``"packed"`` (:mod:`attnkit.torch._packed`): ``segment_ids`` whose ids each fill one run
+  of positions, on the CPU, block by block (the runs are found once per ids tensor).
 
-``backend="auto"`` takes the Triton kernel when it honours the call exactly; otherwise the
-math path where it is the cheaper one (``need_weights`` in one pass, a masked decoding
-step: see :mod:`attnkit.torch._math`), and SDPA for the rest. On the SDPA and math paths
-NaN/inf in a masked position reaches no output and no gradient, by tensor ops whose cost
-the shapes fix (:mod:`attnkit.torch._nonfinite`): no call reads a tensor back, so none
-stalls a GPU stream or breaks a ``torch.compile`` graph. The one exception is opt-in by
-its data: on the CPU, ``segment_ids`` whose ids each fill one run of positions (packed
-documents, padding) run block by block (:mod:`attnkit.torch._packed`), reading the ids
-once (a CPU tensor: no device to stall; skipped under ``torch.compile``).
+The contract (docs/torch.md): a query with no allowed key gets output 0, weights 0 and zero
+gradients; masked scores are ``-inf`` or a select; NaN/inf in an attended position
+propagates; what a masked position of q/k/v holds is the caller's (it may reach the output
+through ``0 * nan``, as in SDPA; ``check_finite=True`` finds it); no default path reads a
+tensor back from a GPU or breaks a ``torch.compile`` graph.
 """
 
 from __future__ import annotations
 
 import math
-from functools import partial
-from typing import Literal
+from functools import lru_cache, partial
+from typing import Literal, NamedTuple
 
 import torch
 
-from ..spec import check_causal, check_dropout, check_softcap, default_scale, resolve_band
+from ..spec import (
+    check_causal,
+    check_dropout,
+    check_softcap,
+    check_window,
+    default_scale,
+    resolve_band,
+)
 from ._checks import check_bias, check_call, check_segment_ids, check_sinks
-from ._decode import DECODE_MAX_ROWS, decode_path, takes_decode
-from ._keep import build_keep, with_rank
+from ._dtypes import stats_dtype
 from ._math import math_path
 from ._packed import packed_attention, packed_runs
-from ._sdpa import plain_sdpa, sdpa_path
+from ._scores import additive_mask, attention_weights, weights_mask
+from ._sdpa import bias_as, sdpa_path
 from ._triton_path import triton_path, triton_reason
 from .additive import additive_attention, additive_scores  # re-exported: they lived here
-from .masks import Window
+from .masks import Window, attention_mask
 from .softmax import safe_softmax  # re-exported: it lived here
 
 __all__ = [
-    "Backend", "additive_attention", "additive_scores", "attend", "attention", "safe_softmax"
+    "Backend", "Call", "Plan", "additive_attention", "additive_scores", "attention", "plan",
+    "safe_softmax",
 ]
 
 Backend = Literal["auto", "sdpa", "math", "triton"]
@@ -68,6 +69,90 @@ _BACKENDS = ("auto", "sdpa", "math", "triton")
 # kernel, whose backward keeps O(T * D), and the weights are computed beside it (freed with
 # the caller's reference); below it, one pass (its backward keeps the weights) is cheaper.
 ONE_PASS_MAX_SCORES = 1 << 22
+
+# SDPA gives a row with no allowed key output 0 and zero gradients on every kernel from
+# PyTorch 2.5 on; before, only its CPU kernels did, so masked GPU calls take the math path.
+SDPA_ZEROES_EMPTY_ROWS = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
+
+
+class Call(NamedTuple):
+    """The structure of one call, which alone decides its path: shapes, device, dtype
+    and which arguments are given (never what the tensors hold)."""
+
+    backend: str
+    device: str  # q.device.type
+    triton: str | None  # why the Triton kernel cannot take the call (None: it can)
+    q_shape: tuple[int, ...]
+    Dv: int
+    scores: tuple[int, ...]  # (..., H, Tq, Tk)
+    masked: bool  # a mask or valid_lens
+    bias: bool
+    causal: str | None  # "bottom_right", "top_left" or None
+    window: tuple[int | None, int | None] | None
+    segment_ids: bool
+    packed: bool  # segment_ids whose runs the packed path can take
+    softcap: bool
+    sinks: bool
+    dropout: bool
+    need_weights: bool
+    grad: bool  # autograd records q, k or v (read only for need_weights)
+
+
+class Plan(NamedTuple):
+    """What :func:`plan` decides: the path, whether SDPA's own ``is_causal`` carries the
+    band, whether the band (causal/window) must go into the mask, and whether a query
+    may be left with no allowed key."""
+
+    path: Literal["sdpa", "math", "triton", "packed"]
+    is_causal: bool
+    band: bool
+    empty_rows: bool
+
+
+@lru_cache(maxsize=4096)
+def plan(call: Call) -> Plan:
+    """The path for a call of this structure (memoised: a pure function of ``call``).
+    ``ValueError`` when a forced backend cannot take the call, saying why."""
+    Tq, Tk = call.scores[-2], call.scores[-1]
+    left, right = resolve_band(call.causal, call.window, Tq, Tk)
+    # Row i allows keys [d - left, d + right], d = i + Tk - Tq, within [0, Tk).
+    band = not ((left is None or left >= Tk - 1) and (right is None or right >= Tq - 1))
+    band_empties = band and not ((right is None or Tk - Tq + right >= 0)
+                                 and (left is None or left >= 0)
+                                 and (left is None or right is None or right >= -left))
+    other = call.masked or call.bias or call.segment_ids
+    empty_rows = other or band_empties or Tk == 0
+    is_causal = band and not other and left is None and right == Tq - Tk
+    mask_band = band and not is_causal
+
+    if call.backend == "triton" and call.triton is not None:
+        raise ValueError(f"backend='triton' cannot take this call: {call.triton}")
+    if call.backend in ("auto", "triton") and call.triton is None and Tq and Tk:
+        return Plan("triton", False, band, empty_rows)
+    if call.backend == "sdpa" and call.softcap:
+        raise ValueError("backend='sdpa' cannot take softcap (SDPA applies no score "
+                         "function); use backend='math' or 'auto'")
+    if call.packed:
+        return Plan("packed", False, band, empty_rows)
+    if call.backend == "math" or call.softcap or 0 in call.scores or 0 in call.q_shape \
+            or not call.Dv:
+        return Plan("math", False, band, empty_rows)  # empty sizes: zeros, in the graph
+    if call.backend == "auto" and call.need_weights and (
+            not call.grad or math.prod(call.scores) <= ONE_PASS_MAX_SCORES):
+        return Plan("math", False, band, empty_rows)  # one pass: the weights are the buffer
+    if call.backend == "auto" and empty_rows and call.device != "cpu" \
+            and not SDPA_ZEROES_EMPTY_ROWS:
+        return Plan("math", False, band, empty_rows)
+    return Plan("sdpa", is_causal, mask_band, empty_rows)
+
+
+def may_pack(call: Call) -> bool:
+    """Whether the packed path could take the call, before its ids are read: CPU,
+    ``segment_ids`` with no other mask or bias, more than one query (never a decoding
+    step), not while ``torch.compile`` traces, no forced Triton."""
+    return (call.segment_ids and call.device == "cpu" and not call.masked and not call.bias
+            and call.scores[-2] > 1 and call.scores[-1] > 0 and call.backend != "triton"
+            and not torch.compiler.is_compiling())
 
 
 def attention(
@@ -88,6 +173,7 @@ def attention(
     training: bool = True,
     need_weights: bool = False,
     backend: Backend = "auto",
+    check_finite: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Scaled dot-product attention, ``softmax(softcap(q k^T * scale) + bias, masked) v``.
 
@@ -99,6 +185,8 @@ def attention(
         bias: float, broadcastable (any rank), added to the scaled scores (``-inf``
             excludes).
         valid_lens: ``(B,)`` or ``(B, Tq)`` integers: keys ``j < valid_len`` are valid.
+            Checked on the CPU (``ValueError`` naming min and max); on a GPU clamped to
+            ``[0, Tk]`` (no device-side assert, no host sync).
         causal: True or ``"bottom_right"``: query ``i`` sees keys ``j <= i + Tk - Tq``;
             ``"top_left"``: ``j <= i`` (SDPA's and JAX's ``is_causal=True``).
         window: ``(left, right)`` band around the bottom-right diagonal (with either
@@ -117,9 +205,12 @@ def attention(
             pass ``self.training``).
         need_weights: also return the pre-dropout weights ``(..., H, Tq, Tk)``, computed
             in float32 for half-precision inputs (docs/torch.md says what they cost).
-        backend: ``"auto"`` (see the module docstring), or ``"sdpa"``, ``"math"``,
-            ``"triton"`` to force a path; a forced path that cannot honour the call
-            raises ``ValueError`` saying why.
+        backend: ``"auto"`` (see :func:`plan`), or ``"sdpa"``, ``"math"``, ``"triton"``
+            to force a path; a forced path that cannot honour the call raises
+            ``ValueError`` saying why.
+        check_finite: first read q, k and v back and raise ``ValueError`` naming the
+            tensor, batch, head and position of the first NaN/inf entry and whether that
+            position is masked (opt-in, like anomaly detection: it costs a host sync).
 
     Returns:
         ``(out (..., H, Tq, Dv), weights (..., H, Tq, Tk) or None)``. A query with no
@@ -130,116 +221,138 @@ def attention(
         w = softmax(q @ k.transpose(-1, -2) * scale)
         out = w @ v
     """
-    p = check_dropout(dropout_p)
-    return attend(q, k, v, mask=mask, bias=bias, valid_lens=valid_lens, causal=causal,
-                  window=window, scale=scale, softcap=softcap, sinks=sinks,
-                  segment_ids=segment_ids, dropout_p=p if training else 0.0,
-                  need_weights=need_weights, backend=backend)
-
-
-def attend(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    mask: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    valid_lens: torch.Tensor | None = None,
-    causal: bool | str | None = False,
-    window: Window | None = None,
-    scale: float | None = None,
-    softcap: float | None = None,
-    sinks: torch.Tensor | None = None,
-    segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
-    dropout_p: float = 0.0,
-    need_weights: bool = False,
-    backend: Backend = "auto",
-    codes: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`attention` with ``dropout_p`` applied as given (the ``training`` rule done),
-    for callers inside attnkit.torch. ``codes``: k and v are a :class:`KVCache` 's buffers
-    (no NaN/inf) and ``codes`` what their positions held (:meth:`KVCache.codes`)."""
     G, shape = check_call(q, k, v)
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+    # Each check only for an argument that is given: a decoding step runs this per layer.
+    dev = q.device
+    p = check_dropout(dropout_p) if training and dropout_p else 0.0
     scale = default_scale(scale, q.shape[-1])
-    Tq, Tk = shape[-2], shape[-1]
-    if (mask is None and valid_lens is None and bias is None and window is None
-            and segment_ids is None and softcap is None and sinks is None and codes is None
-            and not need_weights and (not causal or (causal is True and Tq == 1))
-            and (backend == "sdpa" or (backend == "auto" and not q.is_cuda))
-            and 0 not in shape and 0 not in q.shape and 0 not in v.shape):
-        # Nothing masked (one query sees every key under causal): nothing to guard.
-        return plain_sdpa(q, k, v, G, scale, dropout_p), None
-    causal = check_causal(causal)
-    softcap = check_softcap(softcap)
-    check_sinks(sinks, shape[-3] if len(shape) >= 3 else 1, q.device)
-    ids = check_segment_ids(segment_ids, shape, q.device)
+    causal = check_causal(causal) if causal is not False else None
+    window = check_window(window) if window is not None else None
+    softcap = check_softcap(softcap) if softcap is not None else None
+    if sinks is not None:
+        check_sinks(sinks, shape[-3] if len(shape) >= 3 else 1, dev)
+    ids = check_segment_ids(segment_ids, shape, dev) if segment_ids is not None else None
     if bias is not None:
-        check_bias(bias, shape, q.device)
-        bias = with_rank(bias, len(shape))
-    has_mask = mask is not None or valid_lens is not None
+        check_bias(bias, shape, dev)
+        bias = _with_rank(bias, len(shape))
+    if mask is not None and isinstance(mask, torch.Tensor):
+        mask = _with_rank(mask, len(shape))
 
-    if codes is None and (backend == "triton" or (backend == "auto" and q.is_cuda)):
-        given = {"softcap": softcap, "sinks": sinks, "segment_ids": ids,
-                 "top_left": (causal == "top_left" and Tq != Tk) or None}
-        variants = tuple(name for name, value in given.items() if value is not None)
-        reason = triton_reason(q, has_mask, bias is not None, dropout_p, k, v, variants)
-        if backend == "triton" and reason is not None:
-            raise ValueError(f"backend='triton' cannot take this call: {reason}")
-        if reason is None and Tq and Tk:
-            keep = build_keep(shape, causal=causal, window=window, segment_ids=ids,
-                              device=q.device)
-            return triton_path(q, k, v, G=G, keep=keep, causal=causal or False,
-                               window=window, scale=scale, need_weights=need_weights,
+    def masks(causal: str | bool | None = False, window: Window | None = None
+              ) -> torch.Tensor | None:
+        """The bool mask (True = may attend) of the given constraints, or None."""
+        if mask is None and valid_lens is None and ids is None and not causal \
+                and window is None:
+            return None
+        return attention_mask(shape, mask=mask, valid_lens=valid_lens, causal=causal or False,
+                              window=window, segment_ids=ids, device=dev)
+
+    if check_finite:
+        _check_finite(q, k, v, G, shape, masks(causal=causal or False, window=window), bias)
+    grad = need_weights and torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad)
+    masked = mask is not None or valid_lens is not None
+    device = "cuda" if q.is_cuda else dev.type
+    why = "not asked for" if backend not in ("auto", "triton") else triton_reason(
+        device, q.dtype, q.shape, k.shape, v.shape[-1], masked, bias is not None, p > 0.0)
+    call = Call(backend, device, why, q.shape, v.shape[-1], shape, masked, bias is not None,
+                causal, window, ids is not None, False, softcap is not None,
+                sinks is not None, p > 0.0, need_weights, grad)
+    runs = None
+    if ids is not None and may_pack(call):
+        runs = packed_runs(*ids)
+        call = call._replace(packed=runs is not None)
+    how = plan(call)
+    band = {"causal": causal or False, "window": window} if how.band else {}
+
+    match how.path:
+        case "sdpa":
+            allowed = masks(**band)
+            attn_mask = allowed
+            if bias is not None:
+                attn_mask = bias_as(bias, q.dtype)
+                if allowed is not None:
+                    attn_mask = torch.where(allowed, attn_mask, float("-inf"))
+            out = sdpa_path(q, k, v, G=G, attn_mask=attn_mask, is_causal=how.is_causal,
+                            scale=scale, dropout_p=p, sinks=sinks)
+            if not need_weights:
+                return out, None
+            if how.is_causal:  # the weights need the band the kernel applied itself
+                allowed = masks(causal=causal, window=window)
+            add, rows = additive_mask(allowed, bias, stats_dtype(q.dtype),
+                                      empty_rows=how.empty_rows and sinks is None)
+            w = attention_weights(q, k, G, scale, add, weights_mask(allowed, rows, True),
+                                  sinks=sinks)
+            return out, w.to(q.dtype)
+        case "math":
+            return math_path(q, k, v, G=G, allowed=masks(**band), bias=bias,
+                             empty_rows=how.empty_rows, scale=scale, dropout_p=p,
+                             need_weights=need_weights, softcap=softcap, sinks=sinks)
+        case "triton":
+            allowed = masks(causal=causal or False, window=window) if need_weights else None
+            return triton_path(q, k, v, G=G, causal=causal or False, window=window,
+                               scale=scale, need_weights=need_weights, allowed=allowed,
                                softcap=softcap, sinks=sinks, segment_ids=ids)
-    if backend == "sdpa" and softcap is not None:
-        raise ValueError("backend='sdpa' cannot take softcap (SDPA applies no score "
-                         "function); use backend='math' or 'auto'")
-    if ids is not None and not has_mask and bias is None and codes is None and Tq and Tk:
-        runs = _packed_runs(q, ids)
-        if runs is not None:  # packed documents on the CPU: block by block
-            one_block = partial(attend, softcap=softcap, sinks=sinks, scale=scale,
-                                dropout_p=dropout_p, need_weights=need_weights,
-                                backend=backend)
+        case "packed":
+            one_block = partial(attention, softcap=softcap, sinks=sinks, scale=scale,
+                                dropout_p=p, need_weights=need_weights, backend=backend)
             return packed_attention(one_block, q, k, v, runs,
-                                    resolve_band(causal, window, Tq, Tk), shape, need_weights)
-
-    keep = None
-    if has_mask or causal is not None or window is not None or ids is not None:
-        keep = build_keep(shape, mask=mask, valid_lens=valid_lens, causal=causal,
-                          window=window, segment_ids=ids, device=q.device)
-    opts = dict(G=G, shape=shape, keep=keep, bias=bias, scale=scale, dropout_p=dropout_p,
-                need_weights=need_weights, sinks=sinks, codes=codes)
-    if backend == "math" or softcap is not None or 0 in shape or 0 in q.shape \
-            or 0 in v.shape:
-        return math_path(q, k, v, softcap=softcap, **opts)  # empty sizes: zeros, in graph
-    if backend == "sdpa":
-        return sdpa_path(q, k, v, **opts)
-    if need_weights and _one_pass(q, k, v, shape):
-        return math_path(q, k, v, **opts)
-    if keep is not None and codes is None and Tq * G <= DECODE_MAX_ROWS:
-        if bias is None and sinks is None and not dropout_p and not need_weights \
-                and takes_decode(q, k, v, keep, G, shape):
-            return decode_path(q, k, v, G=G, shape=shape, keep=keep, scale=scale), None
-        return math_path(q, k, v, select=True, **opts)
-    return sdpa_path(q, k, v, **opts)
+                                    resolve_band(causal, window, shape[-2], shape[-1]),
+                                    shape, need_weights)
+    raise AssertionError(f"no path {how.path!r}")  # pragma: no cover
 
 
-def _one_pass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shape: tuple[int, ...]) -> bool:
-    """need_weights: one pass (scores once, softmax, weights x V) rather than the fused
-    kernel plus the weights beside it. Always without autograd (one pass computes less and
-    holds one ``Tq x Tk`` buffer); with autograd only while the weights its backward keeps
-    are small."""
-    if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
-        return True
-    return math.prod(shape) <= ONE_PASS_MAX_SCORES
+def _with_rank(x: torch.Tensor, ndim: int) -> torch.Tensor:
+    """``x`` viewed with ``ndim`` axes (leading ones added): 0-D and 1-D masks and biases
+    then broadcast like any other, whatever rank the kernel insists on."""
+    return x if x.ndim >= ndim else x.reshape((1,) * (ndim - x.ndim) + tuple(x.shape))
 
 
-def _packed_runs(q: torch.Tensor, ids: tuple[torch.Tensor, torch.Tensor]) -> list | None:
-    """The packed-documents blocks (:func:`attnkit.torch._packed.packed_runs`) when that
-    path applies: CPU tensors (reading the ids back stalls no device), not while
-    ``torch.compile`` traces (the read would break the graph)."""
-    if q.device.type != "cpu" or torch.compiler.is_compiling():
-        return None
-    return packed_runs(*ids)
+def _check_finite(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, G: int, shape: tuple[int, ...],
+    allowed: torch.Tensor | None, bias: torch.Tensor | None,
+) -> None:
+    """``ValueError`` naming the first NaN/inf entry of q, k or v (tensor, batch, head,
+    position) and whether its position is masked: a query with no allowed key, or a key
+    or value that no query of its heads may attend."""
+    if bias is not None:
+        kept = bias != float("-inf")
+        allowed = kept if allowed is None else allowed & kept
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        bad = ~torch.isfinite(x)
+        if not bool(bad.any()):
+            continue
+        where = [int(i) for i in torch.unravel_index(bad.flatten().int().argmax(), x.shape)]
+        lead, pos = where[:-2], where[-2]
+        masked = allowed is not None and not bool(
+            _slice_of(allowed.expand(shape), x.shape, lead, pos, G if name != "q" else 1,
+                      query=name == "q").any())
+        heads = len(shape) >= 3
+        batch = tuple(lead[:-1] if heads else lead)
+        raise ValueError(
+            f"{name} {tuple(x.shape)} holds {x[tuple(where)].item()} at batch {batch}, "
+            f"head {lead[-1] if heads and lead else None}, position {pos} (feature "
+            f"{where[-1]}); that position is {'masked' if masked else 'attended'}"
+        )
+
+
+def _slice_of(
+    full: torch.Tensor, x_shape: torch.Size, lead: list[int], pos: int, G: int, *,
+    query: bool,
+) -> torch.Tensor:
+    """The part of the mask ``full (..., H, Tq, Tk)`` that concerns entry ``(*lead, pos)``
+    of an input of shape ``x_shape``: its query row, or its key column over the ``G``
+    query heads sharing a key/value head; an axis the input broadcasts is taken whole."""
+    n, sel = full.ndim - 2, []
+    for axis in range(n):
+        xa = axis - (n - len(lead))  # the input's axis, aligned from the right
+        if xa < 0 or (x_shape[xa] == 1 and full.shape[axis] != 1):
+            sel.append(slice(None))
+        elif axis == n - 1:  # the head axis
+            sel.append(slice(lead[xa] * G, (lead[xa] + 1) * G))
+        else:
+            sel.append(slice(lead[xa], lead[xa] + 1))
+    part = full[tuple(sel)]
+    return part[..., pos, :] if query else part[..., pos]

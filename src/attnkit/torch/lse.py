@@ -14,9 +14,9 @@ the last key its rows can see, so a causal block costs about half a full one), G
 viewing queries as ``(B, Hkv, G, Tq, D)`` so K/V are never copied ``G`` times.
 
 Fully masked rows (no allowed key in this block) give output 0 and LSE ``-inf``; their
-gradients are 0. Masks are applied with ``-inf`` plus explicit guards, and NaN/inf in a
-masked position (a future key of a causal block) reaches neither the output nor any
-gradient, while NaN in an attended one propagates.
+gradients are 0. Masked scores are selected away (``-inf``); NaN in an attended position
+propagates, and what a masked position holds is the caller's (as on every fused path).
+Nothing here reads a tensor back.
 
 Precision: the LSE can be asked for in float64 (``lse_dtype``), the float32 row max and sum
 added without rounding at the LSE's magnitude; ring attention merges and differentiates
@@ -50,8 +50,6 @@ from ..spec import (
     default_scale,
 )
 from ._dtypes import stats_dtype
-from ._ieee_sums import ValueFix
-from ._nonfinite import all_finite, zero_masked_keys
 from ._triton_path import triton_kernels
 
 __all__ = ["attention_with_lse", "attention_with_lse_backward", "sinks_backward"]
@@ -79,29 +77,15 @@ _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def _use_triton(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,
-    masked: bool,
+    q: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None
 ) -> ModuleType | None:
-    """The fused kernels when they can take this block, else None (torch does the work).
-
-    Under a mask inside the block (causal, segments) the kernels would multiply a masked
-    key's NaN/inf by its zero weight (``0 * nan = nan``): such a block goes to the torch
-    path, which keeps it out. Finding out costs one reduction (and host sync) per masked
-    block.
-    """
+    """The fused kernels when they can take this block (from the shapes, dtype and device
+    alone), else None (torch does the work)."""
     if key_mask is not None or not q.is_cuda or q.dtype not in _TRITON_DTYPES:
         return None
     if check_fused_head_dims(q.shape[-1], v.shape[-1]) is not None:
         return None
-    if masked and not all_finite(q, k, v):
-        return None
     return triton_kernels("flash_attention_forward", "flash_attention_backward")
-
-
-def _finite_or_zero(x: torch.Tensor) -> torch.Tensor:
-    """``x`` with NaN/inf replaced by 0, for a matmul operand whose other factor is exactly
-    0 wherever ``x`` is masked (``0 * nan`` would leak). Branch-free."""
-    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
 
 
 def _lse_dtype(lse_dtype: torch.dtype | None, dt: torch.dtype) -> torch.dtype:
@@ -153,21 +137,21 @@ def _tile_scores(
     if softcap is not None:
         tanh = torch.tanh(s / softcap)
         s = tanh * softcap
-    keep = None
+    allowed = None
     if offset is not None:
         i = torch.arange(row0, row0 + qt.shape[-2], device=s.device)[:, None] + offset
         j = torch.arange(k.shape[-2], device=s.device)[None, :]
-        keep = j <= i
+        allowed = j <= i
     if key_mask is not None:
         km = key_mask[:, None, None, None, :]  # (B, 1, 1, 1, Tk)
-        keep = km if keep is None else keep & km
+        allowed = km if allowed is None else allowed & km
     if seg is not None:
         qi, kj = seg[0][:, :, None], seg[1][:, None, :]
         same = ((qi == kj) & (qi >= 0))[:, None, None]  # (B, 1, 1, Tt, Tk)
-        keep = same if keep is None else keep & same
-    if keep is not None:
-        s = torch.where(keep, s, torch.full_like(s, -math.inf))
-    return s, tanh, keep
+        allowed = same if allowed is None else allowed & same
+    if allowed is not None:
+        s = torch.where(allowed, s, torch.full_like(s, -math.inf))
+    return s, tanh, allowed
 
 
 def _causal_offset(causal: bool | str, Tq: int, Tk: int) -> int | None:
@@ -258,7 +242,7 @@ def attention_with_lse(
     seg = _segments(segment_ids, q, k)
     dt = stats_dtype(q.dtype, k.dtype, v.dtype)
     lse_dt = _lse_dtype(lse_dtype, dt)
-    ops = _use_triton(q, k, v, key_mask, offset is not None or seg is not None)
+    ops = _use_triton(q, v, key_mask)
     if ops is not None:
         # Ring blocks are slices along T: hand the kernel dense tensors.
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -273,18 +257,14 @@ def attention_with_lse(
     kg = k.to(dt).unsqueeze(2)  # (B, Hkv, 1, Tk, Dk): broadcasts over the G query heads
     if Tq == 0:
         return q.new_zeros((B, H, 0, Dv), dtype=dt), q.new_zeros((B, H, 0), dtype=lse_dt)
-    # NaN/inf in a value: a masked key's weight is exactly 0, and 0 * nan would leak, so
-    # the products take V with its non-finite entries zeroed, and each row gets back the
-    # IEEE sum of what the keys it may attend held there (ValueFix). No read-back.
-    vfix = ValueFix(zero_masked_keys(v.to(dt), key_mask), offset, seg is not None)
-    vg = vfix.clean.unsqueeze(2)  # (B, Hkv, 1, Tk, Dv)
+    vg = v.to(dt).unsqueeze(2)  # (B, Hkv, 1, Tk, Dv)
     z = None if sinks is None else sinks.to(device=q.device, dtype=dt).reshape(Hkv, G, 1, 1)
     outs, lses = [], []
     tile = _row_tile(q, Tk)
     for r0 in range(0, Tq, tile):
         r1 = min(r0 + tile, Tq)
         j = _keys_seen(r1, Tk, offset)
-        s, _, keep = _tile_scores(
+        s, _, _ = _tile_scores(
             qg[..., r0:r1, :], kg[..., :j, :], r0, offset, scale=scale,
             key_mask=None if key_mask is None else key_mask[:, :j], softcap=softcap,
             seg=_rows(seg, r0, r1, j),
@@ -300,7 +280,7 @@ def attention_with_lse(
             o, l, m = _with_sinks(o, l, m, z)
         # l == 0 exactly when the row has no allowed key: output 0, lse -inf.
         empty = l == 0
-        o = o / torch.where(empty, 1.0, l) + vfix.rows(r0, r1, j, keep)
+        o = o / torch.where(empty, 1.0, l)
         outs.append(torch.where(empty, torch.zeros_like(o), o))
         # The row max and sum added in the LSE's dtype: in float64, no rounding at |m|.
         m_w, l_w = m.to(lse_dt), torch.where(empty, 1.0, l).to(lse_dt)
@@ -358,7 +338,7 @@ def attention_with_lse_backward(
     offset = _causal_offset(causal, q.shape[2], k.shape[2])
     softcap = check_softcap(softcap)
     seg = _segments(segment_ids, q, k)
-    ops = _use_triton(q, k, v, key_mask, offset is not None or seg is not None)
+    ops = _use_triton(q, v, key_mask)
     if ops is not None:
         dt = stats_dtype(q.dtype)
         dq, dk, dv = ops.flash_attention_backward(
@@ -372,13 +352,7 @@ def attention_with_lse_backward(
     B, H, Tq, Dk = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[3]
     qg = q.to(dt).reshape(B, Hkv, G, Tq, Dk)
-    # Masked keys are zeroed too: their dS is 0, but dQ = dS K would still read 0 * NaN.
-    kg = zero_masked_keys(k.to(dt), key_mask).unsqueeze(2)
-    vg = zero_masked_keys(v.to(dt), key_mask).unsqueeze(2)
-    # The matmuls with dS (and dP = dout V^T) read copies with NaN/inf zeroed, so a causally
-    # masked one cannot leak through a zero factor; the scores read the originals, and an
-    # attended NaN reaches dS through P or through delta (its output row is NaN).
-    q_mm, k_mm, v_mm = _finite_or_zero(qg), _finite_or_zero(kg), _finite_or_zero(vg)
+    kg, vg = k.to(dt).unsqueeze(2), v.to(dt).unsqueeze(2)  # (B, Hkv, 1, Tk, D)
     dog = dout.to(dt).reshape(B, Hkv, G, Tq, Dv)
     og = out.to(dt).reshape(B, Hkv, G, Tq, Dv)
     hi, lo = (x.reshape(B, Hkv, G, Tq, 1) for x in _split_lse(lse, dt))
@@ -390,27 +364,22 @@ def attention_with_lse_backward(
         r1 = min(r0 + tile, Tq)
         qt, dot = qg[..., r0:r1, :], dog[..., r0:r1, :]
         j = _keys_seen(r1, Tk, offset)
-        s, tanh, keep = _tile_scores(
+        s, tanh, allowed = _tile_scores(
             qt, kg[..., :j, :], r0, offset, scale=scale,
             key_mask=None if key_mask is None else key_mask[:, :j], softcap=softcap,
             seg=_rows(seg, r0, r1, j),
         )
-        # hi = +inf on a fully masked row: its probabilities are 0, not exp(s + inf). A
-        # row that attends a NaN key has a NaN LSE, and exp(-inf - nan) is NaN: its masked
-        # keys get probability 0 by a select, so no NaN reaches their dK and dV.
+        # hi = +inf on a fully masked row: its probabilities are 0, not exp(s + inf).
         p = torch.exp((s - hi[..., r0:r1, :]) - lo[..., r0:r1, :])
-        if keep is not None:
-            p = torch.where(keep, p, torch.zeros_like(p))
+        if allowed is not None:
+            p = torch.where(allowed, p, torch.zeros_like(p))
         delta = (dot * og[..., r0:r1, :]).sum(dim=-1, keepdim=True)  # (B, Hkv, G, Tt, 1)
         dv[..., :j, :] += torch.matmul(p.transpose(-1, -2), dot).sum(dim=2)
-        ds = p * (torch.matmul(dot, v_mm[..., :j, :].transpose(-1, -2)) - delta)
-        # A NaN delta (the row attends a NaN value) stays on the keys the row attends,
-        # as in the reference: 0 * nan at the others is no gradient of theirs.
-        ds = torch.where(p != 0, ds, torch.zeros_like(ds))
+        ds = p * (torch.matmul(dot, vg[..., :j, :].transpose(-1, -2)) - delta)
         if tanh is not None:
             ds = ds * (1.0 - tanh * tanh)
-        dq_tiles.append(torch.matmul(ds, k_mm[..., :j, :]) * scale)
-        dk_t = torch.matmul(ds.transpose(-1, -2), q_mm[..., r0:r1, :])
+        dq_tiles.append(torch.matmul(ds, kg[..., :j, :]) * scale)
+        dk_t = torch.matmul(ds.transpose(-1, -2), qg[..., r0:r1, :])
         dk[..., :j, :] += dk_t.sum(dim=2) * scale
     dq = torch.cat(dq_tiles, dim=-2).reshape(B, H, Tq, Dk)
     return dq, dk, dv

@@ -2,10 +2,10 @@
 
 Every constraint :func:`attnkit.torch.attention` accepts (``mask``, ``valid_lens``,
 ``causal``, ``window``, ``segment_ids``) becomes a boolean tensor broadcastable to the scores
-``(..., Tq, Tk)``, and the constraints are ANDed. Masked scores become ``-inf`` and rows
-left with no allowed key are guarded explicitly, so no large-negative fill constant
-appears anywhere and half precision cannot overflow. Nothing here writes into a caller's
-tensor.
+``(..., Tq, Tk)``, and the constraints are ANDed. Masked scores become ``-inf`` (or are
+selected away) and a row left with no allowed key gets weights 0, so no large-negative
+fill constant appears anywhere and half precision cannot overflow. Nothing here writes
+into a caller's tensor.
 
 Causal and window masks are aligned to the bottom-right diagonal, so that the last ``Tq``
 queries of a sequence whose ``Tk`` keys sit in a KV cache see what they should;
@@ -30,8 +30,8 @@ only if their ids are equal; an id < 0 attends and is attended by nothing. The h
 
 from __future__ import annotations
 
+import functools
 import numbers
-from collections.abc import Callable
 
 import torch
 
@@ -43,8 +43,8 @@ from ..spec import (
     check_causal,
     check_length_range,
     check_segment_ids,
-    check_window,
     check_window_side,
+    resolve_band,
 )
 from .softmax import safe_softmax
 
@@ -66,45 +66,48 @@ __all__ = [
 ]
 
 
-def _require(ok: torch.Tensor, error: Callable[[], Exception]) -> None:
-    """Raise ``error()`` unless the bool tensor ``ok`` is True, without a host sync.
-
-    ``torch._assert_async`` checks on the device: on the CPU at once, on a GPU as a
-    device-side assert, and under ``torch.compile`` as a node of the graph (no graph
-    break). Only once it has failed is the tensor read back, to write the message.
-    """
-    try:
-        torch._assert_async(ok, "attnkit: invalid argument")
-    except RuntimeError:
-        raise error() from None
+def _on_host(x: torch.Tensor) -> bool:
+    """Whether ``x``'s values may be read here: a CPU tensor (no device to wait for) and no
+    ``torch.compile`` trace (a read would break the graph)."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
-def _check_lengths(valid_lens: torch.Tensor, maxlen: int) -> torch.Tensor:
+def _number(x: float) -> int | float:
+    """``x`` as it reads best in a message: an int when whole (``3``, not ``3.0``)."""
+    return int(x) if float(x).is_integer() else x
+
+
+def _check_lengths(valid_lens: object, maxlen: int) -> torch.Tensor:
     """Integer lengths in ``[0, maxlen]`` (integral floats accepted, as d2l passes them).
 
-    Dtype and shape are checked in Python; the values on the device (:func:`_require`), so
-    that a valid call costs no host synchronisation."""
-    if not isinstance(valid_lens, torch.Tensor):
-        valid_lens = torch.as_tensor(valid_lens)
-    if valid_lens.dtype == torch.bool or valid_lens.is_complex():
-        raise TypeError(f"valid_lens must hold integers, got dtype {valid_lens.dtype}")
-    if valid_lens.is_floating_point():
-        vl = valid_lens
-        _require(torch.all(vl == torch.round(vl)),
-                 lambda: TypeError(f"valid_lens must hold whole numbers, got {vl.tolist()}"))
-        valid_lens = valid_lens.long()
-    if valid_lens.numel():
-        vl = valid_lens
-
-        def out_of_range() -> Exception:
-            try:
-                check_length_range(int(vl.min()), int(vl.max()), maxlen)
-            except ValueError as err:
-                return err
-            return ValueError(f"valid_lens must lie in [0, {maxlen}]")
-
-        _require((vl.clamp(0, maxlen) == vl).all(), out_of_range)
-    return valid_lens
+    On the CPU the values are read and checked: ``ValueError`` naming min and max (``inf``
+    by name), ``TypeError`` for fractions. On a GPU, or while ``torch.compile`` traces,
+    they are clamped to ``[0, maxlen]`` by tensor ops instead: a device-side assert would
+    leave the CUDA context unusable, and a read-back would stall the stream."""
+    vl = valid_lens if isinstance(valid_lens, torch.Tensor) else torch.as_tensor(valid_lens)
+    if vl.dtype == torch.bool or vl.is_complex():
+        raise TypeError(f"valid_lens must hold integers, got dtype {vl.dtype}")
+    if not _on_host(vl):
+        if vl.is_floating_point():
+            vl = torch.nan_to_num(vl, 0.0).clamp_(0, maxlen).long()
+            return vl
+        return vl.clamp(0, maxlen)
+    if not vl.numel():
+        pass
+    elif not vl.is_floating_point():
+        values = (vl.tolist() if vl.ndim == 1 else vl.flatten().tolist()) \
+            if vl.numel() <= 4096 else torch.stack(torch.aminmax(vl.flatten())).tolist()
+        lo, hi = min(values), max(values)
+        if lo < 0 or hi > maxlen:
+            check_length_range(lo, hi, maxlen)
+    else:
+        values = vl.flatten().tolist()
+        if any(x != x for x in values):  # NaN
+            raise TypeError(f"valid_lens must hold whole numbers, got {vl.tolist()}")
+        check_length_range(_number(min(values)), _number(max(values)), maxlen)
+        if not all(float(x).is_integer() for x in values):
+            raise TypeError(f"valid_lens must hold whole numbers, got {vl.tolist()}")
+    return vl.long() if vl.is_floating_point() else vl
 
 
 def sequence_mask(valid_lens: torch.Tensor, maxlen: int) -> torch.Tensor:
@@ -150,14 +153,33 @@ def valid_lens_limits(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -
     return _check_lengths(valid_lens, Tk).reshape(view)
 
 
+@functools.lru_cache(maxsize=64)
+def _positions(n: int, device: torch.device) -> torch.Tensor:
+    """``arange(n)`` on ``device``, made once per length (a decoding step would otherwise
+    allocate it per layer); never written to."""
+    return torch.arange(n, device=device)
+
+
 def valid_lens_mask(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -> torch.Tensor:
     """d2l ``valid_lens`` as a bool mask broadcastable to ``scores_shape = (B, ..., Tq, Tk)``.
 
     ``(B,)``: one length per batch row, for every query and head. ``(B, Tq)``: one length
     per query.
     """
+    if torch.compiler.is_compiling():
+        limits = valid_lens_limits(valid_lens, scores_shape)
+        return torch.arange(scores_shape[-1], device=limits.device) < limits
+    # Kept on the lengths tensor until it is written to: the layers of a model that share
+    # one valid_lens build (and check) its mask once per step, not once per layer.
+    stamp = (getattr(valid_lens, "_version", None), tuple(scores_shape))
+    kept = getattr(valid_lens, "_attnkit_mask", None)
+    if kept is not None and kept[0] == stamp and kept[1]._version == kept[2]:
+        return kept[1]  # (a caller who wrote into the mask gets a fresh one)
     limits = valid_lens_limits(valid_lens, scores_shape)
-    return torch.arange(scores_shape[-1], device=limits.device) < limits
+    allowed = _positions(scores_shape[-1], limits.device) < limits
+    if isinstance(valid_lens, torch.Tensor):
+        valid_lens._attnkit_mask = (stamp, allowed, allowed._version)
+    return allowed
 
 
 def window_mask(
@@ -175,15 +197,15 @@ def window_mask(
     """
     check_window_side("left", left)
     check_window_side("right", right)
-    i = torch.arange(Tq, device=device)[:, None]
-    j = torch.arange(Tk, device=device)[None, :]
-    d = i + (Tk - Tq)  # the diagonal key of each query
-    keep = torch.ones(Tq, Tk, dtype=torch.bool, device=device)
-    if left is not None:
-        keep = keep & (j >= d - left)
-    if right is not None:
-        keep = keep & (j <= d + right)
-    return keep
+    # j - d for each query i (rows) and key j (columns), d = i + Tk - Tq its diagonal key
+    off = torch.arange(Tq - Tk, Tq, device=device) - torch.arange(Tq, device=device)[:, None]
+    if left is None and right is None:
+        return torch.ones(Tq, Tk, dtype=torch.bool, device=device)
+    if left is None:
+        return off <= right
+    if right is None:
+        return off >= -left
+    return (off >= -left) & (off <= right)
 
 
 def causal_mask(
@@ -208,15 +230,15 @@ def segment_mask(segment_ids: object, scores_shape: tuple[int, ...]) -> torch.Te
     pair = check_segment_ids(segment_ids, scores_shape)
     assert pair is not None
     q_ids, kv_ids = pair
-    keep = (q_ids[:, :, None] == kv_ids[:, None, :]) & (q_ids[:, :, None] >= 0)  # (B, Tq, Tk)
-    return keep.reshape(keep.shape[:1] + (1,) * (len(scores_shape) - 3) + keep.shape[1:])
+    same = (q_ids[:, :, None] == kv_ids[:, None, :]) & (q_ids[:, :, None] >= 0)  # (B, Tq, Tk)
+    return same.reshape(same.shape[:1] + (1,) * (len(scores_shape) - 3) + same.shape[1:])
 
 
 def segment_ids_from_cu_seqlens(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
     """Segment ids of packed documents given by cumulative lengths (flash-attn's
     ``cu_seqlens``): document ``d`` fills ``[cu[d], cu[d+1])`` and gets id ``d``; positions
-    from ``cu[-1]`` to ``total`` are padding (-1). The bounds are checked on the device
-    (no host sync; on a GPU a bad value fails as a device-side assert).
+    from ``cu[-1]`` to ``total`` are padding (-1). The bounds are checked on the CPU; on a
+    GPU they are not (a check would stall the stream or poison the context).
 
     Args:
         cu_seqlens: integer ``(N+1,)`` or ``(B, N+1)``, ``[0, ..., <= total]``.
@@ -231,10 +253,10 @@ def segment_ids_from_cu_seqlens(cu_seqlens: torch.Tensor, total: int) -> torch.T
     if cu.is_floating_point() or cu.dtype == torch.bool or cu.is_complex():
         raise TypeError(f"cu_seqlens must hold integers, got dtype {cu.dtype}")
     cu = cu.reshape(-1, cu.shape[-1]).long()
-    bad = (cu[:, 0] != 0).any() | (cu.diff(dim=-1) < 0).any() | (cu[:, -1] > total).any()
-    _require(~bad, lambda: ValueError(
-        f"cu_seqlens must start at 0, never decrease and end at most at total={total}, "
-        f"got {cu.tolist()}"))
+    if _on_host(cu) and bool(
+            (cu[:, 0] != 0).any() | (cu.diff(dim=-1) < 0).any() | (cu[:, -1] > total).any()):
+        raise ValueError(f"cu_seqlens must start at 0, never decrease and end at most at "
+                         f"total={total}, got {cu.tolist()}")
     pos = torch.arange(int(total), device=cu.device).expand(cu.shape[0], -1).contiguous()
     ids = torch.searchsorted(cu[:, 1:].contiguous(), pos, right=True)
     return torch.where(pos < cu[:, -1:], ids, -1)
@@ -256,8 +278,9 @@ def segment_ids_from_lengths(lengths: torch.Tensor, total: int) -> torch.Tensor:
         raise TypeError(
             f"lengths must be integers of shape (N,) or (B, N), got {n.dtype} {tuple(n.shape)}"
         )
-    _require(~((n < 0).any() | (n.sum(dim=-1) > total).any()), lambda: ValueError(
-        f"lengths must be >= 0 and sum to at most total={total}, got {n.tolist()}"))
+    if _on_host(n) and bool((n < 0).any() | (n.sum(dim=-1) > total).any()):
+        raise ValueError(f"lengths must be >= 0 and sum to at most total={total}, got "
+                         f"{n.tolist()}")
     cu = torch.nn.functional.pad(n.long().cumsum(dim=-1), (1, 0))
     return segment_ids_from_cu_seqlens(cu, total)
 
@@ -275,9 +298,9 @@ def segment_ids_from_padding_mask(mask: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"padding mask must be (B, T), got {tuple(m.shape)}")
     if m.is_floating_point() or m.is_complex():
         raise TypeError(f"padding mask must hold 0/1 or bools (1 = real token), got {m.dtype}")
-    if m.dtype != torch.bool:
-        _require(~((m != 0) & (m != 1)).any(), lambda: ValueError(
-            f"padding mask must hold only 0 and 1 (1 = real token), got {m.tolist()}"))
+    if m.dtype != torch.bool and _on_host(m) and bool(((m != 0) & (m != 1)).any()):
+        raise ValueError(f"padding mask must hold only 0 and 1 (1 = real token), got "
+                         f"{m.tolist()}")
     return torch.where(m.bool(), 0, -1).long()
 
 
@@ -336,11 +359,11 @@ def attention_mask(
     """
     shape = tuple(scores_shape)
     Tq, Tk = shape[-2], shape[-1]
-    keep: torch.Tensor | None = None
+    allowed: torch.Tensor | None = None
 
     def _and(m: torch.Tensor) -> None:
-        nonlocal keep
-        keep = m if keep is None else (keep & m)
+        nonlocal allowed
+        allowed = m if allowed is None else (allowed & m)
 
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
@@ -352,17 +375,14 @@ def attention_mask(
         _and(mask.to(device) if device is not None else mask)
     if valid_lens is not None:
         vm = valid_lens_mask(valid_lens, shape)
-        _and(vm.to(device) if device is not None else vm)
-    alignment = check_causal(causal)
-    if alignment is not None:
-        _and(causal_mask(Tq, Tk, alignment=alignment, device=device))
-    win = check_window(window)
-    if win is not None:
-        _and(window_mask(Tq, Tk, win[0], win[1], device=device))
+        _and(vm if device is None or vm.device == device else vm.to(device))
+    left, right = resolve_band(causal, window, Tq, Tk)  # causal and window: one band
+    if left is not None or right is not None:
+        _and(window_mask(Tq, Tk, left, right, device=device))
     if segment_ids is not None:
         sm = segment_mask(segment_ids, shape)
         _and(sm.to(device) if device is not None else sm)
-    return keep
+    return allowed
 
 
 def masked_softmax(

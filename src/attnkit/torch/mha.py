@@ -11,12 +11,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..numpy.mha_params import MultiHeadParams, head_sizes
-from ..spec import check_dropout, check_softcap, default_scale
-from ._nonfinite import finite_safe, guard_inputs, restore
-from ._sdpa import plain_sdpa
+from ..spec import check_dropout, check_softcap
 from ._triton_path import triton_decode
 from .cache import KVCache
-from .functional import attend
+from .functional import attention
 from .interop import Projections, batch_major, to_torch, torch_mha_parts
 from .masks import Window
 
@@ -117,19 +115,17 @@ class MultiHeadAttention(nn.Module):
         key: torch.Tensor | None,
         value: torch.Tensor | None,
         cache: KVCache | None,
-        masked: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """q ``(B, H, Tq, Dk)`` and this call's k/v ``(B, Hkv, Tk, Dk/Dv)``; k and v are
-        None when a filled cross-attention cache already holds them. ``masked``: some key
-        rows may be left unattended (their NaN must then not reach a weight gradient)."""
+        None when a filled cross-attention cache already holds them."""
         B, H, Hkv = query.shape[0], self.num_heads, self.num_kv_heads
         Dk, Dv = self.head_dim, self.v_head_dim
         self_attention = (key is None or key is query) and (value is None or value is query)
         # Stacking the weights costs a copy of them per call: worth it for a training or
         # prefill batch (one GEMM, one input gradient), not for a one-token decoding step.
         if self_attention and cache is None and self.kdim == self.vdim == self.embed_dim:
-            return self._packed_qkv(query, masked)
-        q = self._heads(finite_safe(self.q_proj, query, masked), H, Dk)
+            return self._packed_qkv(query)
+        q = self._heads(self.q_proj(query), H, Dk)
         if cache is not None and cache.cross:
             if cache.length > 0:
                 if key is not None and (key.ndim != 3 or key.shape[:2] != (B, cache.length)):
@@ -149,16 +145,13 @@ class MultiHeadAttention(nn.Module):
                 f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
                 f"{tuple(value.shape)} must share B, and key/value must share Tk"
             )
-        k = self._heads(finite_safe(self.k_proj, key, masked), Hkv, Dk)
-        v = self._heads(finite_safe(self.v_proj, value, masked), Hkv, Dv)
+        k = self._heads(self.k_proj(key), Hkv, Dk)
+        v = self._heads(self.v_proj(value), Hkv, Dv)
         return q, k, v
 
-    def _packed_qkv(
-        self, x: torch.Tensor, masked: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _packed_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Self-attention projections as one matmul against the stacked weights (one GEMM
         and one input gradient instead of three; the stacking copies only the weights).
-        ``masked``: NaN in rows of ``x`` must not reach the weight gradient.
 
         Returns q ``(B, H, T, Dk)``, k ``(B, Hkv, T, Dk)``, v ``(B, Hkv, T, Dv)`` (views).
         """
@@ -166,7 +159,7 @@ class MultiHeadAttention(nn.Module):
         projs = (self.q_proj, self.k_proj, self.v_proj)
         w = torch.cat([p.weight for p in projs])
         b = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
-        qkv = finite_safe(lambda x: F.linear(x, w, b), x, masked)  # (B, T, H*Dk + Hkv*Dk + Hkv*Dv)
+        qkv = F.linear(x, w, b)  # (B, T, H*Dk + Hkv*Dk + Hkv*Dv)
         q, k, v = qkv.split([H * Dk, Hkv * Dk, Hkv * Dv], dim=-1)
         return self._heads(q, H, Dk), self._heads(k, Hkv, Dk), self._heads(v, Hkv, Dv)
 
@@ -263,34 +256,23 @@ class MultiHeadAttention(nn.Module):
         """:meth:`forward` after its argument checks."""
         B, Tq, _ = query.shape
         H, Dv = self.num_heads, self.v_head_dim
-        masked = mask is not None or bias is not None or valid_lens is not None \
-            or window is not None or bool(causal) or segment_ids is not None
-        plain = self.softcap is None and self.sinks is None and segment_ids is None \
-            and causal != "top_left"  # what the decoding kernel takes
-        q, k, v = self._project(query, key, value, cache, masked)  # (B, H|Hkv, T, Dk|Dv)
-        codes = None
+        q, k, v = self._project(query, key, value, cache)  # (B, H|Hkv, T, Dk|Dv)
         if cache is not None:
-            k, v, codes = self._through_cache(cache, k, v)  # (B, Hkv, positions cached, D)
-
-        out = None
-        if cache is not None and not cache.cross and not need_weights and mask is None \
-                and bias is None and valid_lens is None and window is None and plain \
-                and (causal or Tq == 1) and not (self.training and self.dropout > 0):
-            # Decoding: the Triton kernel reads the cache buffers in place (None elsewhere);
-            # one query elsewhere sees every cached position, so SDPA as it is serves it.
-            # The buffers hold no NaN/inf; what they held comes back from the codes.
-            G = H // self.num_kv_heads
+            k, v = self._through_cache(cache, k, v)  # (B, Hkv, positions cached, D)
+        out = weights = None
+        bottom_right = causal is True or causal == "bottom_right" or (not causal and Tq == 1)
+        if cache is not None and q.is_cuda and not cache.cross and bottom_right \
+                and not need_weights and mask is None and bias is None and valid_lens is None \
+                and window is None and self.softcap is None and self.sinks is None \
+                and segment_ids is None and not (self.training and self.dropout > 0):
+            # Decoding: the Triton kernel reads the cache buffers in place (None if it
+            # cannot take the call).
             out = triton_decode(q, cache.k, cache.v, cache.length)
-            if out is None and Tq == 1:
-                out = plain_sdpa(q, k, v, G, default_scale(None, q.shape[-1]), 0.0)
-            if out is not None:
-                out = restore(out, guard_inputs(q, k, v, None, G, codes=codes).out_fix, G)
-        weights = None
         if out is None:
-            out, weights = attend(
+            out, weights = attention(
                 q, k, v, mask=mask, bias=bias, valid_lens=valid_lens, causal=causal,
                 window=window, need_weights=need_weights, softcap=self.softcap,
-                sinks=self.sinks, segment_ids=segment_ids, codes=codes,
+                sinks=self.sinks, segment_ids=segment_ids,
                 dropout_p=self.dropout if self.training else 0.0,
             )  # (B, H, Tq, Dv)
         out = self.out_proj(out.transpose(1, 2).reshape(B, Tq, H * Dv))  # (B, Tq, E)
@@ -305,21 +287,19 @@ class MultiHeadAttention(nn.Module):
     @staticmethod
     def _through_cache(
         cache: KVCache, k: torch.Tensor | None, v: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append this call's k/v (every step of a self cache; a cross cache once) and
-        return every cached position, free of NaN/inf, with the codes of what they held
-        (:meth:`KVCache.codes`). Earlier positions are stored detached; when autograd
+        return every cached position. Earlier positions are stored detached; when autograd
         records this call's k/v, those are attended live (one copy of the cache), so that
         their projections get a gradient."""
         if k is None or v is None:
-            return cache.keys(), cache.values(), cache.codes()  # a filled cross cache
+            return cache.keys(), cache.values()  # a filled cross cache
         cache.append(k, v)
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
             past = cache.length - k.shape[2]
-            live_k, live_v = (torch.nan_to_num(x, 0.0, 0.0, 0.0) for x in (k, v))
-            return (torch.cat([cache.k[:, :, :past], live_k], dim=2),
-                    torch.cat([cache.v[:, :, :past], live_v], dim=2), cache.codes())
-        return cache.keys(), cache.values(), cache.codes()
+            return (torch.cat([cache.k[:, :, :past], k], dim=2),
+                    torch.cat([cache.v[:, :, :past], v], dim=2))
+        return cache.keys(), cache.values()
 
     def init_cache(
         self,

@@ -76,11 +76,14 @@ class DotProductAttention(nn.Module):
             ``(B, Tq, Dv)``.
         """
         shapes = (tuple(queries.shape), tuple(keys.shape), tuple(values.shape))
-        if any(len(s) != 3 for s in shapes) or not shapes[0][0] == shapes[1][0] == shapes[2][0]:
-            # attention() reads axis -3 as heads: batch 4 against 2 would become GQA.
+        if any(len(s) != 3 for s in shapes) or not shapes[0][0] == shapes[1][0] == shapes[2][0] \
+                or shapes[0][2] != shapes[1][2] or shapes[1][1] != shapes[2][1]:
+            # attention() reads axis -3 as heads: batch 4 against 2 would become GQA; and
+            # its own messages would name the (B, 1, T, D) views, not these shapes.
             raise ValueError(
                 f"expected queries (B, Tq, D), keys (B, Tk, D), values (B, Tk, Dv) with one "
-                f"B, got queries {shapes[0]}, keys {shapes[1]}, values {shapes[2]}"
+                f"B, one D and one Tk, got queries {shapes[0]}, keys {shapes[1]}, values "
+                f"{shapes[2]}"
             )
         # One head axis, so that the sink is one logit (attention() reads axis -3 as heads).
         out, weights = attention(

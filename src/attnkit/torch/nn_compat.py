@@ -18,8 +18,6 @@ policy differs from torch:
 - a query whose every key is masked gets output 0, weights 0 and zero gradients (torch:
   NaN);
 - the returned weights are those before dropout (torch, in training: after);
-- NaN or inf in a key/value position that no query may attend reaches neither the output
-  nor any gradient;
 - bad shapes and dtypes raise ``ValueError``/``TypeError`` naming them (torch:
   ``AssertionError``/``RuntimeError``).
 
@@ -43,9 +41,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._nonfinite import finite_safe
 from .cache import KVCache
-from .functional import attend
+from .functional import attention
 from .interop import batch_major
 from .mha import MultiHeadAttention
 
@@ -209,26 +206,19 @@ class MultiheadAttention(nn.MultiheadAttention):
         # torch trusts the hint (and reads no mask) exactly here; its causal is top-left.
         trust_hint = is_causal and key_padding_mask is None and not need_weights \
             and cache is None
-        # Can an input key row go unattended, or a query have no key? Then a NaN in that
-        # input must reach no weight gradient. Top-left causal leaves no query without a key
-        # and only input keys j >= Tq unattended.
-        masked = key_padding_mask is not None or (attn_mask is not None and not trust_hint) \
-            or (trust_hint and Tq < key.shape[1])
-        q, k, v = self._project(query, key, value, cache, masked, self_attention)
-        codes = None
-        if cache is not None:  # attnkit's MultiHeadAttention's rule, NaN bookkeeping included
-            k, v, codes = MultiHeadAttention._through_cache(cache, k, v)  # (B, H, cached, D)
+        q, k, v = self._project(query, key, value, cache, self_attention)
+        if cache is not None:  # attnkit's MultiHeadAttention's rule
+            k, v = MultiHeadAttention._through_cache(cache, k, v)  # (B, H, cached, D)
         Tk = k.shape[2]
-        keep, bias = _torch_masks(key_padding_mask, attn_mask, B, self.num_heads, Tq, Tk,
+        allowed, bias = _torch_masks(key_padding_mask, attn_mask, B, self.num_heads, Tq, Tk,
                                   batched)
         if trust_hint:
-            keep = bias = None
+            allowed = bias = None
         # Extra keys come last; a trusted hint's top-left causal spans them too, as torch's.
-        k, v, keep, bias, codes = self._extra_keys(k, v, keep, bias, codes)
-        return attend(
-            q, k, v, mask=keep, bias=bias, causal="top_left" if trust_hint else False,
-            need_weights=need_weights, codes=codes,
-            dropout_p=self.dropout if self.training else 0.0,
+        k, v, allowed, bias = self._extra_keys(k, v, allowed, bias)
+        return attention(
+            q, k, v, mask=allowed, bias=bias, causal="top_left" if trust_hint else False,
+            need_weights=need_weights, dropout_p=self.dropout if self.training else 0.0,
         )
 
     def _project(
@@ -237,22 +227,23 @@ class MultiheadAttention(nn.MultiheadAttention):
         key: Tensor,
         value: Tensor,
         cache: KVCache | None,
-        masked: bool,
         self_attention: bool,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """q ``(B, H, Tq, D)``, and k, v ``(B, H, Tk, D)`` (None when a filled
-        cross-attention cache holds them). With a mask, a NaN/inf input row that no query
-        attends reaches no weight gradient."""
+        cross-attention cache holds them). Biases in another dtype than the input are
+        cast to it, as torch's layer runs them."""
         E = self.embed_dim
         if self._qkv_same_embed_dim:
             w_q, w_k, w_v = self.in_proj_weight.chunk(3)
         else:
             w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
         b = self.in_proj_bias
+        if b is not None and b.dtype != query.dtype:
+            b = b.to(query.dtype)
         b_q, b_k, b_v = (None, None, None) if b is None else b.chunk(3)
         if self_attention and self._qkv_same_embed_dim and cache is None:
             # One GEMM against the packed weight, as torch does for self-attention.
-            qkv = _linear(query, self.in_proj_weight, b, masked)  # (B, T, 3E)
+            qkv = F.linear(query, self.in_proj_weight, b)  # (B, T, 3E)
             return tuple(self._heads(x) for x in qkv.split(E, dim=-1))  # type: ignore[return-value]
         q = self._heads(F.linear(query, w_q, b_q))
         if cache is not None and cache.cross and cache.length > 0:
@@ -262,8 +253,8 @@ class MultiheadAttention(nn.MultiheadAttention):
                     f"{cache.length}) positions, key {tuple(key.shape)} does not match"
                 )
             return q, None, None
-        k = self._heads(_linear(key, w_k, b_k, masked))
-        v = self._heads(_linear(value, w_v, b_v, masked))
+        k = self._heads(F.linear(key, w_k, b_k))
+        v = self._heads(F.linear(value, w_v, b_v))
         return q, k, v
 
     def _heads(self, x: Tensor) -> Tensor:
@@ -271,13 +262,11 @@ class MultiheadAttention(nn.MultiheadAttention):
         return x.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
 
     def _extra_keys(
-        self, k: Tensor, v: Tensor, keep: Tensor | None, bias: Tensor | None,
-        codes: Tensor | None,
-    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, Tensor | None]:
+        self, k: Tensor, v: Tensor, allowed: Tensor | None, bias: Tensor | None,
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         """``add_bias_kv`` (the learned ``bias_k``/``bias_v`` position) and then
         ``add_zero_attn`` (an all-zero position) appended after the keys and values, as
-        torch appends them, each allowed for every query (and, after a cache's positions,
-        recorded as finite in its ``codes`` ``(B, H, 2, Tk)``)."""
+        torch appends them, each allowed for every query."""
         extra_k, extra_v = [], []
         if self.bias_k is not None and self.bias_v is not None:
             B = k.shape[0]
@@ -288,23 +277,14 @@ class MultiheadAttention(nn.MultiheadAttention):
             extra_v.append(v.new_zeros(v.shape[:2] + (1, v.shape[3])))
         n = len(extra_k)
         if n == 0:
-            return k, v, keep, bias, codes
+            return k, v, allowed, bias
         k = torch.cat([k, *extra_k], dim=2)
         v = torch.cat([v, *extra_v], dim=2)
-        if keep is not None:
-            keep = torch.cat([keep, keep.new_ones(keep.shape[:-1] + (n,))], dim=-1)
+        if allowed is not None:
+            allowed = torch.cat([allowed, allowed.new_ones(allowed.shape[:-1] + (n,))], dim=-1)
         if bias is not None:
             bias = F.pad(bias, (0, n))
-        if codes is not None:
-            codes = F.pad(codes, (0, n))
-        return k, v, keep, bias, codes
-
-
-def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, masked: bool) -> Tensor:
-    """``F.linear``; with a mask, one whose weight gradient reads NaN/inf in ``x`` as 0 (an
-    unattended row has zero output gradient, but ``0 * nan`` would still spoil the
-    weight's gradient). Branch-free: no host sync."""
-    return finite_safe(lambda t: F.linear(t, weight, bias), x, masked)
+        return k, v, allowed, bias
 
 
 def _check_inputs(m: nn.MultiheadAttention, query: Tensor, key: Tensor, value: Tensor) -> bool:
@@ -343,13 +323,13 @@ def _torch_masks(
 ) -> tuple[Tensor | None, Tensor | None]:
     """torch's masks (True = NOT allowed, or additive float) as attnkit's ``(mask, bias)``
     (True = may attend; float added), both broadcastable to ``(B, H, Tq, Tk)``."""
-    keep: Tensor | None = None
+    allowed: Tensor | None = None
     bias: Tensor | None = None
 
     def add(m: Tensor) -> None:
-        nonlocal keep, bias
+        nonlocal allowed, bias
         if m.dtype == torch.bool:
-            keep = ~m if keep is None else keep & ~m
+            allowed = ~m if allowed is None else allowed & ~m
         else:
             bias = m if bias is None else bias + m
 
@@ -374,7 +354,7 @@ def _torch_masks(
                 f"attn_mask must be (Tq, Tk) = {(Tq, Tk)} or ({heads[1]}, Tq, Tk) = "
                 f"{(heads[0], Tq, Tk)}, got {tuple(am.shape)}"
             )
-    return keep, bias
+    return allowed, bias
 
 
 def _check_mask(name: str, m: object) -> Tensor:
