@@ -10,6 +10,7 @@ Usage::
 
     python benchmarks/numpy_tiles.py           # T = 1024, 2048, 4096; appends to BENCHMARKS.md
     python benchmarks/numpy_tiles.py --quick   # T = 512, prints only
+    python benchmarks/numpy_tiles.py --smoke   # T = 256, one round: checks that it runs
 """
 
 from __future__ import annotations
@@ -66,8 +67,11 @@ def sweep(T: int, rounds: int) -> list[list[object]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="T = 512 only, do not record")
+    parser.add_argument("--smoke", action="store_true",
+                        help="T = 256, one round, do not record: checks that the script runs")
     args = parser.parse_args()
-    sizes, rounds = ((512,), 3) if args.quick else ((1024, 2048, 4096), 7)
+    sizes, rounds = (((256,), 1) if args.smoke else ((512,), 3) if args.quick
+                     else ((1024, 2048, 4096), 7))
     rows = [row for T in sizes for row in sweep(T, rounds)]
     workers = plan(4096, 4096, None, None, None).threads
     report(
@@ -78,7 +82,7 @@ def main() -> None:
                f"median of {rounds} paired ratios after one warm-up; torch threads "
                f"{torch.get_num_threads()}. The machine is shared with other jobs: "
                "compare rows of one run."),
-        record=not args.quick,
+        record=not (args.quick or args.smoke),
     )
 
 
