@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the interpreter the venvs are made from (default: this one)")
     args = parser.parse_args(argv)
 
-    versions = ([("--transformers", v) for v in args.transformers] if args.transformers
+    versions = ([("given", v) for v in args.transformers] if args.transformers
                 else list(TRANSFORMERS.items()))
     COMPAT.mkdir(exist_ok=True)
     latest = newest_release(args.python)
