@@ -6,9 +6,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 LOCK := requirements.lock
-# The lock is a constraint file: each target installs only the extras it needs, at the
-# locked versions.
-INSTALL := $(PIP) install --progress-bar on -c $(LOCK)
+# The lock is a constraint file (for the isolated build of attnkit too): each target
+# installs only the extras it needs, at the locked versions.
+INSTALL := PIP_CONSTRAINT=$(LOCK) $(PIP) install --progress-bar on
 PIP_TOOLS := pip-tools==7.6.2
 
 .PHONY: demo test lint bench lock test-compat clean browser
@@ -55,7 +55,7 @@ bench: $(VENV)/.stamp-test
 # Run `make test` (and `make test-compat`) after it: that is what says the new set works.
 lock: | $(PY)
 	$(PIP) install -q "$(PIP_TOOLS)"
-	$(PY) -m piptools compile --quiet --upgrade --strip-extras --no-emit-index-url \
+	$(PY) -m piptools compile --quiet --upgrade --allow-unsafe --strip-extras --no-emit-index-url \
 		--no-emit-find-links --extra torch,viz,triton,transformers,dev \
 		--output-file $(LOCK) pyproject.toml requirements.in
 

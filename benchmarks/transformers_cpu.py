@@ -6,6 +6,8 @@ weights, batch 2, in one process and one thread:
 1. forward over T = 512 tokens: attnkit vs ``sdpa`` (goal: ratio <= 1.02);
 2. forward + backward of the language-model loss: attnkit vs ``sdpa`` (<= 1.02);
 3. greedy ``generate`` of 32 tokens from a 128-token prompt: attnkit vs ``sdpa`` (<= 1.02);
+3b. greedy ``generate`` of 64 tokens for a left-padded batch of 4 prompts (40, 64, 90 and
+   128 tokens): attnkit vs ``sdpa`` (<= 1.03), the padded decoding users run;
 4. forward with ``output_attentions=True``: attnkit vs ``eager``, the only built-in that
    returns weights (<= 1.05);
 5. (diagnostic) 3. with attnkit's ``attention()`` swapped for plain SDPA under the same
@@ -98,7 +100,22 @@ def _pinned_run(quick: bool, repeats: int) -> list[list[float]]:
         if line.startswith("PINNED "):
             return json.loads(line[len("PINNED "):])
     print(f"pinned run failed (exit {proc.returncode}): {proc.stderr[-500:]}")
-    return [[math.nan] * 3 for _ in range(5)]
+    return [[math.nan] * 3 for _ in range(N_CASES)]
+
+
+N_CASES = 6
+
+
+def left_padded(vocab: int, lengths: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, attention_mask)`` of prompts of ``lengths`` tokens, left-padded with 0."""
+    g = torch.Generator().manual_seed(1)
+    T = max(lengths)
+    ids = torch.zeros(len(lengths), T, dtype=torch.long)
+    mask = torch.zeros(len(lengths), T, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, T - n:] = torch.randint(1, vocab, (n,), generator=g)
+        mask[row, T - n:] = 1
+    return ids, mask
 
 
 def ms(seconds: float) -> str:
@@ -127,6 +144,8 @@ def main() -> None:
     models = build(["attnkit", "sdpa", "eager"], **shape)
     ids = torch.randint(1, shape["vocab"], (B, T), generator=torch.Generator().manual_seed(0))
     prompt_ids = ids[:, :prompt]
+    lengths, padded_new = ((40, 64, 90, 128), 64) if not args.quick else ((5, 8, 12, 16), 4)
+    padded_ids, padded_mask = left_padded(shape["vocab"], lengths)
 
     def forward(impl: str, **kw) -> Callable[[], object]:
         def run() -> None:
@@ -144,6 +163,14 @@ def main() -> None:
         def run() -> None:
             with torch.no_grad():
                 models[impl].generate(prompt_ids, max_new_tokens=new, min_new_tokens=new,
+                                      do_sample=False, pad_token_id=0)
+        return run
+
+    def generate_left_padded(impl: str) -> Callable[[], object]:
+        def run() -> None:
+            with torch.no_grad():
+                models[impl].generate(padded_ids, attention_mask=padded_mask,
+                                      max_new_tokens=padded_new, min_new_tokens=padded_new,
                                       do_sample=False, pad_token_id=0)
         return run
 
@@ -169,10 +196,13 @@ def main() -> None:
         (f"forward, T={T}", "sdpa", forward),
         (f"forward+backward, T={T}", "sdpa", train_step),
         (f"generate {new} tokens from {prompt}", "sdpa", generate),
+        (f"generate {padded_new} tokens, B={len(lengths)} left-padded prompts "
+         f"{'/'.join(map(str, lengths))}", "sdpa", generate_left_padded),
         (f"forward output_attentions=True, T={T}", "eager",
          lambda impl: forward(impl, output_attentions=True)),
         (f"(diagnostic) generate {new} from {prompt}, glue only", "sdpa", glue_only(generate)),
     ]
+    assert len(cases) == N_CASES
     fns_of = [{peer: make(peer), "attnkit": make("attnkit")} for _, peer, make in cases]
     if args.pinned:
         pinned = []
@@ -217,7 +247,9 @@ def main() -> None:
             "earlier entries were timed only that way): every allocation over 128 KiB is a "
             "fresh mmap, which slows the peer too and bills each extra allocation as page "
             "faults. forward+backward: loss of labels = inputs. "
-            "generate: greedy, dynamic cache; its prompt has no padding, so the diagnostic's "
+            "generate: greedy, dynamic cache; the left-padded row pads each prompt on the "
+            "left to the longest with a 2-D attention_mask; the plain row's prompt has no "
+            "padding, so the diagnostic's "
             "stand-in (causal SDPA) computes the same thing. "
             "Peak = rise of VmHWM over RSS during one call. "
             "The machine was shared with other jobs during the run."

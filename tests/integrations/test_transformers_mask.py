@@ -45,6 +45,12 @@ def _packed(*lengths: int) -> tuple[torch.Tensor, torch.Tensor]:
     return pos, mu.find_packed_sequence_indices(pos)
 
 
+def _packed_mask(fn, pos: torch.Tensor, ids: torch.Tensor):
+    """What ``create_causal_mask`` hands the mask interface for packed sequences."""
+    return mu.and_masks(mu.remap_positions_for_packed_sequence(fn, pos),
+                        mu.packed_sequence_mask_function(ids))
+
+
 causal, bidir = mu.causal_mask_function, mu.bidirectional_mask_function
 swin = mu.sliding_window_causal_mask_function
 pos, ids = _packed(3, 5, 2)
@@ -66,10 +72,8 @@ CASES = [
     ("cross-attention", bidir, 3, 7, 0, 0, _pad(7, right=3)),
     ("bidirectional window", mu.sliding_window_bidirectional_mask_function(2), 7, 7, 0, 0,
      _pad(7, right=1)),
-    ("packed", mu.packed_sequence_compatibility_function(causal, pos, ids), 10, 10, 0, 0,
-     None),
-    ("packed sliding", mu.packed_sequence_compatibility_function(swin(2), pos, ids), 10, 10,
-     0, 0, None),
+    ("packed", _packed_mask(causal, pos, ids), 10, 10, 0, 0, None),
+    ("packed sliding", _packed_mask(swin(2), pos, ids), 10, 10, 0, 0, None),
 ]
 
 
@@ -101,45 +105,61 @@ def test_structure_means_the_dense_mask(case):
 
 
 def test_structure_reaches_attnkit_keywords():
-    """No cache: causal is attnkit's causal; decode needs no mask; a static cache's
-    offset becomes a band; padding becomes segment ids; nothing builds a dense mask."""
+    """No cache: causal is attnkit's causal; decode needs no band; a static cache's
+    offset becomes a band; padding becomes a key mask (B, 1, 1, Tk); packed sequences
+    become segment ids; nothing builds a dense (Tq, Tk) mask."""
     kw = mask_function(**_args(CASES[0])).attention_kwargs()
     assert kw == {"causal": True}
     kw = mask_function(**_args(CASES[3])).attention_kwargs()
-    assert kw.keys() == {"causal", "segment_ids"} and kw["causal"] is True
+    assert kw.keys() == {"causal", "mask"} and kw["causal"] is True
+    assert kw["mask"].shape == (B, 1, 1, 9)
     kw = mask_function(**_args(CASES[6])).attention_kwargs()  # kpos <= 8 among 16 slots
-    assert kw["window"] == (None, -7) and "mask" not in kw
+    assert kw["window"] == (None, -7) and kw["mask"].shape == (B, 1, 1, 16)  # keys only
     kw = mask_function(**_args(CASES[7])).attention_kwargs()
     assert kw["causal"] is True and kw["window"] == (2, None)
     kw = mask_function(**_args(CASES[14])).attention_kwargs()
-    assert kw["causal"] is True and torch.equal(kw["segment_ids"][0], ids)
+    assert kw["causal"] is True and torch.equal(kw["segment_ids"], ids)
 
 
-def test_unpadded_mask_carries_no_segments():
+def test_unpadded_mask_carries_no_padding():
     got = mask_function(**{**_args(CASES[0]), "attention_mask": torch.ones(B, 6, dtype=torch.bool)})
-    assert got.segment_ids is None
+    assert got.key_valid is None and got.segments is None
 
 
-def test_masks_without_structure_fall_back_to_dense():
+def test_masks_without_structure_fall_back_to_dense_and_warn_once(monkeypatch):
+    import attnkit.integrations._transformers_mask as tm
+
     for fn in (
-        mu.chunked_causal_mask_function(3, torch.zeros(B, dtype=torch.long)),
-        mu.or_masks(causal, lambda b, h, q, kv: kv == 0),
+        mu.or_masks(causal, lambda b, h, q, kv: kv == 5),  # every query sees key 5
+        mu.or_masks(causal, mu.blockwise_overlay(torch.tensor([[-1, 0, 0, 0, -1, -1]] * B))),
     ):
         args = dict(batch_size=B, q_length=6, kv_length=6, mask_function=fn,
                     attention_mask=_pad(6, left=1))
-        got = mask_function(**args)
+        monkeypatch.setattr(tm, "_warned", set())
+        with pytest.warns(RuntimeWarning, match="not a band"):
+            got = mask_function(**args)
         assert type(got) is torch.Tensor and got.dtype == torch.bool
         assert torch.equal(got, mu.sdpa_mask(**args, allow_is_causal_skip=False))
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the second time: no warning
+            mask_function(**args)
 
 
-def test_tensor_operations_see_the_dense_mask():
+def test_the_mask_refuses_tensor_operations():
+    """A model that uses the mask itself instead of handing it to AttentionInterface (T5 in
+    transformers <= 5.12 adds it to its position bias, where True counted as +1) gets a
+    clear error at its first forward, not a silently wrong mask."""
     got = mask_function(**_args(CASES[2]))
-    want = got.dense()
     assert "StructuredMask" in repr(got)
-    assert torch.equal(got[:, :, :, :4], want[:, :, :, :4])
-    assert type(got[:, :, :, :4]) is torch.Tensor
-    assert torch.equal(got.to(torch.float32), want.to(torch.float32))
+    position_bias = torch.zeros(B, 4, 6, 6)
+    with pytest.raises(RuntimeError, match="outside transformers' AttentionInterface"):
+        position_bias + got
+    with pytest.raises(RuntimeError, match="sdpa"):
+        got[:, :, :, :4]
     assert got.contiguous() is got  # what generate() calls on a static-cache mask
+    assert got.ndim == 4 and got.dtype == torch.bool  # metadata stays readable
 
 
 def test_dense_float_and_missing_masks_in_the_attention_function():
@@ -158,6 +178,17 @@ def test_dense_float_and_missing_masks_in_the_attention_function():
     torch.testing.assert_close(out, ref.transpose(1, 2))
 
 
+def test_chunked_attention_reads_as_packed_sequences():
+    """Checked exactly against the dense mask: with no padding, each chunk of a chunked
+    causal mask is a packed sequence."""
+    args = dict(batch_size=B, q_length=7, kv_length=7,
+                mask_function=mu.chunked_causal_mask_function(3, torch.zeros(B, dtype=torch.long)))
+    got = mask_function(**args)
+    assert isinstance(got, StructuredMask)
+    assert torch.equal(got.segments[0], torch.tensor([0, 0, 0, 1, 1, 1, 2]))
+    assert torch.equal(got.dense(), mu.sdpa_mask(**args, allow_is_causal_skip=False))
+
+
 def test_register_is_idempotent():
     assert register() == NAME == register()
     assert AttentionInterface()[NAME] is attention_forward
@@ -169,10 +200,10 @@ def test_offset_left_on_the_device_becomes_a_band_mask():
     synchronise, so the band is built from it as a (Tq, Tk) mask instead."""
     host = mask_function(**_args(CASES[6]))
     lazy = StructuredMask(B, 1, 16, offset=torch.tensor(8), lo=host.lo, hi=host.hi,
-                          segment_ids=host.segment_ids)
+                          key_valid=host.key_valid)
     assert torch.equal(lazy.dense(), host.dense())
     kw = lazy.attention_kwargs()
-    assert kw["mask"].shape == (1, 16)
+    assert kw["mask"].shape == (B, 1, 1, 16)
     g = torch.Generator().manual_seed(2)
     q = torch.randn(B, 2, 1, 4, generator=g, dtype=torch.float64)
     k, v = (torch.randn(B, 2, 16, 4, generator=g, dtype=torch.float64) for _ in range(2))
@@ -180,3 +211,30 @@ def test_offset_left_on_the_device_becomes_a_band_mask():
 
     torch.testing.assert_close(attention(q, k, v, **kw)[0],
                                attention(q, k, v, **host.attention_kwargs())[0])
+
+
+def test_no_mask_reads_what_flash_kernels_get():
+    """With no mask, structure comes from the keywords transformers hands its flash-attention
+    kernels: ``is_causal``, ``sliding_window``, and packed input as ``position_ids`` or
+    ``cu_seq_lens_q/k`` (one flattened row)."""
+
+    class Module(torch.nn.Module):
+        is_causal = True
+
+    mod = Module().eval()
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 10, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    pos, ids = _packed(3, 5, 2)
+    want = at.attention(q, k, v, causal=True, segment_ids=ids[:1])[0].transpose(1, 2)
+    out, _ = attention_forward(mod, q, k, v, None, position_ids=pos[:1])
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
+    cu = torch.tensor([0, 3, 8, 10])
+    out, _ = attention_forward(mod, q, k, v, None, cu_seq_lens_q=cu, cu_seq_lens_k=cu,
+                               max_length_q=5, max_length_k=5)
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
+    # transformers' window w: key j seen by query i iff i - w < j <= i
+    out, _ = attention_forward(mod, q, k, v, None, sliding_window=3)
+    dense = mu.sdpa_mask(batch_size=1, q_length=10, kv_length=10, mask_function=swin(3),
+                         allow_is_causal_skip=False)
+    torch.testing.assert_close(out, at.attention(q, k, v, mask=dense)[0].transpose(1, 2),
+                               rtol=0, atol=1e-12)

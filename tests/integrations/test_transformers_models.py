@@ -105,6 +105,9 @@ def model_pair(family: str, dtype: torch.dtype) -> tuple[torch.nn.Module, torch.
 
 
 T = 12  # sequence length (> the sliding window of 4)
+# T5's decoder length: >= 9 so that its causal self-attention reaches SDPA's flash kernel
+# with a bias that needs a gradient (a crash on transformers 5.23+ before it was fixed).
+T5_DECODER = 9
 DTYPES = (torch.float32, torch.float64)
 TOL = {torch.float32: 5e-5, torch.float64: 1e-11}  # relative to the largest reference value
 
@@ -136,9 +139,10 @@ def _run(model, family: str, ids, mask=None, position_ids=None, attentions=False
     attention weights of each kind that was recorded."""
     kw = {"input_ids": ids, "attention_mask": mask, "output_attentions": attentions}
     if family == "t5":
-        kw["decoder_input_ids"] = _ids(seed=2, n=7)
+        kw["decoder_input_ids"] = _ids(seed=2, n=T5_DECODER)
     elif position_ids is not None:
-        kw["position_ids"] = position_ids
+        # no cache: transformers detects packed sequences only when it makes none
+        kw["position_ids"], kw["use_cache"] = position_ids, False
     with torch.no_grad():
         o = model(**kw)
     res = {"out": o.logits if hasattr(o, "logits") else o.last_hidden_state}
@@ -246,7 +250,7 @@ def test_gradients_match_eager(family: str, dtype: torch.dtype):
         model.zero_grad(set_to_none=True)
         kw = {"input_ids": ids, "attention_mask": mask}
         if family == "t5":
-            kw["labels"] = _ids(seed=5, n=7)
+            kw["labels"] = _ids(seed=5, n=T5_DECODER)
         elif family != "bert":
             kw["labels"] = ids.masked_fill(mask == 0, -100)
         with _exact_softmax(dtype) if model is eager else contextlib.nullcontext():
@@ -278,14 +282,54 @@ def test_masks_arrive_as_structure(family: str, monkeypatch: pytest.MonkeyPatch)
     _, ours = model_pair(family, torch.float32)
     _run(ours, family, _ids(), _padding("left"), attentions=True)
     assert ours.config._attn_implementation == "attnkit"
-    assert calls and all(kw.get("mask") is None and kw["need_weights"] for kw in calls)
-    assert any("segment_ids" in kw for kw in calls)  # the padding
+    assert calls and all(kw["need_weights"] for kw in calls)
+    # the padding: a key mask (B, 1, 1, Tk), never a dense (B, 1, Tq, Tk) one
+    masks = [kw["mask"] for kw in calls if kw.get("mask") is not None]
+    assert masks and all(m.shape[-2] == 1 for m in masks)
     if family != "bert":
         assert any(kw.get("causal") is True for kw in calls)
     feature = {"mistral": "window", "qwen2": "window", "gemma2": "softcap",
                "gpt_oss": "sinks", "t5": "bias"}.get(family)
     if feature is not None:
         assert any(kw.get(feature) is not None for kw in calls), feature
+
+
+# GPT-OSS takes position ids but builds its masks without them: no packed mask (eager
+# attends across documents too, and the forward test above holds it to that).
+@pytest.mark.parametrize("family", [f for f in PACKABLE if f != "gpt_oss"])
+def test_packed_sequences_reach_attnkit_as_segments(family: str, monkeypatch: pytest.MonkeyPatch):
+    """Restarting position ids with no cache: transformers builds a packed mask, and it
+    reaches attnkit as the segment ids of the documents, not as a dense mask."""
+    import attnkit.integrations.transformers as integration
+
+    calls: list[dict] = []
+    attention = integration.attention
+
+    def spy(q, k, v, **kw):
+        calls.append(kw)
+        return attention(q, k, v, **kw)
+
+    monkeypatch.setattr(integration, "attention", spy)
+    _, ours = model_pair(family, torch.float32)
+    pos = _packed_positions()
+    _run(ours, family, _ids(), position_ids=pos)
+    want = torch.stack([torch.cat([torch.full((n,), i) for i, n in enumerate(row)])
+                        for row in ([5, 7], [12], [3, 4, 5])])
+    assert calls
+    for kw in calls:
+        assert kw.get("mask") is None
+        assert torch.equal(kw["segment_ids"], want)
+
+
+def test_the_output_attentions_switch_is_where_attnkit_reads_it():
+    """The one private surface the integration reads: where transformers records that a
+    caller asked for attention weights (GPT-2 drops ``output_attentions`` before its
+    attention function). If transformers moves it, this fails loudly."""
+    from transformers.utils import output_capturing
+
+    import attnkit.integrations.transformers as integration
+
+    assert integration._collector is output_capturing._active_collector
 
 
 def test_attention_dropout_follows_module_training():

@@ -35,7 +35,7 @@ except ModuleNotFoundError as _err:
                   extra="transformers", user="attnkit.integrations.transformers")
 
 from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface
+from transformers.masking_utils import AttentionMaskInterface, find_packed_sequence_indices
 
 from ..torch import attention
 from ._transformers_mask import StructuredMask, mask_function
@@ -121,10 +121,7 @@ def attention_forward(
             )
         call = attention_mask.attention_kwargs()
     elif attention_mask is None:
-        is_causal = kwargs.get("is_causal")
-        is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
-        if is_causal and Tq > 1:
-            call["causal"] = "top_left"
+        call = _structure_from_kwargs(module, Tq, key.shape[-2], kwargs)
     elif attention_mask.dtype == torch.bool:
         call["mask"] = attention_mask
     else:  # an additive float mask
@@ -135,6 +132,37 @@ def attention_forward(
         training=module.training, need_weights=_wants_weights(kwargs), **call,
     )
     return out.transpose(1, 2).contiguous(), weights
+
+
+def _structure_from_kwargs(
+    module: torch.nn.Module, Tq: int, Tk: int, kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """attnkit keywords from what transformers hands its flash-attention kernels when there
+    is no mask: ``is_causal`` (or ``module.is_causal``), ``sliding_window``, and packed
+    sequences as ``cu_seq_lens_q/k`` or ``position_ids``. Causal is top-left aligned, as in
+    transformers' SDPA and flash paths with no mask (no cache offset to account for)."""
+    call: dict[str, Any] = {}
+    is_causal = kwargs.get("is_causal")
+    is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
+    causal = bool(is_causal) and Tq > 1
+    if causal:
+        call["causal"] = "top_left" if Tq != Tk else True
+    window = kwargs.get("sliding_window")
+    if window is not None and Tq > 1:
+        # transformers' window w keeps key j iff qpos - w < kpos (and kpos <= qpos if causal)
+        call["window"] = (window - 1, None if causal else window - 1)
+    if Tq == 1 or Tq != Tk:
+        return call  # a decoding step or cross-attention: one sequence per row
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_q is not None and cu_k is not None and torch.equal(cu_q, cu_k):
+        positions = torch.arange(Tq, device=cu_q.device)
+        ids = torch.searchsorted(cu_q[1:], positions, right=True)  # sequence of each token
+        call["segment_ids"] = ids[None]  # (1, T): packed input is one flattened row
+    elif kwargs.get("position_ids") is not None:
+        ids = find_packed_sequence_indices(kwargs["position_ids"])
+        if ids is not None:
+            call["segment_ids"] = ids
+    return call
 
 
 def _config_only(model: str) -> bool:

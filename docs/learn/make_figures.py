@@ -1,0 +1,502 @@
+"""Make every figure of the tutorial (docs/learn/) and the README's first heatmap.
+
+    python docs/learn/make_figures.py                 # writes docs/learn/img/*.png
+    python docs/learn/make_figures.py --out /tmp/img  # somewhere else
+    python docs/learn/make_figures.py --only 03_score_functions
+
+One function per figure, registered in FIGURES under the file name it writes. Everything is
+seeded, so a rerun gives the same pictures. Figures are built without pyplot (headless).
+NumPy, attnkit.numpy and matplotlib only, except 07 (attnkit.torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyBboxPatch, Rectangle
+
+import attnkit.numpy as an
+
+HERE = Path(__file__).resolve().parent
+GREY = "#c8c8c8"  # excluded cells, as attnkit.viz draws them
+HATCH = "#7a7a7a"
+FIGURES: dict[str, Callable[[], Figure]] = {}
+
+
+def figure(name: str) -> Callable[[Callable[[], Figure]], Callable[[], Figure]]:
+    def register(fn: Callable[[], Figure]) -> Callable[[], Figure]:
+        FIGURES[name] = fn
+        return fn
+
+    return register
+
+
+def caption(fig: Figure, text: str) -> None:
+    """A note under the panels, inside the image, for what could be misread."""
+    fig.text(0.5, 0.01, text, ha="center", va="bottom", fontsize=8, style="italic",
+             color="#444444", wrap=True)
+
+
+def heat(ax, w, keep=None, title="", q_labels=None, k_labels=None, annotate=False,
+         vmax=None, xlabel="keys", ylabel="queries"):
+    """A weight matrix: Reds for allowed cells, grey hatched for excluded ones (False in
+    ``keep``), NaN drawn black with its value written."""
+    w = np.asarray(w, dtype=float)
+    excluded = np.zeros(w.shape, bool) if keep is None else ~np.broadcast_to(keep, w.shape)
+    shown = np.ma.masked_array(np.where(np.isnan(w), 0, w), mask=excluded)
+    top = vmax if vmax is not None else max(float(np.nanmax(np.where(excluded, 0, w))), 1e-9)
+    image = ax.imshow(shown, cmap="Reds", vmin=0, vmax=top, aspect="equal")
+    image.cmap.set_bad(GREY)
+    for i, j in zip(*np.nonzero(excluded)):
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="none", edgecolor=HATCH,
+                               hatch="///", linewidth=0))
+    for i, j in zip(*np.nonzero(np.isnan(w))):
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="black"))
+    if annotate:
+        for i in range(w.shape[0]):
+            for j in range(w.shape[1]):
+                val = w[i, j]
+                dark = np.isnan(val) or (not excluded[i, j] and val > 0.6 * top)
+                ax.text(j, i, "nan" if np.isnan(val) else f"{val:.2f}".lstrip("0") or "0",
+                        ha="center", va="center", fontsize=7,
+                        color="white" if dark else "black")
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    Tq, Tk = w.shape
+    ax.set_xticks(range(Tk), k_labels if k_labels is not None else range(Tk), fontsize=7,
+                  rotation=90 if k_labels is not None and max(map(len, k_labels)) > 2 else 0)
+    ax.set_yticks(range(Tq), q_labels if q_labels is not None else range(Tq), fontsize=7)
+    return image
+
+
+# -- README ------------------------------------------------------------------------------
+
+
+@figure("readme_padded_batch.png")
+def readme_padded_batch() -> Figure:
+    # The README's first example, exactly.
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5, 4))  # (B, T, D): two sentences padded to 5 tokens
+    valid_lens = np.array([3, 5])
+    out, w = an.scaled_dot_product_attention(x, x, x, valid_lens=valid_lens)
+    tokens = [["the", "cat", "sat", "<pad>", "<pad>"], ["a", "dog", "ran", "home", "fast"]]
+    keep = an.sequence_mask(valid_lens, 5)[:, None, :]  # (B, 1, Tk)
+    fig = Figure(figsize=(7.2, 3.6), layout="constrained")
+    axes = fig.subplots(1, 2)
+    for b in range(2):
+        image = heat(axes[b], w[b], keep[b], f"sentence {b}: valid_len = {valid_lens[b]}",
+                     tokens[b], tokens[b], annotate=True, vmax=1)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
+    fig.get_layout_engine().set(rect=(0, 0.09, 1, 0.91))
+    caption(fig, "Each row sums to 1 over the valid keys; padding keys (hatched) get exactly 0.\n"
+            "valid_lens masks keys only: the <pad> queries of sentence 0 still get rows.")
+    return fig
+
+
+# -- 1. softmax ----------------------------------------------------------------------------
+
+
+@figure("01_softmax.png")
+def softmax_numerics() -> Figure:
+    fig = Figure(figsize=(9, 3.8), layout="constrained")
+    left, right = fig.subfigures(1, 2, width_ratios=[1.15, 1])
+    ax = left.subplots()
+    c = np.logspace(-1.3, 2.4, 800)
+    base = np.array([1.0, 2.0, 3.0, 4.0])
+
+    def naive(x, dtype):
+        with np.errstate(all="ignore"):
+            e = np.exp(x.astype(dtype))
+            return (e / e.sum(-1, keepdims=True))[..., -1].astype(float)
+
+    logits = c[:, None] * base
+    stable = an.softmax(logits)[:, -1]
+    ax.plot(c, stable, color="black", lw=2, label="max trick (any dtype)")
+    for dtype, color, name in ((np.float64, "tab:blue", "float64"),
+                               (np.float16, "tab:red", "float16")):
+        y = naive(logits, dtype)
+        # Broken: NaN (inf / inf), or a sum that overflowed while the entry did not (0).
+        ok = ~np.isnan(y) & (np.abs(y - stable) < 0.05)
+        first = c[~ok][0]
+        keep = c < first
+        ax.plot(c[keep], y[keep], "--" if dtype == np.float64 else ":", color=color, lw=2,
+                label=f"naive exp/sum, {name} (broken past the line)")
+        ax.axvline(first, color=color, lw=0.8, ls=":")
+        ax.annotate(f"{name}: 0 or NaN from c = {first:.1f}\n(exp(4c) > {np.finfo(dtype).max:.3g})",
+                    (first, 0.5 if dtype == np.float64 else 0.62), xytext=(6, 0),
+                    textcoords="offset points", fontsize=7, color=color)
+    ax.set_xscale("log")
+    ax.set_xlabel("c   (logits = c * [1, 2, 3, 4])", fontsize=8)
+    ax.set_ylabel("weight of the largest logit", fontsize=8)
+    ax.set_ylim(0.2, 1.25)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_title("overflow: past a point the naive softmax returns 0 or NaN", fontsize=9)
+
+    # Right: filling masked scores in float16 (row 0: two keys masked, row 1: all masked).
+    scores = np.array([[2.0, 1.0, 0.5, 0.0], [1.0, 2.0, 3.0, 4.0]])
+    keep = np.array([[True, True, False, False], [False, False, False, False]])
+    def filled_softmax(fill: np.ndarray) -> np.ndarray:
+        """The notes' recipe: write ``fill`` into masked scores, then the max trick."""
+        with np.errstate(all="ignore"):
+            x = np.where(keep, scores, fill).astype(np.float32)
+            e = np.exp(x - x.max(-1, keepdims=True))
+            return e / e.sum(-1, keepdims=True)
+
+    with np.errstate(over="ignore"):
+        fp16_fill = np.float16(-1e9)  # -inf: float16 stops at 65504
+    axes = right.subplots(3, 1)
+    rows = [(filled_softmax(fp16_fill),
+             "fill -1e9 in float16: it becomes -inf,\nthe empty row is NaN"),
+            (filled_softmax(np.float16(-1e4)),
+             "fill -1e4: the empty row becomes\na uniform average of what it may not see"),
+            (an.masked_softmax(scores, mask=keep),
+             "attnkit.numpy.masked_softmax:\nthe empty row is 0")]
+    for ax, (w, title) in zip(axes, rows):
+        heat(ax, w, keep, "", annotate=True, vmax=1, xlabel="", ylabel="")
+        ax.set_yticks([0, 1], ["2 masked", "all masked"], fontsize=7)
+        ax.set_title(title, fontsize=8, loc="left")
+    axes[-1].set_xlabel("keys (hatched = masked)", fontsize=8)
+    return fig
+
+
+# -- 2. masks ------------------------------------------------------------------------------
+
+
+@figure("02_masks.png")
+def masks() -> Figure:
+    panels = [
+        (np.broadcast_to(an.sequence_mask(np.array([3]), 5), (3, 5)),
+         "valid_lens=[3], (B,)\nsame keys, every query", "queries"),
+        (an.sequence_mask(np.array([[0, 2, 4]]), 5)[0],
+         "valid_lens=[[0,2,4]]\n(B, Tq): one per query", "queries"),
+        (an.causal_mask(3, 5), "causal=True, Tq=3, Tk=5\nbottom-right (default)", "queries"),
+        (an.causal_mask(3, 5, "top_left"), 'causal="top_left"\n(SDPA\'s is_causal)', "queries"),
+        (an.window_mask(5, 5, 2, 0), "window=(2, 0)\n(causal, 2 keys back)", "queries"),
+        (an.causal_mask(5, 5) & an.segment_mask(
+            an.segment_ids_from_padding_mask(np.array([[0, 0, 1, 1, 1]])), (1, 5, 5))[0],
+         "causal & left padding\n(segment_ids, pad = -1)", "queries"),
+    ]
+    fig = Figure(figsize=(12.5, 3.3), layout="constrained")
+    axes = fig.subplots(1, len(panels))
+    for ax, (keep, title, ylabel) in zip(axes, panels):
+        w = an.masked_softmax(np.zeros(keep.shape), mask=keep)
+        image = heat(ax, w, keep, title, annotate=False, vmax=1, ylabel=ylabel)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="weight (equal scores)")
+    fig.get_layout_engine().set(rect=(0, 0.11, 1, 0.89))
+    caption(fig, "Every score is 0 here, so an allowed key's weight is "
+            "1 / (allowed keys in its row). "
+            "Hatched = may not attend. A row with no allowed key (query 0 of the second "
+            "panel, queries 0-1 of the last:\npadding) gets weight 0 everywhere and output 0.")
+    return fig
+
+
+# -- 3. score functions ----------------------------------------------------------------------
+
+
+@figure("03_score_functions.png")
+def score_functions() -> Figure:
+    rng = np.random.default_rng(3)
+    D, h = 6, 8
+    q = rng.standard_normal((1, 4, D))   # the SAME 4 queries ...
+    k = rng.standard_normal((1, 8, D))   # ... and the SAME 8 keys for both score functions
+    v = np.eye(8)[None]
+    lens = np.array([6])
+    w_q, w_k = rng.standard_normal((D, h)), rng.standard_normal((D, h))
+    w_v = rng.standard_normal(h)
+    _, w_add = an.additive_attention(q, k, v, w_q, w_k, w_v, valid_lens=lens)
+    _, w_dot = an.scaled_dot_product_attention(q, k, v, valid_lens=lens)
+    _, w_raw = an.scaled_dot_product_attention(q, k, v, valid_lens=lens, scale=1.0)
+    keep = an.sequence_mask(lens, 8)[:, None, :]
+    same_k = np.ones((1, 8, D))
+    _, w_flat = an.additive_attention(q, same_k, v, w_q, w_k, w_v, valid_lens=lens)
+
+    fig = Figure(figsize=(11, 5.6), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1, 1.05])
+    axes = top.subplots(1, 4)
+    panels = [(w_add[0], "additive  w_v . tanh(q W_q + k W_k)\n(random, untrained W's)"),
+              (w_dot[0], "scaled dot product  q . k / sqrt(6)"),
+              (w_raw[0], "dot product, no 1/sqrt(d)"),
+              (w_flat[0], "d2l's demo: all 8 keys = ones\n(any score function: uniform)")]
+    for ax, (w, title) in zip(axes, panels):
+        image = heat(ax, w, keep[0], title, vmax=1)
+    top.colorbar(image, ax=axes, shrink=0.8, label="weight")
+    top.suptitle("the same 4 queries and 8 keys (D = 6), valid_len = 6, under each score function",
+                 fontsize=9)
+
+    # Why 1/sqrt(d): raw dot products of random unit-variance vectors grow like sqrt(d).
+    ax1, ax2 = bottom.subplots(1, 2)
+    dims = np.array([2, 4, 8, 16, 32, 64, 128, 256, 512])
+    r = np.random.default_rng(0)
+    std_raw, top_raw, top_scaled = [], [], []
+    for d in dims:
+        qq = r.standard_normal((256, d))
+        kk = r.standard_normal((32, d))
+        s = qq @ kk.T
+        std_raw.append(s.std())
+        top_raw.append(an.softmax(s).max(-1).mean())
+        top_scaled.append(an.softmax(s / np.sqrt(d)).max(-1).mean())
+    ax1.plot(dims, std_raw, "o-", label="std of q . k")
+    ax1.plot(dims, np.sqrt(dims), "k:", label="sqrt(d)")
+    ax1.plot(dims, np.array(std_raw) / np.sqrt(dims), "s-", label="std of q . k / sqrt(d)")
+    ax1.set_xscale("log", base=2)
+    ax1.set_yscale("log", base=2)
+    ax1.set_xlabel("head dim d (q, k entries ~ N(0, 1))", fontsize=8)
+    ax1.legend(fontsize=7)
+    ax1.set_title("raw scores spread like sqrt(d)", fontsize=9)
+    ax2.plot(dims, top_raw, "o-", label="softmax(q . k)")
+    ax2.plot(dims, top_scaled, "s-", label="softmax(q . k / sqrt(d))")
+    ax2.axhline(1 / 32, color="grey", ls=":", lw=0.8)
+    ax2.text(2, 1 / 32 + 0.02, "uniform (1/32)", fontsize=7, color="grey")
+    ax2.set_xscale("log", base=2)
+    ax2.set_ylim(0, 1.02)
+    ax2.set_xlabel("head dim d", fontsize=8)
+    ax2.set_ylabel("mean largest weight (32 keys)", fontsize=8)
+    ax2.legend(fontsize=7)
+    ax2.set_title("unscaled, the softmax saturates to one key", fontsize=9)
+    fig.get_layout_engine().set(rect=(0, 0.05, 1, 0.95))
+    caption(fig, "Top: the additive panel uses random weights (no training): "
+            "its pattern is chance. "
+            "Sharper or flatter says nothing about which score function is better.")
+    return fig
+
+
+# -- 4. heads ------------------------------------------------------------------------------
+
+
+@figure("04_heads.png")
+def heads() -> Figure:
+    H, E, Dk = 8, 64, 8
+    fig = Figure(figsize=(10, 3.4), layout="constrained")
+    axes = fig.subplots(1, 3)
+    for ax, (Hkv, name) in zip(axes, ((8, "multi-head (MHA)"), (2, "grouped-query (GQA)"),
+                                      (1, "multi-query (MQA)"))):
+        G = H // Hkv
+        colors = [f"C{g}" for g in range(Hkv)]
+        for h in range(H):
+            ax.add_patch(FancyBboxPatch((h - 0.35, 1.7), 0.7, 0.5, boxstyle="round,pad=0.02",
+                                        facecolor=colors[h // G], alpha=0.35, edgecolor="k"))
+            ax.text(h, 1.95, f"q{h}", ha="center", va="center", fontsize=7)
+        centers = [(g + 0.5) * G - 0.5 for g in range(Hkv)]
+        for g, x in enumerate(centers):
+            width = max(0.7, G * 0.9)
+            ax.add_patch(FancyBboxPatch((x - width / 2, 0.1), width, 0.5,
+                                        boxstyle="round,pad=0.02", facecolor=colors[g],
+                                        alpha=0.6, edgecolor="k"))
+            ax.text(x, 0.35, f"k{g} v{g}", ha="center", va="center", fontsize=7)
+            for h in range(g * G, (g + 1) * G):
+                ax.plot([h, x], [1.7, 0.6], color=colors[g], lw=0.8)
+        kv_params = 2 * E * Hkv * Dk
+        ax.text(3.5, -0.45, f"H = {H}, Hkv = {Hkv}, G = H // Hkv = {G}\n"
+                f"K/V projection weights: 2 x {E} x {Hkv * Dk} = {kv_params}\n"
+                f"KV cache per token and layer: 2 x {Hkv} x {Dk} = {2 * Hkv * Dk} numbers",
+                ha="center", va="top", fontsize=7.5)
+        ax.set_xlim(-0.8, H - 0.2)
+        ax.set_ylim(-1.5, 2.4)
+        ax.axis("off")
+        ax.set_title(name, fontsize=9)
+    caption(fig, "Query head h reads key/value head h // G. E = 64, Dk = 8: the query side "
+            "and the output are the same size in all three.")
+    return fig
+
+
+# -- 5. gradients --------------------------------------------------------------------------
+
+
+@figure("05_gradients.png")
+def gradients() -> Figure:
+    x = np.array([2.0, 1.0, 0.1, -1.0, 0.5])
+    y = an.softmax(x)
+    J = np.diag(y) - np.outer(y, y)
+    fig = Figure(figsize=(9.5, 3.6), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2, width_ratios=[1, 1.3])
+    lim = np.abs(J).max()
+    image = ax1.imshow(J, cmap="RdBu_r", norm=TwoSlopeNorm(0, -lim, lim))
+    for i in range(5):
+        for j in range(5):
+            ax1.text(j, i, f"{J[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                     color="white" if abs(J[i, j]) > 0.6 * lim else "black")
+    ax1.set_xticks(range(5), [f"x{j}={x[j]:g}" for j in range(5)], fontsize=7, rotation=45)
+    ax1.set_yticks(range(5), [f"y{i}={y[i]:.2f}" for i in range(5)], fontsize=7)
+    ax1.set_title("softmax Jacobian dy_i/dx_j = y_i (1[i=j] - y_j)\nrows sum to 0", fontsize=9)
+    fig.colorbar(image, ax=ax1, shrink=0.8)
+
+    # Finite differences of attention: error against the hand-written pullback vs the step.
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 3, 4)) for _ in range(3))
+    g = rng.standard_normal((1, 3, 4))
+    u = rng.standard_normal(q.shape)
+    (out, _), pullback = an.vjp(an.scaled_dot_product_attention, q, k, v)
+    exact = float(np.sum(pullback(g)[0] * u))
+
+    def f(qq):
+        return float(np.sum(an.scaled_dot_product_attention(qq, k, v)[0] * g))
+
+    eps = np.logspace(-12, -0.5, 60)
+    forward = [abs((f(q + e * u) - f(q)) / e - exact) / abs(exact) for e in eps]
+    central = [abs((f(q + e * u) - f(q - e * u)) / (2 * e) - exact) / abs(exact) for e in eps]
+    ax2.loglog(eps, forward, label="forward difference (f(x+e) - f(x)) / e")
+    ax2.loglog(eps, central, label="central difference (f(x+e) - f(x-e)) / 2e")
+    ax2.axhline(1e-6, color="grey", ls=":", lw=0.8)
+    ax2.text(2e-9, 1.4e-6, "attnkit's test bar: 1e-6", fontsize=7, color="grey")
+    ax2.set_xlabel("step e (float64)", fontsize=8)
+    ax2.set_ylabel("relative error vs the hand-written dQ", fontsize=8)
+    ax2.legend(fontsize=7, loc="lower left")
+    ax2.set_title("checking dQ of attention: rounding (left) vs truncation (right)", fontsize=9)
+    return fig
+
+
+# -- 6. flash attention ----------------------------------------------------------------------
+
+
+@figure("06_flash.png")
+def flash() -> Figure:
+    T, bq, bk = 16, 4, 4
+    keep = an.causal_mask(T, T)
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2)
+    ax1.imshow(np.where(keep, 1.0, 0.0), cmap="Greys", vmin=0, vmax=2.5, aspect="equal")
+    counts = {"full": 0, "diag": 0, "skip": 0}
+    for i0 in range(0, T, bq):
+        for j0 in range(0, T, bk):
+            tile = keep[i0:i0 + bq, j0:j0 + bk]
+            if tile.all():
+                color, label = "tab:green", "full"
+            elif tile.any():
+                color, label = "tab:orange", "diag"
+            else:
+                color, label = "none", "skip"
+            counts[label] += 1
+            ax1.add_patch(Rectangle((j0 - 0.5, i0 - 0.5), bk, bq, facecolor=color, alpha=0.3,
+                                    edgecolor="k", lw=1))
+            ax1.text(j0 + bk / 2 - 0.5, i0 + bq / 2 - 0.5, label, ha="center", va="center",
+                     fontsize=8)
+    ax1.set_xticks(range(0, T, bk))
+    ax1.set_yticks(range(0, T, bq))
+    ax1.set_xlabel("keys (tiles of 4)", fontsize=8)
+    ax1.set_ylabel("queries (tiles of 4)", fontsize=8)
+    ax1.set_title(f"causal, T = 16: {counts['full']} tiles need no mask, {counts['diag']} a "
+                  f"mask,\n{counts['skip']} are never computed (grey staircase = allowed cells)",
+                  fontsize=9)
+
+    # One query row, keys arriving in blocks: the running max and log-normaliser.
+    rng = np.random.default_rng(6)
+    s = rng.standard_normal(64) * 2.0
+    s[37] = 9.0  # a large score arrives late, in the 5th block (keys 32-39)
+    blocks = np.arange(8, 65, 8)
+    m = np.array([s[:b].max() for b in blocks])
+    l_rel = np.array([np.exp(s[:b] - s[:b].max()).sum() for b in blocks])
+    ax2.step(range(1, 9), m, where="post", label="running max m", marker="o")
+    ax2.step(range(1, 9), m + np.log(l_rel), where="post", label="running LSE m + log(l)",
+             marker="s")
+    ax2.axhline(an.logsumexp(s), color="k", ls=":", lw=1, label="logsumexp of the whole row")
+    ax2.annotate("block 5 holds a score of 9.0: m jumps,\nand the sums kept so far are "
+                 "multiplied\nby exp(m_old - m_new) before adding the block",
+                 (5, 7.0), xytext=(1.0, 7.4), fontsize=7, arrowprops={"arrowstyle": "->"})
+    ax2.set_xlabel("key blocks seen (8 keys each)", fontsize=8)
+    ax2.set_ylabel("natural-log units", fontsize=8)
+    ax2.legend(fontsize=7, loc="center right")
+    ax2.set_title("online softmax of one row of 64 scores", fontsize=9)
+    return fig
+
+
+# -- 7. KV cache -----------------------------------------------------------------------------
+
+
+@figure("07_kv_cache.png")
+def kv_cache() -> Figure:
+    import torch
+
+    from attnkit.torch import MultiHeadAttention
+
+    torch.manual_seed(0)
+    P, steps, E = 5, 3, 16
+    mha = MultiHeadAttention(E, 4, num_kv_heads=2).eval()
+    x = torch.randn(2, P + steps, E)
+    real = torch.tensor([[0, 0, 1, 1, 1] + [1] * steps, [1] * (P + steps)]).bool()
+    cache = mha.init_cache(batch_size=2, capacity=P + steps)
+    rows = torch.zeros(2, P + steps, P + steps)
+    with torch.no_grad():
+        _, w = mha(x[:, :P], causal=True, mask=real[:, None, None, :P], cache=cache,
+                   need_weights=True)  # (B, Tq, Tk), averaged over heads
+        rows[:, :P, :P] = w
+        for t in range(P, P + steps):
+            _, w = mha(x[:, t:t + 1], causal=True, mask=real[:, None, None, :t + 1],
+                       cache=cache, need_weights=True)
+            rows[:, t, :t + 1] = w[:, 0]
+    keep = (np.tril(np.ones((P + steps, P + steps), bool))[None]
+            & real.numpy()[:, None, :] & real.numpy()[:, :, None])
+    labels = [["pad", "pad", "p0", "p1", "p2", "g0", "g1", "g2"],
+              ["p0", "p1", "p2", "p3", "p4", "g0", "g1", "g2"]]
+    fig = Figure(figsize=(8, 4.3), layout="constrained")
+    axes = fig.subplots(1, 2)
+    for b in range(2):
+        image = heat(axes[b], rows[b].numpy(), keep[b],
+                     f"batch row {b}: prompt of {int(real[b, :P].sum())} tokens"
+                     + (", left-padded to 5" if b == 0 else ", no padding"),
+                     labels[b], labels[b], xlabel="cache slots (keys)",
+                     ylabel="queries: prefill, then 3 steps")
+        axes[b].axhline(P - 0.5, color="tab:blue", lw=1.5)
+        axes[b].text(P + steps - 0.6, P - 0.4, "decoding steps", fontsize=7, color="tab:blue",
+                     ha="right", va="top", bbox={"facecolor": "white", "lw": 0, "pad": 1})
+    fig.colorbar(image, ax=axes, shrink=0.8, label="weight, mean over 4 heads")
+    fig.get_layout_engine().set(rect=(0, 0.08, 1, 0.92))
+    caption(fig, "Random, untrained projections: the pattern of weights is chance; the hatched "
+            "structure is what matters.\nBatch row 0: the two pad queries have no key (output 0). "
+            "Each row g0-g2 is one decoding step, reading the cache.")
+    return fig
+
+
+# -- 8. a trained model ------------------------------------------------------------------------
+
+
+@figure("08_trained.png")
+def trained() -> Figure:
+    from attnkit.numpy.train import train_reverse
+
+    result = train_reverse(steps=150, eval_size=200, log=None)
+    digits = [str(d) for d in result.tokens]
+    fig = Figure(figsize=(10, 3.4), layout="constrained")
+    ax0, ax1, ax2 = fig.subplots(1, 3, width_ratios=[1.2, 1, 1])
+    ax0.plot(result.loss)
+    ax0.set_yscale("log")
+    ax0.set_xlabel("step", fontsize=8)
+    ax0.set_ylabel("cross-entropy", fontsize=8)
+    ax0.set_title(f"training (NumPy only): held-out accuracy {result.accuracy:.3f}", fontsize=9)
+    for h, ax in enumerate((ax1, ax2)):
+        image = heat(ax, result.attention[h], None, f"trained head {h}",
+                     [str(t) for t in range(len(digits))], digits, vmax=1,
+                     xlabel="keys: the input digits", ylabel="query position t")
+    fig.colorbar(image, ax=[ax1, ax2], shrink=0.8, label="weight")
+    fig.get_layout_engine().set(rect=(0, 0.08, 1, 0.92))
+    caption(fig, "One held-out sequence. To write output t the layer must fetch input T-1-t: "
+            "after training, both heads look there: the anti-diagonal.")
+    return fig
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(HERE / "img"), help="folder for the PNGs")
+    parser.add_argument("--only", nargs="*", default=None, help="figure names (no .png)")
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    names = list(FIGURES)
+    if args.only:
+        names = [n for n in names if n.removesuffix(".png") in args.only]
+    for name in names:
+        fig = FIGURES[name]()
+        path = os.path.join(args.out, name)
+        fig.savefig(path, dpi=110)
+        print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The tutorial's figures (docs/learn/img/): every image that docs/learn and the README show
+is made by docs/learn/make_figures.py, is committed, and the script still runs.
+
+Figures are looked at by a person before they are committed; these tests keep the chain
+from the script to the page intact, so a figure can always be remade.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LEARN = ROOT / "docs" / "learn"
+SCRIPT = LEARN / "make_figures.py"
+IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.png)\)")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def generated() -> set[str]:
+    """File names the script registers (``@figure("NAME.png")``), read without importing it."""
+    return set(re.findall(r'@figure\("([^"]+\.png)"\)', SCRIPT.read_text(encoding="utf-8")))
+
+
+def shown() -> dict[str, list[str]]:
+    """``{image file name: [pages]}`` for every docs/learn/img image a page embeds."""
+    pages = [ROOT / "README.md", *sorted(LEARN.glob("*.md"))]
+    found: dict[str, list[str]] = {}
+    for page in pages:
+        for target in IMAGE.findall(page.read_text(encoding="utf-8")):
+            path = (page.parent / target).resolve()
+            if path.parent == (LEARN / "img").resolve():
+                found.setdefault(path.name, []).append(page.relative_to(ROOT).as_posix())
+    return found
+
+
+def test_every_shown_image_is_generated_and_committed():
+    images = shown()
+    assert len(images) >= 9, images  # the README's and one per chapter
+    missing_script = sorted(set(images) - generated())
+    assert not missing_script, f"shown but not made by {SCRIPT.name}: {missing_script}"
+    missing_file = sorted(n for n in images if not (LEARN / "img" / n).is_file())
+    assert not missing_file, f"shown but not committed under docs/learn/img: {missing_file}"
+
+
+def test_every_generated_image_is_shown():
+    orphans = sorted(generated() - set(shown()))
+    assert not orphans, f"made by {SCRIPT.name} but shown on no page: {orphans}"
+
+
+def test_every_chapter_shows_a_figure_and_ends_with_the_notes_mistakes():
+    chapters = sorted(LEARN.glob("[0-9][0-9]-*.md"))
+    assert len(chapters) == 8, [c.name for c in chapters]
+    for chapter in chapters:
+        text = chapter.read_text(encoding="utf-8")
+        assert IMAGE.search(text), f"{chapter.name} shows no figure"
+        assert "## Mistakes in the notes" in text, f"{chapter.name} names no mistakes"
+        assert "```python" in text, f"{chapter.name} has no runnable block"
+
+
+@pytest.mark.skipif(
+    any(importlib.util.find_spec(p) is None for p in ("matplotlib", "torch")),
+    reason="the figures need matplotlib and torch (attnkit[torch,viz])",
+)
+def test_script_makes_every_figure(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for name in generated():
+        data = (tmp_path / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 10_000, (name, len(data))
