@@ -131,7 +131,8 @@ def run(cmd: list[str], log: Path, **kw) -> int:
 
 def clean_env() -> dict[str, str]:
     """The environment of a venv's commands: no PYTHONPATH, so it sees its own attnkit."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_CONSTRAINT")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
 
@@ -166,10 +167,12 @@ def ensure_venv(row: Row, base_python: str, rebuild: bool, pins: str) -> Path | 
     pin_file.write_text(pins)
     code = run([base_python, "-m", "venv", str(venv)], log)
     if code == 0:
-        code = run([str(python), "-m", "pip", "install", "-q", "-c", str(pin_file),
+        # As the Makefile does: PIP_CONSTRAINT, which the isolated build of attnkit reads too.
+        env = {**clean_env(), "PIP_CONSTRAINT": str(pin_file)}
+        code = run([str(python), "-m", "pip", "install", "-q",
                     "-e", f"{ROOT}[torch,transformers]", *TEST_TOOLS,
                     f"transformers=={row.transformers}", f"torch=={TORCH}"],
-                   log, env=clean_env(), cwd=ROOT)
+                   log, env=env, cwd=ROOT)
     if code != 0:
         row.build = f"pip failed (see {log.relative_to(ROOT)})"
         return None
