@@ -197,8 +197,8 @@ def pytest_counts(python: Path, paths: list[str], name: str) -> tuple[str, bool]
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
     passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
-    parts = [f"{passed} passed"] + [f"{n[k]} {k[:-1] if k != 'skipped' else k}"
-                                     for k in ("failures", "errors", "skipped") if n[k]]
+    words = {"failures": "failed", "errors": "errors", "skipped": "skipped"}  # as pytest's
+    parts = [f"{passed} passed"] + [f"{n[k]} {words[k]}" for k in words if n[k]]
     ok = code == 0 and n["failures"] == 0 and n["errors"] == 0
     if not ok:
         summary = [ln for ln in log.read_text().splitlines()
