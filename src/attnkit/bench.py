@@ -1,5 +1,5 @@
 """The runner behind ``attnkit bench``: find the repository's benchmark scripts, run each one
-with this interpreter, echo its table, and summarise which failed.
+with this interpreter, echo its table, and summarise which failed or were skipped.
 
 The benchmarks themselves are scripts under ``benchmarks/`` in attnkit's source repository
 (they append their results, with the exact command, to ``BENCHMARKS.md`` beside
