@@ -197,8 +197,9 @@ def pytest_counts(python: Path, paths: list[str], name: str) -> tuple[str, bool]
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
     passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
-    words = {"failures": "failed", "errors": "errors", "skipped": "skipped"}  # as pytest's
-    parts = [f"{passed} passed"] + [f"{n[k]} {words[k]}" for k in words if n[k]]
+    words = {"failures": "failed", "errors": "error", "skipped": "skipped"}  # as pytest's
+    parts = [f"{passed} passed"] + [f"{n[k]} {words[k]}{'s' * (k == 'errors' and n[k] > 1)}"
+                                     for k in words if n[k]]
     ok = code == 0 and n["failures"] == 0 and n["errors"] == 0
     if not ok:
         summary = [ln for ln in log.read_text().splitlines()
