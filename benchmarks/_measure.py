@@ -24,16 +24,19 @@ Clock = Callable[[], float]
 
 def rounds(
     fns: dict[str, Callable[[], object]], repeats: int,
-    clocks: Sequence[Clock] = (time.perf_counter,),
+    clocks: Sequence[Clock] = (time.perf_counter,), pause: float = 0.0,
 ) -> list[dict[str, list[float]]]:
     """Seconds of each call of each function per round, one dict per clock (e.g.
-    ``time.process_time`` beside wall time); one warm-up call each."""
+    ``time.process_time`` beside wall time); one warm-up call each. ``pause`` seconds of
+    sleep (untimed) before each call let the previous call's worker threads go idle."""
     for fn in fns.values():
         fn()
     times: list[dict[str, list[float]]] = [{name: [] for name in fns} for _ in clocks]
     for r in range(repeats):
         order = list(fns.items())
         for name, fn in order if r % 2 == 0 else order[::-1]:  # neither side always first
+            if pause:
+                time.sleep(pause)
             starts = [clock() for clock in clocks]
             fn()
             for t, clock, t0 in zip(times, clocks, starts):

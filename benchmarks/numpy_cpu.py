@@ -172,14 +172,17 @@ def _mem_available() -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, do not record")
+    parser.add_argument("--smoke", action="store_true",
+                        help="T=128, one round, do not record: checks that the script runs")
     args = parser.parse_args()
-    sizes = (256, 512) if args.quick else (1024, 4096, 8192)
+    sizes = (128,) if args.smoke else (256, 512) if args.quick else (1024, 4096, 8192)
+    args.quick = args.quick or args.smoke
     mib = 2.0**20
     rows, configs, skipped, errors = [], {}, [], []
     ratio_4096, flash_mem = None, {}
     load_before = os.getloadavg()[0]
     for T in sizes:
-        repeats = 3 if (args.quick or T >= 8192) else 5
+        repeats = 1 if args.smoke else 3 if (args.quick or T >= 8192) else 5
         for name in ("flash", "sdpa"):
             # The NumPy SDPA holds ~4 float32 (H, T, T) arrays at once; do not run it
             # where it would push the shared machine into swap or the OOM killer.

@@ -12,11 +12,13 @@ Usage::
 
     python benchmarks/packed_cpu.py           # T=8192, appends to BENCHMARKS.md
     python benchmarks/packed_cpu.py --quick   # T=1024, prints only
+    python benchmarks/packed_cpu.py --smoke   # T=256, one round: checks that it runs
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -26,8 +28,8 @@ from torch.nn import functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from _measure import paired_ratio, peak_mib, pin_malloc, rounds  # noqa: E402
 from _report import report  # noqa: E402
-from torch_cpu import _pin_malloc, mib, ms, peak_memory, side_by_side  # noqa: E402
 
 import attnkit.torch as at  # noqa: E402
 
@@ -80,11 +82,12 @@ def bench(T: int, H: int, D: int, repeats: int, record: bool) -> None:
                     with torch.no_grad():
                         sdpa(False)
 
-            t = side_by_side({"sdpa": run_sdpa, "ours": run_ours}, repeats)
+            times = rounds({"sdpa": run_sdpa, "ours": run_ours}, repeats)[0]
             rows.append([
                 f"{'causal' if causal else 'full'}, {'fwd+bwd' if backward else 'fwd'}",
-                ms(t["sdpa"]), ms(t["ours"]), round(t["sdpa"] / t["ours"], 2),
-                mib(peak_memory(run_sdpa)), mib(peak_memory(run_ours)),
+                *(f"{statistics.median(times[side]) * 1e3:.1f}" for side in ("sdpa", "ours")),
+                round(paired_ratio(times, "sdpa", "ours"), 2),
+                *(f"{peak_mib(fn):.1f}" for fn in (run_sdpa, run_ours)),
             ])
             q.grad = k.grad = v.grad = None
     work = float((lengths.double() ** 2).sum() / T**2)
@@ -95,7 +98,8 @@ def bench(T: int, H: int, D: int, repeats: int, record: bool) -> None:
         rows,
         notes=(
             f"Documents of lengths {lengths.tolist()} (sum of squares = {work:.3f} T^2). "
-            f"Median of {repeats} interleaved runs after one warm-up; "
+            f"{repeats} interleaved rounds after one warm-up (order alternating); times "
+            "are medians, the speed-up the median of the per-round ratios; "
             f"torch intra-op threads: {torch.get_num_threads()}. SDPA gets the dense "
             "(1, 1, T, T) bool mask built once outside the timing; attnkit gets the (1, T) "
             "ids and reads their runs each call. Peak = rise of VmHWM over RSS before the "
@@ -109,11 +113,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="T=1024, print only (no BENCHMARKS.md entry)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="T=256, one round, print only: checks that the script runs")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    _pin_malloc()
-    if args.quick:
+    pin_malloc()
+    if args.smoke:
+        bench(256, 2, 16, repeats=1, record=False)
+    elif args.quick:
         bench(1024, 4, 32, repeats=2, record=False)
     else:
         bench(8192, 8, 64, repeats=3, record=True)

@@ -133,7 +133,9 @@ def blockwise_table(record: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="print only")
+    parser.add_argument("--smoke", action="store_true", help="print only (as --quick)")
     args = parser.parse_args()
+    args.quick = args.quick or args.smoke
     import torch
 
     if not torch.cuda.is_available():

@@ -222,7 +222,9 @@ def timing_table(quick: bool) -> tuple[list[list[object]], str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, print only")
+    ap.add_argument("--smoke", action="store_true", help="as --quick")
     args = ap.parse_args()
+    args.quick = args.quick or args.smoke
     record = not args.quick
 
     T, H, D = (4096, 8, 64) if args.quick else (131072, 32, 128)

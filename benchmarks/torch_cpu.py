@@ -311,12 +311,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="small sizes, print only (no BENCHMARKS.md entry)")
+    parser.add_argument("--smoke", action="store_true", help="as --quick")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads (default: torch's own choice); on a "
                         "machine shared with other jobs, 1 avoids timing the OS scheduler")
     parser.add_argument("--only-overhead", action="store_true",
                         help="only section 0 (attnkit vs the PyTorch call it wraps)")
     args = parser.parse_args(argv)
+    args.quick = args.quick or args.smoke
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     record = not args.quick

@@ -11,12 +11,14 @@ Usage::
 
     python benchmarks/torch_mha_swap.py            # 6 layers, B=8, T=512, E=512, H=8
     python benchmarks/torch_mha_swap.py --quick    # small sizes, prints only
+    python benchmarks/torch_mha_swap.py --smoke    # 1 layer, T=32, one round: checks it runs
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import sys
 from pathlib import Path
 
@@ -26,8 +28,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from _measure import paired_ratio, peak_mib, pin_malloc, rounds  # noqa: E402
 from _report import report  # noqa: E402
-from torch_cpu import _pin_malloc, context, mib, ms, peak_memory, side_by_side  # noqa: E402
 
 import attnkit.torch as at  # noqa: E402
 
@@ -59,6 +61,8 @@ def cases(B: int, T: int) -> dict[str, dict]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes, nothing recorded")
+    p.add_argument("--smoke", action="store_true",
+                   help="1 layer, T=32, one round, nothing recorded: checks that it runs")
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--B", type=int, default=8)
     p.add_argument("--T", type=int, default=512)
@@ -72,8 +76,10 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.quick:
         args.layers, args.B, args.T, args.E, args.repeats = 2, 2, 128, 128, 3
+    if args.smoke:
+        args.layers, args.B, args.T, args.E, args.H, args.repeats = 1, 2, 32, 32, 4, 1
     torch.set_num_threads(args.threads)
-    _pin_malloc()
+    pin_malloc()
     original, swapped = encoder_pair(args.layers, args.E, args.H, args.dropout)
     x = torch.randn(args.B, args.T, args.E, requires_grad=True)
 
@@ -86,11 +92,13 @@ def main(argv: list[str] | None = None) -> None:
             return out.detach()
 
         diff = float((step(original) - step(swapped)).abs().max())
-        t = side_by_side({"torch": lambda: step(original), "ours": lambda: step(swapped)},
-                         args.repeats)
-        mem_ref, mem_ours = peak_memory(lambda: step(original)), peak_memory(lambda: step(swapped))
-        rows.append([name, ms(t["torch"]), ms(t["ours"]), round(t["ours"] / t["torch"], 3),
-                     mib(mem_ref), mib(mem_ours), f"{diff:.1e}"])
+        times = rounds({"torch": lambda: step(original), "ours": lambda: step(swapped)},
+                       args.repeats)[0]
+        rows.append([name,
+                     *(f"{statistics.median(times[side]) * 1e3:.1f}" for side in ("torch", "ours")),
+                     round(paired_ratio(times, "ours", "torch"), 3),
+                     *(f"{peak_mib(lambda m=m: step(m)):.1f}" for m in (original, swapped)),
+                     f"{diff:.1e}"])
     cfg = (f"{args.layers} layers, B={args.B} T={args.T} E={args.E} H={args.H}, "
            f"dropout={args.dropout}")
     report(
@@ -101,12 +109,14 @@ def main(argv: list[str] | None = None) -> None:
         rows,
         notes=(
             f"float32, dim_feedforward={4 * args.E}, batch_first=True; loss = out.sum(). "
-            f"Median of {args.repeats} interleaved runs after one warm-up; same parameters "
+            f"{args.repeats} interleaved rounds after one warm-up (order alternating); times "
+            "are medians, the ratio the median of the per-round ratios; same parameters "
             "and inputs. Peak = rise of VmHWM over RSS before the call. The encoder "
             "canonicalises masks to float before its layers, so both models see the same "
-            "additive masks. " + context()
+            "additive masks. torch intra-op threads: "
+            f"{torch.get_num_threads()}. The machine was shared with other jobs during the run."
         ),
-        record=not (args.quick or args.no_record),
+        record=not (args.quick or args.smoke or args.no_record),
     )
 
 

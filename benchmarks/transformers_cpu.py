@@ -125,11 +125,15 @@ def ms(seconds: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, print only")
+    ap.add_argument("--smoke", action="store_true",
+                    help="as --quick, one round: checks that the script runs")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--pinned", action="store_true",
                     help="(internal) time with glibc's mmap threshold pinned and read peak "
                     "memory; print the figures as JSON")
     args = ap.parse_args()
+    if args.smoke:
+        args.quick, args.repeats = True, args.repeats or 1
     torch.set_num_threads(1)
     if args.pinned:
         pin_malloc()  # before anything is allocated: the readings start clean

@@ -285,6 +285,7 @@ def decode_table(tks: list[int], copy_bw: float) -> list[list[object]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small subset, no recording")
+    parser.add_argument("--smoke", action="store_true", help="as --quick")
     parser.add_argument("--part", choices=["all", "dense", "features", "decode"], default="all",
                         help="run one table only (each fits a 10-minute job on an H100)")
     args = parser.parse_args(argv)
@@ -299,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     if not is_available():
         print("triton_gpu: attnkit.triton reports it is not available here")
         return 0
+    args.quick = args.quick or args.smoke
     record = not args.quick
     ds, ts = ([128], [1024, 4096]) if args.quick else ([64, 128], [1024, 2048, 4096, 8192,
                                                                      16384])

@@ -12,7 +12,9 @@ tuned tiles, or on the CPU under ``TRITON_INTERPRET=1`` (set here when there is 
 with the interpreter's 16 x 16 tiles; the tile sizes used are printed. Timings of the
 variants on a GPU are in ``benchmarks/triton_gpu.py``.
 
-    python benchmarks/triton_visits.py [--no-record]
+    python benchmarks/triton_visits.py            # appends to BENCHMARKS.md
+    python benchmarks/triton_visits.py --quick    # prints only
+    python benchmarks/triton_visits.py --smoke    # one size, prints only: checks that it runs
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from _report import report  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-record", action="store_true", help="print only")
+    parser.add_argument("--quick", action="store_true", help="print only (the sizes are small)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="one size, print only: checks that the script runs")
     args = parser.parse_args(argv)
     from attnkit.triton.flash import key_block_visits
 
@@ -44,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     dtype = torch.bfloat16 if gpu else torch.float32
     # (documents, document length): tile-aligned, and straddling the 16-wide CPU tiles.
     points = [(8, 1024), (32, 256), (8, 1000)] if gpu else [(8, 16), (8, 17), (8, 61)]
+    if args.smoke:
+        points = points[1:2]
     rows = []
     for docs, length in points:
         T = docs * length
@@ -65,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                "already skips blocks above the diagonal). A count from the kernel itself "
                "(COUNT_VISITS build), not a timing; GPU timings of the variants are pending "
                "(benchmarks/triton_gpu.py)."),
-        record=not args.no_record,
+        record=not (args.no_record or args.quick or args.smoke),
     )
     return 0
 

@@ -5,7 +5,7 @@
     attnkit demo  [--out DIR]                       how attention works, as figures (NumPy only)
     attnkit train [--task reverse|copy|sort] [--model additive|mha] [--steps N] [--out DIR]
     attnkit trace [--embed-dim E --num-heads H --batch-size B --seq-len T ...]
-    attnkit bench [--quick]                         the scripts under benchmarks/
+    attnkit bench [--quick | --smoke]               the scripts under benchmarks/
     attnkit view  FILE.npz | MODEL --text "..."     a standalone HTML attention explorer
 
 Each subcommand parses its arguments and calls library functions (:mod:`attnkit.viz.tour`,
@@ -220,7 +220,8 @@ def cmd_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             parser.error(f"--only {' '.join(args.only)}: no script in {folder} matches")
         print(f"attnkit bench: error: no benchmark scripts in {folder}", file=sys.stderr)
         return 1
-    return bench.run_benchmarks(scripts, quick=args.quick, timeout=args.timeout)
+    return bench.run_benchmarks(scripts, quick=args.quick, smoke=args.smoke,
+                                timeout=args.timeout)
 
 
 # -- parser ----------------------------------------------------------------------------------
@@ -314,9 +315,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run every script under the benchmarks/ folder of attnkit's source "
                     "repository with this interpreter (the scripts are not part of a pip "
                     "install: run from a clone, or pass --dir). --quick: small sizes, "
-                    "nothing appended to BENCHMARKS.md. Exits non-zero when a script fails.",
+                    "nothing appended to BENCHMARKS.md. A script whose extra is not "
+                    "installed is skipped with one line naming it. Exits non-zero when a "
+                    "script fails.",
     )
-    bench.add_argument("--quick", action="store_true", help="small sizes, no BENCHMARKS.md")
+    size = bench.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small sizes, no BENCHMARKS.md")
+    size.add_argument("--smoke", action="store_true",
+                      help="the smallest sizes, one round, no BENCHMARKS.md: checks that "
+                           "every script runs (its numbers mean nothing)")
     bench.add_argument("--dir", default=None, help="benchmark folder (default: the repo's)")
     bench.add_argument("--only", nargs="+", metavar="NAME", default=None,
                        help="run only scripts whose file name contains NAME")

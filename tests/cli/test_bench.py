@@ -48,6 +48,40 @@ def test_bench_all_ok_exits_zero_and_only_filters(tmp_path, capsys):
     assert "table a" in out and "bench_b" not in out
 
 
+def test_bench_skips_a_script_whose_extra_is_missing(tmp_path, capsys):
+    """A missing optional module gives one line naming the extra and no traceback, whether
+    the script imports it itself or attnkit does deep inside; the run still exits 0. An
+    ImportError that an extra would not fix is a failure, as before."""
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    _write(bench, "needs_transformers.py", """
+        import sys
+        sys.modules["transformers"] = None  # what an absent package looks like to import
+        print("started")
+        import transformers
+    """)
+    _write(bench, "needs_triton_inside.py", """
+        import sys
+        sys.modules["triton"] = None
+        from attnkit.triton import decode_attention
+    """)
+    _write(bench, "broken_import.py", "from numpy import no_such_function\n")
+    rc = main(["bench", "--quick", "--dir", str(bench), "--only", "needs_"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "started" in out and "Traceback" not in out
+    assert ("== needs_transformers.py: skipped, needs transformers, which is not installed: "
+            "pip install 'attnkit[transformers]'") in out
+    assert ("== needs_triton_inside.py: skipped, needs triton, which is not installed: "
+            "pip install 'attnkit[triton]'") in out
+    assert out.rstrip().splitlines()[-1] == (
+        "bench: 0/2 scripts ok; skipped (missing extra): needs_transformers.py, "
+        "needs_triton_inside.py")
+    assert main(["bench", "--dir", str(bench), "--only", "broken_import"]) == 1
+    out = capsys.readouterr().out
+    assert "broken_import.py: FAILED (exit 1)" in out and "no_such_function" in out
+
+
 def test_bench_kills_a_script_past_its_timeout(tmp_path, capsys):
     bench = tmp_path / "benchmarks"
     bench.mkdir()
@@ -86,3 +120,20 @@ def test_find_benchmarks_in_a_source_checkout():
     assert runner.find_benchmarks() == Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+
+
+@pytest.mark.timeout(400)
+def test_every_benchmark_runs_at_smoke_sizes(capsys):
+    """Every script of the repository's benchmarks/ at its smallest sizes (``--smoke``):
+    each exits 0, or is skipped with one line where its extra is not installed, and none
+    writes to BENCHMARKS.md. A library change that breaks a benchmark fails here."""
+    folder = runner.find_benchmarks()
+    record = folder.parent / "BENCHMARKS.md"
+    before = record.read_bytes() if record.exists() else None
+    rc = main(["bench", "--smoke", "--timeout", "180"])
+    out = capsys.readouterr().out
+    assert rc == 0, out[-4000:]
+    for script in runner.select_scripts(folder):
+        assert (f"== {script.name}: ok in" in out
+                or f"== {script.name}: skipped, needs" in out), (script.name, out[-4000:])
+    assert (record.read_bytes() if record.exists() else None) == before
