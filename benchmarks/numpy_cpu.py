@@ -241,9 +241,10 @@ def main() -> None:
     load = f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     rounds = "3" if args.quick else "5 (3 at T=8192)"
     notes = [
-        f"B={B}, H={H}, D={D}, float32, no mask. torch: {configs.get('torch', '?')}. numpy "
-        f"flash: {configs.get('flash', '?')}, called with no arguments. numpy SDPA: "
-        f"{configs.get('sdpa', '?')}.",
+        f"B={B}, H={H}, D={D}, float32, no mask. torch: {configs.get('torch', '?')}. "
+        + "; ".join(f"{NAMES[name]}: {configs[name]}" for name in args.ops if name in configs)
+        + ("" if args.threads is not None else " (numpy flash called with no arguments)")
+        + ".",
         f"time: median of {rounds} rounds after warm-up; in each round the NumPy op and "
         "torch run back to back in the same process (order alternating); vs torch = median "
         "of the per-round ratios. torch (ms) is torch's median in that same process.",
