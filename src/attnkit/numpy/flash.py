@@ -191,9 +191,11 @@ def _attend_block(
             return _tile_scores(qi, kT[..., j0:j1], buffer[..., : j1 - j0], keep, prob.softcap)
 
         p, p_sum, m_new = _exp_tile(scores, m)  # p = exp(S - m_new)
-        alpha = _rebase(m, m_new)
-        l = l * alpha + p_sum  # noqa: E741
-        acc *= alpha[..., None]
+        if m_new is not m:  # the reference moved: rebase the sums kept so far
+            alpha = _rebase(m, m_new)
+            l *= alpha
+            acc *= alpha[..., None]
+        l += p_sum
         acc += weighted_values(p, prob.vg[..., j0:j1, :], keep)  # p @ v
         m = m_new
 
