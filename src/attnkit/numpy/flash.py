@@ -237,17 +237,12 @@ def flash_attention(
         scale: defaults to ``1/sqrt(Dk)``.
         softcap, sinks, segment_ids: as :func:`scaled_dot_product_attention`.
         block_q, block_k: tile sizes; a tile holds every head's ``block_q x block_k``
-            scores. None (the default) picks 256 x 512 for long sequences (at least two
-            query blocks per worker) and 128 x 256 otherwise, clipped to the lengths:
-            larger tiles amortise the per-tile Python and ufunc overhead (64 x 64 costs
-            ~45% more CPU time at T=4096) while staying cache-sized (see
-            :mod:`attnkit.numpy._plan`).
+            scores. None (the default): 256 x 512 for long sequences, 128 x 256 otherwise,
+            clipped to the lengths (measured in :mod:`attnkit.numpy._plan`).
         num_threads: query blocks run on this many threads (NumPy releases the GIL in
-            BLAS and ufuncs). None (the default) uses one per usable core, at most one
-            per query block. With more than one, BLAS runs one thread per worker for the
-            call (through threadpoolctl; its own threads inside each worker would
-            oversubscribe the cores, measured 3-9x slower on a busy 2-core box); without
-            threadpoolctl the default is one thread.
+            BLAS and ufuncs), BLAS at one thread per worker meanwhile (threadpoolctl).
+            None (the default): one per usable core, at most one per query block; one
+            without threadpoolctl.
         return_lse: also return the log-sum-exp (as :func:`attnkit.triton.flash_attention`
             does: ``out`` alone by default, ``(out, lse)`` on request).
         lse_dtype: the returned LSE's dtype, never narrower than the statistics dtype
