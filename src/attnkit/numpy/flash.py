@@ -187,7 +187,7 @@ def _attend_block(
     buffer = np.empty(rows + (block_k,), dtype=dt)  # the tile's scores, then its exp
 
     for j0, j1, keep in prob.tiles(i0, i1, block_k):
-        def scores(j0=j0, j1=j1, keep=keep):  # noqa: ANN202
+        def scores(j0=j0, j1=j1, keep=keep):  # S of this tile, in the buffer (again if redone)
             return _tile_scores(qi, kT[..., j0:j1], buffer[..., : j1 - j0], keep, prob.softcap)
 
         p, p_sum, m_new = _exp_tile(scores, m)  # p = exp(S - m_new)
