@@ -97,8 +97,9 @@ def _op(name: str, T: int):
     # No arguments: the tiles and threads flash_attention picks for this machine.
     chosen = plan(T, T, None, None, None)
     return (lambda: an.flash_attention(q, k, v)), (
-        f"defaults (picked: {chosen.threads} threads, {chosen.block_q}x{chosen.block_k} tiles, "
-        "BLAS limited to one thread per worker by threadpoolctl)"
+        f"defaults, called with no arguments (picked: {chosen.threads} threads, "
+        f"{chosen.block_q}x{chosen.block_k} tiles, BLAS limited to one thread per worker by "
+        "threadpoolctl)"
     )
 
 
@@ -243,7 +244,6 @@ def main() -> None:
     notes = [
         f"B={B}, H={H}, D={D}, float32, no mask. torch: {configs.get('torch', '?')}. "
         + "; ".join(f"{NAMES[name]}: {configs[name]}" for name in args.ops if name in configs)
-        + ("" if args.threads is not None else " (numpy flash called with no arguments)")
         + ".",
         f"time: median of {rounds} rounds after warm-up; in each round the NumPy op and "
         "torch run back to back in the same process (order alternating); vs torch = median "
