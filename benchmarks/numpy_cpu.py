@@ -24,6 +24,7 @@ Usage::
 
     python benchmarks/numpy_cpu.py            # T = 1024, 4096, 8192; appends to BENCHMARKS.md
     python benchmarks/numpy_cpu.py --quick    # small sizes, prints only
+    python benchmarks/numpy_cpu.py --threads 1 --sizes 1024 4096   # steadier ratios
 """
 
 from __future__ import annotations
@@ -56,10 +57,20 @@ def _inputs(T: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tuple(rng.standard_normal((B, H, T, D), dtype=np.float32) for _ in range(3))
 
 
+def _threads() -> int | None:
+    """``--threads N`` of the parent, passed down through the environment (None: defaults)."""
+    value = os.environ.get("ATTNKIT_BENCH_THREADS")
+    return int(value) if value else None
+
+
 def _op(name: str, T: int):
     q, k, v = _inputs(T)
+    threads = _threads()
     if name == "torch":
         import torch
+
+        if threads is not None:
+            torch.set_num_threads(threads)
 
         tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))  # shares memory, no copy
 
@@ -72,14 +83,23 @@ def _op(name: str, T: int):
     import attnkit.numpy as an
 
     if name == "sdpa":
-        return (lambda: an.scaled_dot_product_attention(q, k, v)[0]), "BLAS threads default"
+        blas = "default" if threads is None else threads
+        return (lambda: an.scaled_dot_product_attention(q, k, v)[0]), f"BLAS threads {blas}"
     from attnkit.numpy._plan import plan
+
+    if threads is not None:
+        chosen = plan(T, T, None, None, threads)
+        return (lambda: an.flash_attention(q, k, v, num_threads=threads)), (
+            f"num_threads={threads} (tiles {chosen.block_q}x{chosen.block_k}, BLAS at one "
+            "thread per worker)"
+        )
 
     # No arguments: the tiles and threads flash_attention picks for this machine.
     chosen = plan(T, T, None, None, None)
     return (lambda: an.flash_attention(q, k, v)), (
-        f"defaults (picked: {chosen.threads} threads, {chosen.block_q}x{chosen.block_k} tiles, "
-        "BLAS limited to one thread per worker by threadpoolctl)"
+        f"defaults, called with no arguments (picked: {chosen.threads} threads, "
+        f"{chosen.block_q}x{chosen.block_k} tiles, BLAS limited to one thread per worker by "
+        "threadpoolctl)"
     )
 
 
@@ -144,16 +164,20 @@ def worker(name: str, T: int, repeats: int) -> None:
 # --- parent side ------------------------------------------------------------------------
 
 
-def _env(name: str) -> dict[str, str]:
+def _env(threads: int | None) -> dict[str, str]:
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parent.parent / "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    if threads is not None:
+        env["ATTNKIT_BENCH_THREADS"] = str(threads)
+        # BLAS and OpenMP pools sized before NumPy and torch start
+        env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = str(threads)
     return env
 
 
-def _run_case(name: str, T: int, repeats: int) -> dict:
+def _run_case(name: str, T: int, repeats: int, threads: int | None) -> dict:
     cmd = [sys.executable, __file__, "--worker", name, str(T), str(repeats)]
-    proc = subprocess.run(cmd, env=_env(name), capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=_env(threads), capture_output=True, text=True)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
@@ -174,8 +198,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, do not record")
     parser.add_argument("--smoke", action="store_true",
                         help="T=128, one round, do not record: checks that the script runs")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads for every side (torch, BLAS, flash workers); "
+                             "default: each library's own choice")
+    parser.add_argument("--sizes", type=int, nargs="+", default=None,
+                        help="sequence lengths T (default 1024 4096 8192)")
+    parser.add_argument("--ops", nargs="+", choices=("flash", "sdpa"), default=("flash", "sdpa"),
+                        help="NumPy ops to time against torch (default both)")
     args = parser.parse_args()
-    sizes = (128,) if args.smoke else (256, 512) if args.quick else (1024, 4096, 8192)
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be a positive integer, got {args.threads}")
+    sizes = args.sizes or ((128,) if args.smoke else (256, 512) if args.quick
+                           else (1024, 4096, 8192))
     args.quick = args.quick or args.smoke
     mib = 2.0**20
     rows, configs, skipped, errors = [], {}, [], []
@@ -183,7 +217,7 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     for T in sizes:
         repeats = 1 if args.smoke else 3 if (args.quick or T >= 8192) else 5
-        for name in ("flash", "sdpa"):
+        for name in args.ops:
             # The NumPy SDPA holds ~4 float32 (H, T, T) arrays at once; do not run it
             # where it would push the shared machine into swap or the OOM killer.
             need = 5 * B * H * T * T * 4
@@ -193,7 +227,7 @@ def main() -> None:
                     f"{_mem_available() / 2**30:.0f} GiB available"
                 )
                 continue
-            res = _run_case(name, T, repeats)
+            res = _run_case(name, T, repeats, args.threads)
             if "error" in res:
                 errors.append(f"{NAMES[name]} at T={T}: {res['error']}")
                 continue
@@ -212,9 +246,9 @@ def main() -> None:
     load = f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     rounds = "3" if args.quick else "5 (3 at T=8192)"
     notes = [
-        f"B={B}, H={H}, D={D}, float32, no mask. torch: {configs.get('torch', '?')}. numpy "
-        f"flash: {configs.get('flash', '?')}, called with no arguments. numpy SDPA: "
-        f"{configs.get('sdpa', '?')}.",
+        f"B={B}, H={H}, D={D}, float32, no mask. torch: {configs.get('torch', '?')}. "
+        + "; ".join(f"{NAMES[name]}: {configs[name]}" for name in args.ops if name in configs)
+        + ".",
         f"time: median of {rounds} rounds after warm-up; in each round the NumPy op and "
         "torch run back to back in the same process (order alternating); vs torch = median "
         "of the per-round ratios. torch (ms) is torch's median in that same process.",

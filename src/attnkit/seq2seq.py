@@ -294,8 +294,10 @@ def plot_cross_attention(
     n = w.shape[0]
     if w.ndim == 4:  # (N, H, T, T): heads averaged first, then each head on its own
         panels = [w[example].mean(0), w.mean((0, 1))] + list(w.mean(0))
-        titles = [f"held-out example {example}", f"mean of {n} (by position)"] + [
-            f"head {h}, mean of {n}" for h in range(w.shape[1])
+        H = w.shape[1]  # the first two panels average the heads: their titles say so
+        titles = [f"held-out example {example} (mean of {H} heads)",
+                  f"mean of {n} (by position) and of {H} heads"] + [
+            f"head {h}, mean of {n}" for h in range(H)
         ]
     elif result.config.task == "sort":  # content-based: a mean by position is uniform
         panels, titles = [w[example]], [f"held-out example {example}"]

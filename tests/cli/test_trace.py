@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import attnkit.numpy as an
-from attnkit.viz.trace import SHAPE_NAMES, trace_mha
+from attnkit.viz.trace import SHAPE_NAMES, trace_mha, trace_shapes
 
 
 def draw_params(rng, H, Hkv, Eq, Ek, Ev, Dk, Dv, Eo, bias):
@@ -108,3 +108,19 @@ def test_trace_with_dropout_matches_the_oracle_on_the_same_seed():
     np.testing.assert_array_equal(out, ref)
     no_drop, _ = an.multi_head_attention(P, x)
     assert not np.allclose(out, no_drop)  # dropout did act
+
+
+def test_the_trace_says_which_query_heads_share_a_key_value_head_and_defines_ek():
+    lines = []
+    trace_shapes(embed_dim=36, num_heads=6, num_kv_heads=2, head_dim=5, kv_seq=4,
+                 say=lines.append)
+    gqa = [line for line in lines if "GQA" in line]
+    assert len(gqa) == 1 and "query heads 0-2 read kv head 0, 3-5 read kv head 1" in gqa[0]
+    assert lines.index(gqa[0]) + 1 == next(i for i, s in enumerate(lines) if "scores" in s)
+    assert "Ek, Ev: widths of the key and value inputs (the memory, 36 here)" in lines[-1]
+    mqa = []
+    trace_shapes(num_heads=5, num_kv_heads=1, say=mqa.append)
+    assert any("all 5 query heads read the one key/value head" in s for s in mqa)
+    plain = []
+    trace_shapes(say=plain.append)
+    assert not any("GQA" in s or "MQA" in s for s in plain)

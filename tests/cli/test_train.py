@@ -145,3 +145,13 @@ def test_cross_attention_figure_labels_means_by_position():
     assert [t.get_text() for t in right.get_yticklabels()] == [
         str(d) for d in result.eval_pred[1].tolist()
     ]
+
+
+def test_mha_figure_says_which_panels_average_the_heads():
+    cfg = seq2seq.TrainConfig(model="mha", num_heads=2, steps=3, hidden=16, batch_size=8,
+                              eval_size=6, seed=3)
+    fig = seq2seq.plot_cross_attention(seq2seq.train(cfg))
+    titles = [ax.get_title() for ax in fig.axes if ax.images]
+    assert titles[:2] == ["held-out example 0 (mean of 2 heads)",
+                          "mean of 6 (by position) and of 2 heads"]
+    assert titles[2:] == ["head 0, mean of 6", "head 1, mean of 6"]

@@ -127,3 +127,24 @@ def test_masked_nan_stays_out_of_other_keys_gradients():
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         fin = ~np.isnan(want)
         np.testing.assert_allclose(got[fin], want[fin], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("scaled", ["q", "k"])
+def test_rows_on_one_key_at_logits_1e4_follow_the_rule(scaled):
+    # Issue 23's audit: random q and k, one of them times 1e4, so the logits are ~1e4 apart
+    # and every row's softmax is a single key (P = 1 there, 0 elsewhere). Plain float32
+    # math then has dS = 1 * (dP - rowsum(P * dP)) = 0 to the bit; a row term formed as
+    # rowsum(dO * O) rounds differently by ~1e-7, and the large keys (queries) multiply
+    # that into dQ (dK): 1e-2 off where plain math is exact.
+    g = np.random.default_rng(0)
+    q, k, v, d_out = (g.standard_normal((1, 2, 40, 64)).astype(np.float32).astype(np.float64)
+                      for _ in range(4))
+    if scaled == "q":
+        q *= 1e4
+    else:
+        k *= 1e4
+    f32 = [x.astype(np.float32) for x in (q, k, v)]
+    (out, lse), back = an.vjp(an.flash_attention, *f32, return_lse=True, block_q=16,
+                              block_k=16)
+    dq, dk, dv = back(d_out.astype(np.float32))
+    _judge(dict(out=out, dq=dq, dk=dk, dv=dv), q, k, v, d_out)

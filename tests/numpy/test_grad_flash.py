@@ -8,8 +8,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-import attnkit.numpy.flash as flash_module
-from attnkit.numpy import flash_attention, scaled_dot_product_attention, vjp
+from attnkit.numpy import _plan, flash_attention, scaled_dot_product_attention, vjp
 from attnkit.numpy.flash import flash_attention_backward
 
 # (q shape, k shape, v shape): odd lengths off block multiples, Tq != Tk both ways, GQA,
@@ -70,7 +69,7 @@ def test_flash_backward_float32_stays_close_to_float64() -> None:
 def _count_tiles(monkeypatch, **band) -> int:
     """How many (query block, key block) tiles the backward visits."""
     calls = []
-    real = flash_module._band
+    real = _plan._band
 
     def counting(*args):
         calls.append(args[:4])
@@ -80,7 +79,7 @@ def _count_tiles(monkeypatch, **band) -> int:
     rng = np.random.default_rng(2)
     q, k, v = (rng.standard_normal((1, T, 4)) for _ in range(3))
     out, lse = flash_attention(q, k, v, block_q=block, block_k=block, return_lse=True, **band)
-    monkeypatch.setattr(flash_module, "_band", counting)
+    monkeypatch.setattr(_plan, "_band", counting)
     flash_attention_backward(
         np.ones_like(out), q, k, v, out, lse, block_q=block, block_k=block, **band
     )

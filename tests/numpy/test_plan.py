@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import attnkit.numpy as an
-from attnkit.numpy import _plan, flash
+from attnkit.numpy import _plan
 
 
 def test_defaults_are_big_tiles_clipped_to_the_lengths_and_one_worker_per_core(monkeypatch):
@@ -54,13 +54,13 @@ def test_blas_runs_single_threaded_inside_the_workers_only(monkeypatch):
     back after the call."""
     threadpoolctl = pytest.importorskip("threadpoolctl")
     seen = []
-    real = flash.blas_threads_limited
+    real = _plan.blas_threads_limited
 
     def spy(active):
         seen.append(active)
         return real(active)
 
-    monkeypatch.setattr(flash, "blas_threads_limited", spy)
+    monkeypatch.setattr(_plan, "blas_threads_limited", spy)
     monkeypatch.setattr(_plan, "usable_cores", lambda: 2)
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, 2, 300, 16)) for _ in range(3))

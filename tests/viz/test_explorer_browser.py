@@ -126,7 +126,7 @@ def test_page_loads_with_no_console_error_and_no_request(browser, small):
     p = open_page(browser, path)
     p.check_clean()
     assert p.page.inner_text("#title") == "small"
-    assert "3 layers × 4 heads (2 kv heads)" in p.page.inner_text("#facts")
+    assert "3 layers × 4 query heads sharing 2 key/value heads" in p.page.inner_text("#facts")
     assert p.page.locator(".thumb").count() == 12
     # Tokens are text, never markup: the <b> token shows its angle brackets.
     assert p.page.inner_text('#qtoks li[data-i="4"]') == "<b>&amp;</b>"
@@ -311,3 +311,126 @@ def test_jupyter_repr_runs_in_an_iframe(browser, small):
     assert frame.locator(".thumb").count() == 4
     assert errors == [] and requests == []
     page.close()
+
+
+# -- what the page says: axes, the readout, plain words, size, a model's structure ----------
+def test_both_axes_say_which_side_is_queries_and_which_keys(browser, small):
+    _, path = small
+    p = open_page(browser, path)
+
+    def box(selector):
+        return p.page.locator(selector).bounding_box()
+
+    # Lines view: "queries" over the query tokens, "keys" over the key tokens.
+    q_title, k_title = box("#lines-body .axis-title.q"), box("#lines-body .axis-title.k")
+    assert p.page.inner_text("#lines-body .axis-title.q") == "queries"
+    assert p.page.inner_text("#lines-body .axis-title.k") == "keys"
+    q_col, k_col = box("#qtoks"), box("#ktoks")
+    assert q_title["y"] + q_title["height"] <= q_col["y"] + 1
+    assert abs((q_title["x"] + q_title["width"]) - (q_col["x"] + q_col["width"])) < 4
+    assert k_col["x"] - 1 <= k_title["x"] < k_col["x"] + k_col["width"]
+    # Matrix view: keys along the top of the canvas, queries down its left side.
+    p.page.keyboard.press("m")
+    p.eval("attnkit.rendered")
+    canvas, keys, queries = box("#matrix"), box("#mtitle-k"), box("#mtitle-q")
+    assert "keys" in p.page.inner_text("#mtitle-k")
+    assert "queries" in p.page.inner_text("#mtitle-q")
+    assert keys["y"] + keys["height"] <= canvas["y"] and keys["x"] >= canvas["x"] - 1
+    assert queries["x"] + queries["width"] <= canvas["x"]
+    assert queries["y"] >= canvas["y"] - 1 and queries["height"] > queries["width"]
+    p.check_clean()
+    p.page.close()
+
+
+def test_the_readout_sits_beside_the_pointer(browser, small):
+    _, path = small
+    p = open_page(browser, path)
+    p.page.hover('#qtoks li[data-i="7"]')
+    tip, token = (p.page.locator(s).bounding_box() for s in ("#tip", '#qtoks li[data-i="7"]'))
+    assert p.page.inner_text("#tip").startswith("query 7 ")
+    assert abs(tip["y"] - token["y"]) < 40 and abs(tip["x"] - (token["x"] + token["width"])) < 40
+    p.page.hover('#ktoks li[data-j="3"]')
+    assert p.page.inner_text("#tip").startswith("key 3 ")
+    p.page.keyboard.press("m")
+    p.eval("attnkit.rendered")
+    canvas = p.page.locator("#matrix").bounding_box()
+    for fx, fy in ((0.2, 0.3), (0.9, 0.9)):  # also near the corner: it stays on screen
+        x, y = canvas["x"] + fx * canvas["width"], canvas["y"] + fy * canvas["height"]
+        p.page.mouse.move(x, y)
+        tip = p.page.locator("#tip").bounding_box()
+        assert p.page.is_visible("#tip") and p.page.inner_text("#tip").startswith("query ")
+        near_x = min(abs(tip["x"] - x), abs(tip["x"] + tip["width"] - x))
+        near_y = min(abs(tip["y"] - y), abs(tip["y"] + tip["height"] - y))
+        assert near_x < 30 and near_y < 30, (tip, x, y)
+        assert tip["x"] + tip["width"] <= 1280 and tip["y"] + tip["height"] <= 760
+    p.page.mouse.move(2, 2)  # off the matrix: the readout goes away
+    assert p.page.is_hidden("#tip")
+    p.check_clean()
+    p.page.close()
+
+
+def test_the_header_says_how_exact_the_weights_are_in_plain_words(browser, small, tmp_path):
+    w, path = small
+    p = open_page(browser, path)
+    facts = p.page.inner_text("#facts")
+    assert "weights shown to ±0.20% of each row's largest" in facts and "steps" not in facts
+    assert "12 queries × 12 keys" in facts
+    p.page.close()
+    half = explore(w[:1], TOKENS, precision="float16").save(tmp_path / "half.html")
+    p = open_page(browser, half)
+    assert "half-precision floats (about 3 significant digits)" in p.page.inner_text("#facts")
+    assert "1 layer × 4 heads" in p.page.inner_text("#facts")  # no kv heads: plain heads
+    p.page.close()
+
+
+def test_a_small_matrix_is_scaled_up_to_fill_the_pane(browser, tmp_path):
+    toks = ["the", "cat", "sat", "on", "the", "mat", "<pad>", "<pad>"]
+    keep = an.causal_mask(8, 8)
+    w = an.masked_softmax(np.random.default_rng(3).normal(size=(1, 2, 8, 8)), mask=keep)
+    path = explore(w, toks, mask=keep, view="matrix").save(tmp_path / "eight.html")
+    p = open_page(browser, path, width=1400, height=800)
+    canvas, pane = (p.page.locator(s).bounding_box() for s in ("#matrix", "#mscroll"))
+    # Before: 40 px a cell at most, 320 px in this pane. Now the limiting side fills it.
+    assert canvas["width"] > 320 * 1.5
+    assert max(canvas["width"] / pane["width"], canvas["height"] / pane["height"]) > 0.75
+    assert canvas["x"] + canvas["width"] <= pane["x"] + pane["width"]
+    assert canvas["y"] + canvas["height"] <= pane["y"] + pane["height"]
+    p.check_clean()
+    p.page.close()
+
+
+def test_view_of_a_causal_gqa_model_draws_future_keys_as_masked(browser, tmp_path):
+    """`attnkit view MODEL --text`: future keys are grey stripes, not white, and the header
+    names the key/value heads (a 2-layer Llama, 4 query heads sharing 2 kv heads)."""
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    from attnkit.viz.view import view_file
+
+    words = ["[UNK]", "the", "cat", "sat", "on", "mat"]
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(
+        {w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    config = transformers.LlamaConfig(
+        vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, bos_token_id=None,
+        eos_token_id=None)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "llama")
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(
+        tmp_path / "llama")
+    page = view_file(str(tmp_path / "llama"), tmp_path / "out", text="the cat sat on the mat")
+    p = open_page(browser, page)
+    assert "4 query heads sharing 2 key/value heads" in p.page.inner_text("#facts")
+    p.page.keyboard.press("m")
+    p.eval("attnkit.rendered")
+    per_cell = p.eval("document.getElementById('matrix').width") / 6
+
+    def rgb(r, c):
+        return tuple(p.eval(f"attnkit.pixel({int((c + .5) * per_cell)}, "
+                            f"{int((r + .5) * per_cell)})")[:3])
+
+    future = rgb(1, 4)  # query 1 may not see key 4
+    assert future[0] == future[1] == future[2] and future != LOW_END  # grey stripes
+    keep = np.array(p.eval("attnkit.mask(1, 3)"), bool).reshape(6, 6)
+    np.testing.assert_array_equal(keep, an.causal_mask(6, 6))
+    p.check_clean()
+    p.page.close()

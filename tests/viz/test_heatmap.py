@@ -164,6 +164,50 @@ def test_plot_attention_heads_wrap_into_rows(rng):
     assert all(ax.get_xlabel() == "keys" for ax in axes[2:])
 
 
+@pytest.mark.parametrize("Tq, Tk", [(1, 10), (3, 4), (30, 200)])
+def test_plot_attention_without_tokens_ticks_whole_token_indices(Tq, Tk, rng):
+    # A single query row used to get y ticks at -0.45 ... 0.45.
+    fig = plot_attention(an.softmax(rng.normal(size=(Tq, Tk))))
+    (ax,) = heat_axes(fig)
+    for ticks, n in ((ax.get_yticks(), Tq), (ax.get_xticks(), Tk)):
+        assert ticks[0] == 0 and np.all(ticks == np.round(ticks)), ticks
+        assert ticks.max() < n and 1 <= len(ticks) <= 10
+    FigureCanvasAgg(fig).draw()
+    assert [t.get_text() for t in ax.get_yticklabels()][0] == "0"
+
+
+def test_plot_attention_names_the_panel_axes(rng):
+    w = an.softmax(rng.normal(size=(2, 1, 10)))  # d2l's attention_weights: (B, Tq, Tk)
+    assert [ax.get_title() for ax in heat_axes(plot_attention(w, panels="batch"))] == [
+        "batch 0", "batch 1"]
+    w4 = an.softmax(rng.normal(size=(2, 3, 4, 4)))
+    titles = [ax.get_title() for ax in heat_axes(plot_attention(w4, panels=("batch", "head")))]
+    assert titles[:2] == ["batch 0, head 0", "batch 0, head 1"] and titles[-1] == "batch 1, head 2"
+    with pytest.raises(ValueError, match="two words"):
+        plot_attention(w4, panels="batch")
+
+
+def test_plot_attention_reads_d2l_modules_by_their_layout():
+    torch = pytest.importorskip("torch")
+    from attnkit.torch import d2l
+
+    att = d2l.DotProductAttention(0.0)
+    with pytest.raises(ValueError, match="run it once"):
+        plot_attention(att)
+    q, k = torch.randn(2, 1, 2), torch.ones(2, 10, 2)
+    att(q, k, torch.randn(2, 10, 4), torch.tensor([2, 6]))
+    axes = heat_axes(plot_attention(att))
+    assert [ax.get_title() for ax in axes] == ["batch 0", "batch 1"]
+    mha = d2l.MultiHeadAttention(8, 2, 0.0)
+    x = torch.randn(3, 4, 8)
+    mha(x, x, x, torch.tensor([1, 2, 4]))
+    axes = heat_axes(plot_attention(mha))
+    assert axes[3].get_title() == "batch 1, head 1"
+    # example b's head h is row b * H + h of d2l's (B * H, Tq, Tk) weights
+    np.testing.assert_array_equal(axes[3].images[0].get_array().data,
+                                  mha.attention.attention_weights[3].detach().numpy())
+
+
 def test_plot_attention_token_labels(rng):
     w = an.softmax(rng.normal(size=(3, 4)))
     q, k = ["a", "b", "c"], ["w", "x", "y", "zzz"]

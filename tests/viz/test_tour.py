@@ -46,12 +46,33 @@ def test_softmax_figure_shows_the_naive_curve_and_where_it_fails():
     assert y_nan[0] > 1.0 >= stable.get_data()[1].max()
 
 
-def test_additive_vs_dot_panels_say_why_they_match_and_then_differ(rng):
+def test_additive_vs_dot_panels_say_why_they_match_and_then_differ(rng, monkeypatch):
+    import attnkit.numpy as an
+
+    seen = {"additive": [], "dot": []}  # (queries, keys, values, valid_lens) of each call
+    for name, attr in (("additive", "additive_attention"),
+                       ("dot", "scaled_dot_product_attention")):
+        real = getattr(an, attr)
+
+        def spy(q, k, v, *args, _real=real, _name=name, **kw):
+            seen[_name].append((q, k, v, kw["valid_lens"]))
+            return _real(q, k, v, *args, **kw)
+
+        monkeypatch.setattr(an, attr, spy)
     fig = _additive_vs_dot(rng, quiet)
+    # Both score functions get the very same queries, keys, values and lengths.
+    assert len(seen["additive"]) == len(seen["dot"]) == 2
+    for a, d in zip(seen["additive"], seen["dot"]):
+        for x, y in zip(a, d):
+            np.testing.assert_array_equal(x, y)
     axes = heat_axes(fig)
     titles = [ax.get_title() for ax in axes]
-    assert titles == ["additive, identical keys", "scaled dot-product, identical keys",
-                      "additive, distinct keys", "scaled dot-product, distinct keys"]
+    assert titles == ["additive (random weights), identical keys",
+                      "scaled dot-product, identical keys",
+                      "additive (random weights), distinct keys",
+                      "scaled dot-product, distinct keys"]
+    assert "same queries, keys and values" in fig.get_suptitle()
+    assert "random" in fig.get_suptitle() and "not a sharper" in fig.get_suptitle()
     data = [ax.images[0].get_array() for ax in axes]
     # Identical keys: both score functions give the same even weights over the valid keys.
     np.testing.assert_allclose(data[0], data[1], atol=1e-12)

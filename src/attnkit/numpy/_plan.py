@@ -1,4 +1,12 @@
-"""How :func:`attnkit.numpy.flash_attention` splits its work on the machine it runs on.
+"""How :func:`attnkit.numpy.flash_attention` splits its work: which tiles, on how many threads.
+
+The algorithm itself (the online softmax over one block of queries) is in
+:mod:`attnkit.numpy.flash`; this module only decides where it runs:
+
+- :func:`key_tiles`: the key blocks one query block must visit, with the keep-mask of each
+  (blocks outside the causal/window band, or whose keys share no segment with the queries,
+  are skipped, not masked);
+- :func:`plan` and :func:`run_blocks`: tile sizes and worker threads.
 
 Two choices matter for speed on a CPU, and neither should be the caller's chore:
 
@@ -22,12 +30,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+import numpy as np
 
 __all__ = [
     "BLOCK_K", "BLOCK_Q", "LARGE_BLOCK_K", "LARGE_BLOCK_Q", "Plan", "blas_threads_limited",
-    "plan", "usable_cores",
+    "key_tiles", "plan", "run_blocks", "usable_cores",
 ]
 
 BLOCK_Q = 128  # query rows per tile
@@ -110,3 +121,58 @@ def blas_threads_limited(active: bool) -> Iterator[None]:
 
     with threadpool_limits(limits=1, user_api="blas"):
         yield
+
+
+def run_blocks(work: Plan, one_block: Callable[[int], None], starts: Iterable[int]) -> None:
+    """``one_block(i0)`` for every query block start, on ``work.threads`` threads (query
+    blocks are independent, and NumPy releases the GIL inside BLAS and ufuncs), with BLAS
+    at one thread per worker while there are several."""
+    starts = list(starts)
+    if work.threads > 1 and len(starts) > 1:
+        with blas_threads_limited(work.limit_blas), ThreadPoolExecutor(work.threads) as pool:
+            list(pool.map(one_block, starts))
+    else:
+        for i0 in starts:
+            one_block(i0)
+
+
+def _band(
+    i0: int, i1: int, j0: int, j1: int, offset: int, left: int | None, right: int | None
+) -> np.ndarray | None:
+    """Keep-mask of the tile rows ``[i0, i1)`` x cols ``[j0, j1)``, or None if all kept."""
+    i = np.arange(i0, i1)[:, None] + offset  # the diagonal key of each query
+    j = np.arange(j0, j1)[None, :]
+    keep = np.ones((i1 - i0, j1 - j0), dtype=bool)
+    if left is not None:
+        keep &= j >= i - left
+    if right is not None:
+        keep &= j <= i + right
+    return None if keep.all() else keep
+
+
+def key_tiles(
+    i0: int, i1: int, Tq: int, Tk: int, block_k: int, left: int | None, right: int | None,
+    same_segment: np.ndarray | None = None,
+) -> Iterator[tuple[int, int, np.ndarray | None]]:
+    """The key blocks ``[j0, j1)`` that queries ``[i0, i1)`` must visit, as
+    ``(j0, j1, keep)``: ``keep`` is the tile's bool mask (True = may attend), None when
+    every pair of the tile may attend.
+
+    Only blocks that meet the band ``[i0 + offset - left, i1 - 1 + offset + right]`` are
+    visited (``offset = Tk - Tq``, bottom-right alignment: query ``i``'s diagonal key is
+    ``i + offset``; None = unbounded side), and of those only the ones where some query
+    and key share a segment (``same_segment``: bool ``(..., Tq, Tk)``, or None).
+    """
+    offset = Tk - Tq
+    j_lo = 0 if left is None else max(0, i0 + offset - left)
+    j_hi = Tk if right is None else min(Tk, i1 - 1 + offset + right + 1)
+    for j0 in range((j_lo // block_k) * block_k, j_hi, block_k):
+        j1 = min(j0 + block_k, Tk)
+        keep = _band(i0, i1, j0, j1, offset, left, right)
+        if same_segment is not None:
+            seg = same_segment[..., i0:i1, j0:j1]
+            if not seg.any():
+                continue
+            keep = seg if keep is None else seg & keep
+            keep = None if keep.all() else keep
+        yield j0, j1, keep

@@ -1,35 +1,22 @@
 """Blockwise attention with an online softmax (the FlashAttention algorithm), in NumPy.
 
-For each block of queries we walk over blocks of keys, keeping per query row
+Read :func:`_attend_block` first: it is the whole algorithm for one block of queries (a
+running max ``m``, sum ``l`` and weighted sum ``acc`` per row, rebased by
+``exp(m - m_new)`` when a key tile raises the max; ``out = acc / l``, ``lse = m +
+log(l)``). Only a ``block_q x block_k`` tile of scores exists at a time, so memory is
+linear in T. Which tiles a block visits (causal/window bands and segments skip whole
+tiles) and how blocks share the threads is :mod:`attnkit.numpy._plan`'s business.
 
-    m_i    the running maximum of the scores seen so far,
-    l_i    the running sum of ``exp(score - m_i)``,
-    acc    the running sum of ``exp(score - m_i) * v``.
-
-When a new key block raises the maximum from ``m_old`` to ``m_new``, the old sums were
-computed relative to ``m_old``; multiplying them by ``alpha = exp(m_old - m_new)`` rebases
-them. At the end ``out = acc / l_i`` and ``lse = m_i + log(l_i)``. Only a
-``block_q x block_k`` tile of scores exists at any time, so memory is linear in T.
-
-Precision at large logits: the scores stay in natural units and ``score - m_i`` is formed
+Precision at large logits: the scores stay in natural units and ``score - m`` is formed
 before anything is rounded at their magnitude (a score of 1e4 has a float32 spacing of
-1e-3, which would become a 1e-3 relative error in every probability). The backward needs
-the row's LSE to that precision too: ask for it in float64 (``lse_dtype``; :func:`attnkit.
-numpy.vjp` does) and :func:`flash_attention_backward` recomputes ``P`` as exactly as the
-forward had it, whatever the magnitude of the logits.
-
-Key blocks that lie entirely outside the causal/window band, or whose keys share no
-segment id with the block's queries, are skipped, not masked. With ``softcap`` each tile's
-scores pass through ``softcap * tanh(s / softcap)``; with ``sinks`` the sink logit joins
-each row's running sums once, at the end (:mod:`attnkit.numpy.variants`).
-
-Two partial results over disjoint key sets combine exactly through their log-sum-exps
-(:func:`merge_partials`); ring attention and split-K decoding are built on that.
+1e-3, which would become a 1e-3 relative error in every probability). The backward
+recomputes ``P`` from the row's LSE, so it needs the LSE to that precision too: ask for it
+in float64 (``lse_dtype``; :func:`attnkit.numpy.vjp` does). Partial results over disjoint
+key sets combine exactly through their LSEs (:func:`merge_partials`, ring attention).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -43,7 +30,7 @@ from ..spec import (
     resolve_band,
     scores_shape,
 )
-from ._plan import blas_threads_limited, plan
+from ._plan import key_tiles, plan, run_blocks
 from .attention import _floats
 from .groups import fold_grouped, grouped, kv_grouped, sum_to_shape, ungrouped
 from .masks import segment_mask
@@ -53,27 +40,6 @@ from .softmax import compute_dtype, result_dtype
 from .variants import sinks_backward
 
 __all__ = ["flash_attention", "merge_partials"]
-
-
-def _band(
-    i0: int, i1: int, j0: int, j1: int, offset: int, left: int | None, right: int | None
-) -> np.ndarray | None:
-    """Keep-mask of the tile rows ``[i0, i1)`` x cols ``[j0, j1)``, or None if all kept."""
-    i = np.arange(i0, i1)[:, None] + offset  # the diagonal key of each query
-    j = np.arange(j0, j1)[None, :]
-    keep = np.ones((i1 - i0, j1 - j0), dtype=bool)
-    if left is not None:
-        keep &= j >= i - left
-    if right is not None:
-        keep &= j <= i + right
-    return None if keep.all() else keep
-
-
-def _scaled_queries(qg: np.ndarray, i0: int, i1: int, scale: float) -> np.ndarray:
-    """Query rows ``[i0, i1)`` times the scale: the one way the forward and the backward
-    form the scores (``_scaled_queries(...) @ k^T``), so that the backward's recomputed
-    scores are the forward's bit for bit, and so its probabilities match the saved LSE."""
-    return qg[..., i0:i1, :] * qg.dtype.type(scale)
 
 
 class _Problem(NamedTuple):
@@ -91,6 +57,12 @@ class _Problem(NamedTuple):
     softcap: float | None
     sink: np.ndarray | None  # sinks (natural units), (..., Hkv, G, 1) against lead, or None
     same_segment: np.ndarray | None  # bool (B, 1, ..., Tq, Tk) against lead + (Tq, Tk)
+
+    def tiles(self, i0: int, i1: int, block_k: int):
+        """The key tiles ``(j0, j1, keep)`` that queries ``[i0, i1)`` visit
+        (:func:`attnkit.numpy._plan.key_tiles`)."""
+        Tq, Tk = self.qg.shape[-2], self.kg.shape[-2]
+        return key_tiles(i0, i1, Tq, Tk, block_k, self.left, self.right, self.same_segment)
 
 
 def _problem(
@@ -125,25 +97,11 @@ def _problem(
     )
 
 
-def _tile_keep(
-    p: _Problem, i0: int, i1: int, j0: int, j1: int, offset: int
-) -> tuple[bool, np.ndarray | None]:
-    """``(skip, keep)`` of one tile: skip when no query of the tile may attend any key
-    of it (segments that do not meet); else the band ANDed with the segment mask, None
-    when everything is kept."""
-    keep = _band(i0, i1, j0, j1, offset, p.left, p.right)
-    if p.same_segment is None:
-        return False, keep
-    seg = p.same_segment[..., i0:i1, j0:j1]
-    if not seg.any():
-        return True, None
-    keep = seg if keep is None else seg & keep
-    return False, (None if keep.all() else keep)
-
-
-# A block's row sums against a reference that is not its own max may reach this before the
-# block is redone with its max (rebased): bounds how far exp(score - reference) may grow.
-LAZY_SUM_LIMIT = 2.0**16
+def _scaled_queries(qg: np.ndarray, i0: int, i1: int, scale: float) -> np.ndarray:
+    """Query rows ``[i0, i1)`` times the scale: the one way the forward and the backward
+    form the scores (``_scaled_queries(...) @ k^T``), so that the backward's recomputed
+    scores are the forward's bit for bit, and so its probabilities match the saved LSE."""
+    return qg[..., i0:i1, :] * qg.dtype.type(scale)
 
 
 def _tile_scores(
@@ -158,6 +116,96 @@ def _tile_scores(
     if keep is not None:
         np.copyto(s, -np.inf, where=~keep)
     return s
+
+
+# A tile's row sums against a reference that is not its own max may reach this before the
+# tile is redone with its max: bounds how far exp(score - reference) may grow.
+LAZY_SUM_LIMIT = 2.0**16
+
+
+def _exp_tile(scores, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``p = exp(S - m_new)`` of one tile (in the tile's own buffer), its row sums, and the
+    reference ``m_new`` it was taken against.
+
+    The reference is the running max ``max(m, rowmax(S))``, except for one shortcut: once
+    every row has a reference (a score already summed, so its sum is at least 1), the old
+    ``m`` is kept while no row's ``sum(exp(S - m))`` passes :data:`LAZY_SUM_LIMIT`. Any
+    reference gives the same ``acc / l`` and ``m + log(l)`` as long as nothing overflows,
+    and keeping it saves the pass that takes the row max (9% of the forward at T=4096,
+    float32, one thread). ``S - m`` is
+    formed from two scores either way, so large logits lose nothing. A tile that breaks the
+    limit (or holds NaN) is computed again against its max.
+
+    Args:
+        scores: ``() -> S``, forms the tile's scores ``(..., bq, bk)`` in its buffer.
+        m: the running reference per row ``(..., bq)``; ``-inf`` = no allowed key yet.
+    """
+    s = scores()
+    if np.isfinite(m).all():
+        np.subtract(s, m[..., None], out=s)
+        with np.errstate(over="ignore"):  # an overflow fails the test below
+            p = np.exp(s, out=s)
+            p_sum = p @ np.ones(p.shape[-1], p.dtype)  # a BLAS matvec reads p ~3x faster than sum()
+        if np.all(p_sum <= LAZY_SUM_LIMIT):
+            return p, p_sum, m
+        s = scores()
+    m_new = np.maximum(m, s.max(axis=-1))
+    # A row with nothing allowed yet keeps m = -inf; take its exp against 0 instead.
+    s -= np.where(np.isneginf(m_new), 0.0, m_new)[..., None].astype(s.dtype, copy=False)
+    p = np.exp(s, out=s)
+    return p, p @ np.ones(p.shape[-1], p.dtype), m_new
+
+
+def _rebase(m: np.ndarray, m_new: np.ndarray) -> np.ndarray:
+    """``alpha = exp(m - m_new)``: multiplies sums kept against ``m`` to sums against
+    ``m_new`` (0 for a row that had no allowed key yet; 1 where the reference stayed)."""
+    return np.exp(m - np.where(np.isneginf(m_new), 0.0, m_new).astype(m.dtype, copy=False))
+
+
+def _attend_block(
+    prob: _Problem, i0: int, i1: int, block_k: int, kT: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FlashAttention's inner loop: queries ``[i0, i1)`` against every key tile they may
+    see, keeping only a ``(i1 - i0) x block_k`` tile of scores at a time.
+
+    Per query row it keeps ``m`` (the reference: the running max of the scores seen),
+    ``l = sum exp(s - m)`` and ``acc = sum exp(s - m) v``. When a tile moves ``m`` to
+    ``m_new``, the old sums are multiplied by ``exp(m - m_new)``; at the end
+    ``out = acc / l`` and ``lse = m + log(l)``.
+
+    Returns:
+        ``(acc, l, m)`` of the block's rows: ``(..., bq, Dv)``, ``(..., bq)``, ``(..., bq)``.
+    """
+    dt, Dv = prob.dt, prob.vg.shape[-1]
+    # Natural units throughout: scores folded into base 2 (log2(e) in the scale) would be
+    # rounded at their magnitude before the max is taken off, 1e-3 at 1e4 in float32.
+    qi = _scaled_queries(prob.qg, i0, i1, prob.scale)
+    rows = prob.lead + (i1 - i0,)
+    m = np.full(rows, -np.inf, dtype=dt)  # the running max (-inf: nothing allowed yet)
+    l = np.zeros(rows, dtype=dt)  # sum of exp(score - m)  # noqa: E741
+    acc = np.zeros(rows + (Dv,), dtype=dt)  # sum of exp(score - m) * v
+    buffer = np.empty(rows + (block_k,), dtype=dt)  # the tile's scores, then its exp
+
+    for j0, j1, keep in prob.tiles(i0, i1, block_k):
+        def scores(j0=j0, j1=j1, keep=keep):  # S of this tile, in the buffer (again if redone)
+            return _tile_scores(qi, kT[..., j0:j1], buffer[..., : j1 - j0], keep, prob.softcap)
+
+        p, p_sum, m_new = _exp_tile(scores, m)  # p = exp(S - m_new)
+        if m_new is not m:  # the reference moved: rebase the sums kept so far
+            alpha = _rebase(m, m_new)
+            l *= alpha
+            acc *= alpha[..., None]
+        l += p_sum
+        acc += weighted_values(p, prob.vg[..., j0:j1, :], keep)  # p @ v
+        m = m_new
+
+    if prob.sink is not None:  # the sink: one more column with a score and no value
+        m_new = np.maximum(m, prob.sink)
+        alpha = _rebase(m, m_new)
+        l = l * alpha + np.exp(prob.sink - m_new)  # noqa: E741
+        acc *= alpha[..., None]
+        m = m_new
+    return acc, l, m
 
 
 def flash_attention(
@@ -189,17 +237,12 @@ def flash_attention(
         scale: defaults to ``1/sqrt(Dk)``.
         softcap, sinks, segment_ids: as :func:`scaled_dot_product_attention`.
         block_q, block_k: tile sizes; a tile holds every head's ``block_q x block_k``
-            scores. None (the default) picks 256 x 512 for long sequences (at least two
-            query blocks per worker) and 128 x 256 otherwise, clipped to the lengths:
-            larger tiles amortise the per-tile Python and ufunc overhead (64 x 64 costs
-            ~45% more CPU time at T=4096) while staying cache-sized (see
-            :mod:`attnkit.numpy._plan`).
+            scores. None (the default): 256 x 512 for long sequences, 128 x 256 otherwise,
+            clipped to the lengths (measured in :mod:`attnkit.numpy._plan`).
         num_threads: query blocks run on this many threads (NumPy releases the GIL in
-            BLAS and ufuncs). None (the default) uses one per usable core, at most one
-            per query block. With more than one, BLAS runs one thread per worker for the
-            call (through threadpoolctl; its own threads inside each worker would
-            oversubscribe the cores, measured 3-9x slower on a busy 2-core box); without
-            threadpoolctl the default is one thread.
+            BLAS and ufuncs), BLAS at one thread per worker meanwhile (threadpoolctl).
+            None (the default): one per usable core, at most one per query block; one
+            without threadpoolctl.
         return_lse: also return the log-sum-exp (as :func:`attnkit.triton.flash_attention`
             does: ``out`` alone by default, ``(out, lse)`` on request).
         lse_dtype: the returned LSE's dtype, never narrower than the statistics dtype
@@ -217,91 +260,27 @@ def flash_attention(
     q, k, v = _floats("q", q), _floats("k", k), _floats("v", v)
     prob = _problem(q, k, v, causal, window, scale, softcap, sinks, segment_ids)
     work = plan(q.shape[-2], k.shape[-2], block_q, block_k, num_threads)
-    block_q, block_k = work.block_q, work.block_k
-    G, dt, scale, left, right, qg, kg, vg, lead = prob[:9]
-    Tq, Tk, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
-    offset = Tk - Tq  # bottom-right alignment: query i's diagonal key is i + offset
-    out = np.zeros(lead + (Tq, Dv), dtype=dt)
-    lse_dt = np.result_type(dt, dt if lse_dtype is None else lse_dtype)
-    lse = np.full(lead + (Tq,), -np.inf, dtype=lse_dt)
-
+    Tq, Dv, dt = q.shape[-2], v.shape[-1], prob.dt
+    out = np.zeros(prob.lead + (Tq, Dv), dtype=dt)
+    lse = np.full(prob.lead + (Tq,), -np.inf, dtype=np.result_type(dt, lse_dtype or dt))
     # K^T laid out once (one K-sized copy, linear in T): each tile's q @ k^T then reads
     # contiguous rows, BLAS's fast path.
-    kT = np.ascontiguousarray(np.swapaxes(kg, -1, -2))  # (..., Hkv, 1, Dk, Tk)
-
-    ones = np.ones(block_k, dtype=dt)
+    kT = np.ascontiguousarray(np.swapaxes(prob.kg, -1, -2))  # (..., Hkv, 1, Dk, Tk)
 
     def one_query_block(i0: int) -> None:
-        i1 = min(i0 + block_q, Tq)
-        # Natural units throughout: scores folded into base 2 (log2(e) in the scale) are
-        # rounded at their magnitude before the max is taken off, 1e-3 at 1e4 in float32.
-        # (NumPy's float32 exp is as fast as exp2 here: no reason for base 2.)
-        qi = _scaled_queries(qg, i0, i1, scale)
-        m_i = np.full(lead + (i1 - i0,), -np.inf, dtype=dt)
-        l_i = np.zeros(lead + (i1 - i0,), dtype=dt)
-        acc = np.zeros(lead + (i1 - i0, Dv), dtype=dt)
-        tile = np.empty(lead + (i1 - i0, block_k), dtype=dt)  # scores, reused per key block
-        # Only key blocks that meet the band [i0 + offset - left, i1 - 1 + offset + right].
-        j_lo = 0 if left is None else max(0, i0 + offset - left)
-        j_hi = Tk if right is None else min(Tk, i1 - 1 + offset + right + 1)
-        for j0 in range((j_lo // block_k) * block_k, j_hi, block_k):
-            j1 = min(j0 + block_k, Tk)
-            # s lives in this block's private buffer, so the steps below work on it in
-            # place: every extra pass over a tile costs ~20% of its matmul.
-            skip, keep = _tile_keep(prob, i0, i1, j0, j1, offset)
-            if skip:
-                continue
-            s = _tile_scores(qi, kT[..., j0:j1], tile[..., : j1 - j0], keep, prob.softcap)
-            if np.isfinite(m_i).all():
-                # Every row has a reference already (an earlier block's max, a score
-                # itself, so s - m is as exact as ever): exponentiate against it and skip
-                # this block's max. Valid while no score rose far above its reference;
-                # the row sums say so (NaN fails the test too), else the block is redone.
-                np.subtract(s, m_i[..., None], out=s)
-                with np.errstate(over="ignore"):  # an overflow fails the test below
-                    p = np.exp(s, out=s)
-                    l_blk = p @ ones[: j1 - j0]
-                if np.all(l_blk <= LAZY_SUM_LIMIT):
-                    l_i += l_blk
-                    acc += weighted_values(p, vg[..., j0:j1, :], keep)
-                    continue
-                s = _tile_scores(qi, kT[..., j0:j1], tile[..., : j1 - j0], keep, prob.softcap)
-            m_new = np.maximum(m_i, s.max(axis=-1))
-            # A row with nothing allowed yet keeps m = -inf; rebase against 0 instead.
-            m_safe = np.where(np.isneginf(m_new), 0.0, m_new).astype(dt, copy=False)
-            s -= m_safe[..., None]
-            p = np.exp(s, out=s)  # exp(score - m), in the score buffer
-            alpha = np.exp(m_i - m_safe)  # exp(-inf) = 0 on the first allowed block
-            l_i *= alpha
-            l_i += p @ ones[: j1 - j0]  # row sums; a BLAS matvec reads p ~3x faster than sum()
-            acc *= alpha[..., None]
-            acc += weighted_values(p, vg[..., j0:j1, :], keep)
-            m_i = m_new
-        if prob.sink is not None:  # the sink's column joins the sums once, rebased
-            m_new = np.maximum(m_i, prob.sink)
-            m_safe = np.where(np.isneginf(m_new), 0.0, m_new).astype(dt, copy=False)
-            alpha = np.exp(m_i - m_safe)
-            l_i = l_i * alpha + np.exp(prob.sink - m_safe)
-            acc *= alpha[..., None]
-            m_i = m_new
-        # l_i == 0 exactly when a row saw no allowed key (and no sink): output 0, lse -inf.
-        out[..., i0:i1, :] = np.divide(
-            acc, l_i[..., None], out=np.zeros_like(acc), where=l_i[..., None] != 0
-        )
-        # m_i and l_i are summed in the LSE's dtype: in float64 nothing is lost.
-        m_w, l_w = m_i.astype(lse.dtype), l_i.astype(lse.dtype)
+        i1 = min(i0 + work.block_q, Tq)
+        acc, l, m = _attend_block(prob, i0, i1, work.block_k, kT)  # noqa: E741
+        # l == 0 exactly when a row saw no allowed key (and no sink): output 0, lse -inf.
+        has_keys = l != 0
+        out[..., i0:i1, :] = np.divide(acc, l[..., None], out=np.zeros_like(acc),
+                                       where=has_keys[..., None])
+        # m and l are summed in the LSE's dtype: in float64 nothing is lost.
         with np.errstate(divide="ignore"):
-            lse[..., i0:i1] = np.where(l_i != 0, m_w + np.log(l_w), -np.inf)
+            lse[..., i0:i1] = np.where(
+                has_keys, m.astype(lse.dtype) + np.log(l.astype(lse.dtype)), -np.inf)
 
-    starts = range(0, Tq, block_q)
-    if work.threads > 1 and len(starts) > 1:
-        with blas_threads_limited(work.limit_blas), ThreadPoolExecutor(work.threads) as pool:
-            list(pool.map(one_query_block, starts))
-    else:
-        for i0 in starts:
-            one_query_block(i0)
-
-    out = ungrouped(out, G)
+    run_blocks(work, one_query_block, range(0, Tq, work.block_q))
+    out = ungrouped(out, prob.G)
     out = out.astype(result_dtype(np.result_type(q.dtype, k.dtype, v.dtype)), copy=False)
     return (out, lse.reshape(out.shape[:-1])) if return_lse else out
 
@@ -319,6 +298,23 @@ def _split_lse(lse: np.ndarray, dt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
         fin = np.isfinite(lse)
         lo = np.where(fin, lse - np.where(fin, hi, 0), 0).astype(dt)
     return np.where(np.isneginf(hi), np.inf, hi), lo
+
+
+def _probabilities(
+    prob: _Problem, qi: np.ndarray, kT: np.ndarray, keep: np.ndarray | None,
+    hi: np.ndarray, lo: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The forward's ``P = exp(S - lse)`` of one tile, recomputed from its scores (bit for
+    bit the forward's), and ``tanh(s / softcap)`` when soft-capped (its derivative is
+    needed), else None."""
+    s = np.matmul(qi, kT)  # (..., bq, bk)
+    tanh = None
+    if prob.softcap is not None:  # as _tile_scores does it in the forward
+        tanh = np.tanh(s / prob.dt.type(prob.softcap))
+        s = tanh * prob.dt.type(prob.softcap)
+    if keep is not None:
+        s = np.where(keep, s, -np.inf)
+    return np.exp((s - hi) - lo), tanh
 
 
 def flash_attention_backward(
@@ -346,17 +342,24 @@ def flash_attention_backward(
     split into the compute dtype, so a float64 ``lse`` (``flash_attention(...,
     lse_dtype=np.float64)``) keeps float32 probabilities exact at any magnitude; a float32
     one bounds their relative error by its own rounding, ``eps * |lse|`` (5e-4 at 1e4).
-    For ``O = P V``:
-    ``dV = P^T dO`` and ``dP = dO V^T``; the softmax backward
-    ``dS = P * (dP - rowsum(dP * P))`` needs one number per row,
-    ``D_i = rowsum(dP * P) = rowsum(dO * (P V)) = rowsum(dO * O)``, computed once up front.
-    Then ``dQ = scale dS K`` and ``dK = scale dS^T Q``. Only ``block_q x block_k`` tiles
-    exist, so memory is linear in T; key blocks outside the causal/window band are skipped
-    as in the forward. A row with ``lse = -inf`` (no allowed key) has ``P = 0`` and gets
-    zero gradients. Softcap multiplies ``dS`` by ``1 - tanh^2`` (recomputed per tile);
-    with sinks ``lse`` includes the sink, so ``P`` is already the sink-normalised weight,
-    ``dS`` keeps its form and the sink of head ``h`` gets ``-sum exp(z_h - lse) D_i``
-    (:func:`attnkit.numpy.variants.sinks_backward`).
+    For ``O = P V``: ``dV = P^T dO`` and ``dP = dO V^T``; the softmax backward
+    ``dS = P * (dP - D)`` needs one number per row, ``D_i = rowsum(P * dP)``; then
+    ``dQ = scale dS K`` and ``dK = scale dS^T Q``.
+
+    ``D_i`` equals ``rowsum(dO * O)`` in exact arithmetic, which costs nothing, but not in
+    float32 at large logits: a row whose softmax is one key (``P = 1`` there) needs
+    ``D_i`` to equal that key's ``dP`` to the last bit, or ``dS`` there is their rounding
+    difference, multiplied into ``dQ`` by keys of size ~1e4 (measured: dK off by 1e-2
+    where plain float32 math is exact). So ``D_i`` is summed from the very ``P`` and ``dP``
+    tiles the gradients use, in a first sweep over the row's key tiles; this costs two
+    matmuls of the five per tile again.
+
+    Only ``block_q x block_k`` tiles exist, so memory is linear in T; key blocks outside the
+    causal/window band are skipped as in the forward. A row with ``lse = -inf`` (no allowed
+    key) has ``P = 0`` and gets zero gradients. Softcap multiplies ``dS`` by
+    ``1 - tanh^2`` (recomputed per tile); with sinks ``lse`` includes the sink, so ``P`` is
+    already the sink-normalised weight, ``dS`` keeps its form and the sink of head ``h``
+    gets ``-sum exp(z_h - lse) D_i`` (:func:`attnkit.numpy.variants.sinks_backward`).
 
     Args:
         d_out: cotangent of ``out``, ``(..., H, Tq, Dv)``.
@@ -373,8 +376,8 @@ def flash_attention_backward(
     prob = _problem(q, k, v, causal, window, scale, softcap, sinks, segment_ids)
     tiles = plan(q.shape[-2], k.shape[-2], block_q, block_k, 1)
     block_q, block_k = tiles.block_q, tiles.block_k
-    G, dt, scale, left, right, qg, kg, vg, lead = prob[:9]
-    Tq, Tk = q.shape[-2], k.shape[-2]
+    G, dt, lead = prob.G, prob.dt, prob.lead
+    Tq = q.shape[-2]
     heads = lead if G == 1 else lead[:-2] + (lead[-2] * G,)
     out_shape = heads + (Tq, v.shape[-1])
     d_out, out, lse = np.asarray(d_out), np.asarray(out), np.asarray(lse)
@@ -384,45 +387,41 @@ def flash_attention_backward(
             f"{d_out.shape}, out {out.shape}, lse {lse.shape}"
         )
     dog = grouped(d_out.astype(dt, copy=False), G)  # (..., Hkv, G, Tq, Dv)
-    # D_i = rowsum(dO * O), one number per query row.
-    delta = np.sum(dog * grouped(out.astype(dt, copy=False), G), axis=-1)  # (..., Hkv, G, Tq)
+    # rowsum(dO * O): D in exact arithmetic; here it only carries NaN/inf of rows that
+    # attended a non-finite value (the matmuls below use copies with those zeroed).
+    do_o = np.sum(dog * grouped(out.astype(dt, copy=False), G), axis=-1)  # (..., Hkv, G, Tq)
+    delta = np.zeros_like(do_o)
     hi, lo = (grouped(x[..., None], G)[..., 0] for x in _split_lse(lse, dt))
-    offset = Tk - Tq
     dq = np.zeros(lead + (Tq, q.shape[-1]), dtype=dt)
     dk = np.zeros(k.shape, dtype=dt)
     dv = np.zeros(v.shape, dtype=dt)
-    s_scale = dt.type(scale)
-    kT = np.ascontiguousarray(np.swapaxes(kg, -1, -2))  # as in the forward
+    kT = np.ascontiguousarray(np.swapaxes(prob.kg, -1, -2))  # as in the forward
     # The dS matmuls use copies with NaN/inf zeroed (see finite_or_zero); the scores use
     # the originals, so an attended NaN still reaches dS.
-    q_mm, k_mm, v_mm = finite_or_zero(qg), finite_or_zero(kg), finite_or_zero(vg)
-    nan_rows = not np.all(np.isfinite(delta))
+    q_mm, k_mm, v_mm = finite_or_zero(prob.qg), finite_or_zero(prob.kg), finite_or_zero(prob.vg)
+    vT_mm = np.swapaxes(v_mm, -1, -2)
 
     for i0 in range(0, Tq, block_q):
         i1 = min(i0 + block_q, Tq)
-        qi = _scaled_queries(qg, i0, i1, scale)
+        qi = _scaled_queries(prob.qg, i0, i1, prob.scale)
         do_i = dog[..., i0:i1, :]
         hi_i, lo_i = hi[..., i0:i1, None], lo[..., i0:i1, None]
-        delta_i = delta[..., i0:i1, None]
+        row_tiles = list(prob.tiles(i0, i1, block_k))
+        # First sweep: D_i = rowsum(P * dP), from the tiles the gradients will use.
+        d_i = np.zeros(lead + (i1 - i0,), dtype=dt)
+        for j0, j1, keep in row_tiles:
+            p, _ = _probabilities(prob, qi, kT[..., j0:j1], keep, hi_i, lo_i)
+            d_i += np.sum(p * (do_i @ vT_mm[..., j0:j1]), axis=-1)
+        d_i = np.where(np.isfinite(do_o[..., i0:i1]), d_i, do_o[..., i0:i1])
+        delta[..., i0:i1] = d_i
+        nan_rows = not np.all(np.isfinite(d_i))
+        # Second sweep: the gradients.
         dq_i = np.zeros(lead + (i1 - i0, q.shape[-1]), dtype=dt)
-        j_lo = 0 if left is None else max(0, i0 + offset - left)
-        j_hi = Tk if right is None else min(Tk, i1 - 1 + offset + right + 1)
-        for j0 in range((j_lo // block_k) * block_k, j_hi, block_k):
-            j1 = min(j0 + block_k, Tk)
-            skip, keep = _tile_keep(prob, i0, i1, j0, j1, offset)
-            if skip:
-                continue
-            s = np.matmul(qi, kT[..., j0:j1])  # (..., bq, bk), the forward's scores
-            tanh = None
-            if prob.softcap is not None:  # as _tile_scores does it in the forward
-                tanh = np.tanh(s / dt.type(prob.softcap))
-                s = tanh * dt.type(prob.softcap)
-            if keep is not None:
-                s = np.where(keep, s, -np.inf)
-            p = np.exp((s - hi_i) - lo_i)  # the forward's probabilities, recomputed
-            dp = do_i @ np.swapaxes(v_mm[..., j0:j1, :], -1, -2)
-            ds = p * (dp - delta_i)
-            if nan_rows:  # a row attending a NaN value: its NaN delta stays on its own keys
+        for j0, j1, keep in row_tiles:
+            p, tanh = _probabilities(prob, qi, kT[..., j0:j1], keep, hi_i, lo_i)
+            dp = do_i @ vT_mm[..., j0:j1]
+            ds = p * (dp - d_i[..., None])
+            if nan_rows:  # a row attending a NaN value: its NaN D stays on its own keys
                 ds = np.where(p != 0, ds, 0.0)
             if tanh is not None:
                 ds = ds * (1.0 - tanh * tanh)  # through the cap; masked entries have p = 0
@@ -434,6 +433,7 @@ def flash_attention_backward(
             dv[..., j0:j1, :] += sum_to_shape(dv_j, dv[..., j0:j1, :].shape)
             dk[..., j0:j1, :] += sum_to_shape(dk_j, dk[..., j0:j1, :].shape)
         dq[..., i0:i1, :] = dq_i
+    s_scale = dt.type(prob.scale)
     dq = sum_to_shape(ungrouped(dq * s_scale, G), q.shape)
     if prob.sink is None:
         return dq, dk * s_scale, dv

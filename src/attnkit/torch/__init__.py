@@ -8,6 +8,10 @@ read off axis -3, and a query with no allowed key gets output 0 and zero gradien
 conventions: a drop-in ``torch.nn.MultiheadAttention`` (its arguments, masks in its
 polarity, its state dicts) that runs on the above; :func:`swap_attention` puts it into an
 existing model.
+
+:mod:`attnkit.torch.d2l` holds d2l's attention classes as drop-ins
+(``from attnkit.torch import d2l``; ``d2l.MultiHeadAttention(num_hiddens, num_heads,
+dropout)``), next to the two that are also exported here under d2l's names.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ except ModuleNotFoundError as _err:
 
     raise_missing(_err, "torch", extra="torch", user="attnkit.torch")
 
+from . import d2l
 from .additive import additive_attention, additive_scores
 from .cache import KVCache
+from .d2l import PositionalEncoding
 from .functional import attention
 from .interop import to_torch
 from .lse import attention_with_lse, attention_with_lse_backward
@@ -48,6 +54,7 @@ __all__ = [
     "KVCache",
     "MultiHeadAttention",
     "MultiheadAttention",
+    "PositionalEncoding",
     "additive_attention",
     "additive_scores",
     "attention",
@@ -55,6 +62,7 @@ __all__ = [
     "attention_with_lse",
     "attention_with_lse_backward",
     "causal_mask",
+    "d2l",
     "from_attn_mask",
     "from_key_padding_mask",
     "from_torch",

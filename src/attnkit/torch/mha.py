@@ -49,7 +49,7 @@ class MultiHeadAttention(nn.Module):
         self,
         embed_dim: int,
         num_heads: int,
-        *,
+        *d2l_args: object,  # only to name the right class to d2l users (error below)
         num_kv_heads: int | None = None,
         head_dim: int | None = None,
         v_head_dim: int | None = None,
@@ -63,6 +63,13 @@ class MultiHeadAttention(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
+        if d2l_args:
+            raise TypeError(
+                f"MultiHeadAttention(embed_dim, num_heads, *, ...) got {2 + len(d2l_args)} "
+                f"positional arguments {(embed_dim, num_heads, *d2l_args)}: that is d2l's "
+                "signature (num_hiddens, num_heads, dropout, bias=False); for d2l's class use "
+                "attnkit.torch.d2l.MultiHeadAttention, or pass dropout=... as a keyword here"
+            )
         super().__init__()
         H, Hkv, head_dim = head_sizes(embed_dim, num_heads, num_kv_heads, head_dim)
         self.softcap = check_softcap(softcap)
@@ -174,7 +181,7 @@ class MultiHeadAttention(nn.Module):
         query: torch.Tensor,
         key: torch.Tensor | None = None,
         value: torch.Tensor | None = None,
-        *,
+        *d2l_args: object,  # only to name the right class to d2l users (error below)
         mask: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
         valid_lens: torch.Tensor | None = None,
@@ -211,6 +218,13 @@ class MultiHeadAttention(nn.Module):
         Returns:
             ``(out (B, Tq, E) (or (Tq, B, E)), weights or None)``.
         """
+        if d2l_args:
+            raise TypeError(
+                f"MultiHeadAttention.forward(query, key, value, *, valid_lens=...) got "
+                f"{3 + len(d2l_args)} positional arguments: pass valid_lens=... as a keyword "
+                "(the result is (out, weights)), or use attnkit.torch.d2l.MultiHeadAttention, "
+                "d2l's class (forward(queries, keys, values, valid_lens) -> out)"
+            )
         self._check_input("query", query, self.embed_dim)
         if not self.batch_first:  # (T, B, E) -> (B, T, E) views; `key is query` survives
             query, key, value = batch_major(query, key, value)

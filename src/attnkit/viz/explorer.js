@@ -19,6 +19,20 @@
   }
   function colorIndex(v, vmax) { return Math.min(255, (v / vmax * 255 + 0.5) | 0); }
 
+  // The readout sits beside the pointer (or the hovered token), kept inside the window.
+  function showTip(text, x, y) {
+    const tip = $("tip");
+    tip.textContent = text;
+    tip.style.display = text ? "block" : "none";
+    if (!text) return;
+    const w = tip.offsetWidth, h = tip.offsetHeight;
+    const left = x + 14 + w > window.innerWidth - 4 ? x - 14 - w : x + 14;
+    const top = y + 16 + h > window.innerHeight - 4 ? y - 10 - h : y + 16;
+    tip.style.left = Math.max(4, left) + "px";
+    tip.style.top = Math.max(4, top) + "px";
+  }
+  function hideTip() { showTip("", 0, 0); }
+
   // -- overview ---------------------------------------------------------------------------
   const thumbs = [];
   async function buildOverview() {
@@ -118,7 +132,7 @@
     ctx.clearRect(0, 0, cssW, cssH);
     const f = state.focus, qs = $("qtoks").children, ks = $("ktoks").children;
     for (const li of [...qs, ...ks]) { li.className = ""; li.style.background = li.style.color = ""; }
-    $("tip").textContent = "";
+    hideTip();
     // Lines are bucketed by opacity so that a whole head is a dozen strokes, not Tq*Tk.
     const buckets = Array.from({ length: 10 }, () => new Path2D());
     const add = (r, c, a) => {
@@ -145,14 +159,26 @@
         if (!masked && m > 0) add(r, c, v / m);
       }
       if (top >= 0) ks[top].classList.add("top");
-      $("tip").textContent = top < 0 ? `query ${r}: every key is masked`
+      const at = qs[r].getBoundingClientRect();
+      showTip(top < 0 ? `query ${r}: every key is masked`
         : `query ${r} ${JSON.stringify(D.qTokens[r])}: top key ${top} ` +
-          `${JSON.stringify(D.kTokens[top])} (${w[r * Tk + top].toPrecision(3)})`;
+          `${JSON.stringify(D.kTokens[top])} (${w[r * Tk + top].toPrecision(3)})`,
+      at.right, at.top);
     } else if (f && f.side === "j") { // one key: the queries that read it
       const c = f.index;
       let m = 0;
-      for (let r = 0; r < Tq; r++) m = Math.max(m, w[r * Tk + c]);
+      let reader = -1;
+      for (let r = 0; r < Tq; r++) {
+        if (keep && !keep[r * Tk + c]) continue;
+        if (reader < 0 || w[r * Tk + c] > w[reader * Tk + c]) reader = r;
+        m = Math.max(m, w[r * Tk + c]);
+      }
       ks[c].classList.add("focus");
+      const at = ks[c].getBoundingClientRect();
+      showTip(reader < 0 ? `key ${c}: no query may attend it`
+        : `key ${c} ${JSON.stringify(D.kTokens[c])}: read most by query ${reader} ` +
+          `${JSON.stringify(D.qTokens[reader])} (${w[reader * Tk + c].toPrecision(3)})`,
+      at.right, at.top);
       for (let r = 0; r < Tq; r++) {
         const v = w[r * Tk + c], masked = keep && !keep[r * Tk + c];
         mark(qs[r], v, m, masked);
@@ -176,10 +202,13 @@
 
   // -- matrix view ------------------------------------------------------------------------
   let matrixData = null; // {l, h, w, rowMax, keep, z}: the head on the canvas, z = css px/cell
+  // Css px per cell that fits the head in the pane (room left for the token labels and
+  // the axis titles), so a short sequence fills the pane instead of a corner of it.
+  const MAX_CELL = 160;
   function fitZoom() {
-    const box = $("mscroll"), aw = Math.max(100, box.clientWidth - 70);
-    const ah = Math.max(100, box.clientHeight - 70);
-    return Math.min(aw / Tk, ah / Tq, 40);
+    const box = $("mscroll"), aw = Math.max(100, box.clientWidth - 100);
+    const ah = Math.max(100, box.clientHeight - 100);
+    return Math.min(aw / Tk, ah / Tq, MAX_CELL);
   }
   function drawMatrix(d) {
     const { l, h, w, rowMax, keep } = d, canvas = $("matrix");
@@ -239,7 +268,7 @@
     const box = $("mbox");
     for (const old of box.querySelectorAll(".axis")) old.remove();
     if (z < 9) return;
-    const font = Math.min(12, Math.floor(z - 2)) + "px";
+    const font = Math.min(14, Math.floor(z - 2)) + "px";
     const rows = document.createElement("div"), cols = document.createElement("div");
     rows.className = "axis rows"; cols.className = "axis cols";
     D.qTokens.forEach((t) => {
@@ -268,9 +297,9 @@
     vl.style.left = cv.offsetLeft + c * d.z + "px"; vl.style.width = Math.max(1, d.z) + "px";
     vl.style.top = cv.offsetTop + "px"; vl.style.height = Tq * d.z + "px";
     const i = r * Tk + c, masked = d.keep && !d.keep[i];
-    $("tip").textContent = `query ${r} ${JSON.stringify(D.qTokens[r])} \u2192 key ${c} ` +
+    showTip(`query ${r} ${JSON.stringify(D.qTokens[r])} \u2192 key ${c} ` +
       `${JSON.stringify(D.kTokens[c])}: ` +
-      (masked ? "masked (may not attend)" : d.w[i].toPrecision(3));
+      (masked ? "masked (may not attend)" : d.w[i].toPrecision(3)), ev.clientX, ev.clientY);
   }
 
   // -- selection and rendering ------------------------------------------------------------
@@ -290,7 +319,7 @@
       $("tab-" + v).classList.toggle("on", state.view === v);
     }
     $("zoom").hidden = state.view !== "matrix";
-    $("tip").textContent = "";
+    hideTip();
     const [{ w, rowMax }, keep] = await Promise.all([headData(l, h), maskData(l, h)]);
     if (my !== ticket) return;
     const d = { l, h, w, rowMax, keep };
@@ -350,10 +379,16 @@
   async function main() {
     $("title").textContent = D.title;
     document.title = D.title;
-    $("facts").textContent = `${L} layer${L > 1 ? "s" : ""} \u00d7 ${H} head${H > 1 ? "s" : ""}` +
-      (Hkv < H ? ` (${Hkv} kv head${Hkv > 1 ? "s" : ""})` : "") + ` \u00b7 ${Tq} \u00d7 ${Tk} ` +
-      `tokens \u00b7 stored as ` + (D.precision === "float16" ? "float16"
-        : `${D.levels} steps of each row's max`);
+    const plural = (n, word) => `${n} ${word}${n > 1 ? "s" : ""}`;
+    const heads = Hkv < H ? `${plural(H, "query head")} sharing ${plural(Hkv, "key/value head")}`
+      : plural(H, "head");
+    // How close the page's numbers are: half a step of each row's largest weight (uint8
+    // pages) or half precision.
+    const pct = (100 / (2 * D.levels)).toPrecision(2);
+    $("facts").textContent = `${plural(L, "layer")} \u00d7 ${heads} \u00b7 ${Tq} queries ` +
+      `\u00d7 ${Tk} keys \u00b7 ` + (D.precision === "float16"
+        ? "weights as half-precision floats (about 3 significant digits)"
+        : `weights shown to \u00b1${pct}% of each row's largest`);
     const bar = $("colorbar").getContext("2d");
     for (let x = 0; x < 120; x++) {
       bar.fillStyle = CSS[Math.round(x * 255 / 119)];
@@ -375,6 +410,7 @@
     $("matrix").addEventListener("mousemove", matrixHover);
     $("matrix").addEventListener("mouseleave", () => {
       $("hline").style.display = $("vline").style.display = "none";
+      hideTip();
     });
     document.addEventListener("keydown", onKey);
     let resize = 0;

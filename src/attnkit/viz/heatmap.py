@@ -24,7 +24,6 @@ from matplotlib.colors import Colormap
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 from matplotlib.patches import Patch, Rectangle
-from matplotlib.ticker import MaxNLocator
 
 __all__ = ["MASKED_COLOR", "MASKED_GID", "plot_attention", "save_figure", "show_heatmaps"]
 
@@ -162,7 +161,11 @@ def _hatch_masked(ax: Any, excluded: np.ndarray) -> PatchCollection | None:
 def _set_token_ticks(ax: Any, axis: str, tokens: Sequence[str] | None, n: int) -> None:
     set_ticks = ax.set_xticks if axis == "x" else ax.set_yticks
     if tokens is None:
-        getattr(ax, f"{axis}axis").set_major_locator(MaxNLocator(integer=True, nbins=8))
+        # Token indices: whole numbers from 0, at most ~8 of them (a locator would put
+        # ticks like -0.45 ... 0.45 on a single row).
+        step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10**9)
+                    if n <= 8 * s)
+        set_ticks(range(0, n, step))
         return
     # Label every token up to 40 of them, then every k-th so labels never overlap.
     step = max(1, int(np.ceil(n / 40)))
@@ -174,6 +177,36 @@ def _set_token_ticks(ax: Any, axis: str, tokens: Sequence[str] | None, n: int) -
         set_ticks(pos, labels, fontsize=size, rotation=90 if longest > 2 else 0)
     else:
         set_ticks(pos, labels, fontsize=size)
+
+
+def _module_weights(obj: Any) -> tuple[Any, tuple[str, ...] | None]:
+    """``(weights, panel axis names)`` of a module keeping d2l's ``attention_weights``
+    (read as they are laid out), else ``(obj, None)``."""
+    if hasattr(obj, "shape"):  # an array or a tensor
+        return obj, None
+    inner = getattr(obj, "attention", None)
+    if hasattr(inner, "attention_weights") and hasattr(obj, "num_heads"):  # d2l's MHA
+        w, H = inner.attention_weights, int(obj.num_heads)
+        if w is None:
+            raise ValueError("the module has no attention_weights yet: run it once first")
+        BH, Tq, Tk = w.shape  # heads folded into the batch, example b's head h at b * H + h
+        return w.reshape(BH // H, H, Tq, Tk), ("batch", "head")
+    if hasattr(obj, "attention_weights"):
+        if obj.attention_weights is None:
+            raise ValueError("the module has no attention_weights yet: run it once first")
+        return obj.attention_weights, ("batch",)  # (B, Tq, Tk)
+    return obj, None
+
+
+def _panel_names(panels: str | Sequence[str] | None, layered: bool) -> tuple[str, ...]:
+    """The words of the default titles: ``(row, column)`` for 4-D input, one word else."""
+    if panels is None:
+        return ("layer", "head") if layered else ("head",)
+    names = (panels,) if isinstance(panels, str) else tuple(panels)
+    if len(names) != (2 if layered else 1) or not all(isinstance(n, str) for n in names):
+        want = "two words, e.g. ('layer', 'head')" if layered else "one word, e.g. 'batch'"
+        raise ValueError(f"panels must be {want} for weights of this shape, got {panels!r}")
+    return names
 
 
 def plot_attention(
@@ -190,13 +223,18 @@ def plot_attention(
     ncols: int | None = None,
     vmax: float | None = None,
     panel_size: float | None = None,
+    panels: str | Sequence[str] | None = None,
     path: PathLike | None = None,
 ) -> Figure:
     """Attention weights as heatmaps, one panel per head (or per layer x head).
 
     Args:
         weights: ``(Tq, Tk)``, ``(H, Tq, Tk)`` or ``(L, H, Tq, Tk)``, array or tensor.
-            Pick one batch element before plotting (``w[0]``).
+            Pick one batch element before plotting (``w[0]``), or say what the panel axes
+            are with ``panels``. A module that keeps d2l's ``attention_weights`` is read
+            directly: ``DotProductAttention`` / ``AdditiveAttention`` ``(B, Tq, Tk)`` as
+            one panel per batch element, d2l's ``MultiHeadAttention`` ``(B * H, Tq, Tk)``
+            as batch rows x head columns.
         q_tokens: ``Tq`` labels for the rows.
         k_tokens: ``Tk`` labels for the columns.
         mask: bool, **True = may attend**, broadcastable to ``weights`` (e.g. a
@@ -211,12 +249,18 @@ def plot_attention(
             make rows.
         vmax: top of the shared colour scale (default: the largest allowed weight).
         panel_size: inches per panel side (default from ``Tq``/``Tk``).
+        panels: what the panel axes are, for the default titles: one word for
+            ``(N, Tq, Tk)`` input (default ``"head"``; ``"batch"`` for d2l's
+            ``attention_weights``), two for ``(N, M, Tq, Tk)`` (default
+            ``("layer", "head")``).
         path: when given, the figure is also written there.
 
     Returns:
         The Figure. Each panel's image holds a ``numpy.ma.MaskedArray`` whose mask is the
         excluded cells, and an overlay collection with gid ``"masked-cells"`` hatches them.
     """
+    weights, read_as = _module_weights(weights)
+    panels = read_as if panels is None else panels
     w = to_numpy(weights, "weights")
     if w.ndim not in (2, 3, 4):
         raise ValueError(
@@ -256,15 +300,17 @@ def plot_attention(
         if toks is not None and len(toks) != n:
             raise ValueError(f"{name} has {len(toks)} labels, weights have {n} there")
 
+    axis_names = _panel_names(panels, layered)
     # Panels in reading order, with their default titles.
-    panels: list[tuple[np.ndarray, np.ndarray | None, str]] = []
+    drawn: list[tuple[np.ndarray, np.ndarray | None, str]] = []
     for li in range(L):
         for hi, h in enumerate(head_ids):
-            default = f"layer {li}, head {h}" if layered else f"head {h}"
-            panels.append((w4[li, hi], None if k4 is None else k4[li, hi], default))
-    n_panels = len(panels)
+            default = (f"{axis_names[0]} {li}, {axis_names[1]} {h}" if layered
+                       else f"{axis_names[-1]} {h}")
+            drawn.append((w4[li, hi], None if k4 is None else k4[li, hi], default))
+    n_panels = len(drawn)
     if titles is None:
-        names = [p[2] for p in panels] if n_panels > 1 else [""]
+        names = [p[2] for p in drawn] if n_panels > 1 else [""]
     elif isinstance(titles, str):
         names = [titles] * n_panels if n_panels == 1 else None
         if names is None:
@@ -295,7 +341,7 @@ def plot_attention(
 
     image: AxesImage | None = None
     any_masked = False
-    for p, (ax, (pw, pk, _)) in enumerate(zip(axes.flat, panels)):
+    for p, (ax, (pw, pk, _)) in enumerate(zip(axes.flat, drawn)):
         excluded = np.zeros(pw.shape, dtype=bool) if pk is None else ~pk
         any_masked |= bool(excluded.any())
         data = np.ma.masked_array(pw, mask=excluded)

@@ -6,8 +6,9 @@ implementation (:mod:`attnkit.numpy`), prints what it shows, and writes one PNG:
 1. naive vs stable softmax on large logits (the naive one is written out here, as the
    counter-example: ``exp`` overflows and the row becomes NaN);
 2. masked softmax with d2l's valid lengths;
-3. additive vs scaled dot-product attention: on d2l's example (identical keys, so any score
-   function spreads evenly over the valid keys) and on distinct keys, where they differ;
+3. additive vs scaled dot-product attention on the same queries and keys: d2l's example
+   (identical keys, so any score function spreads evenly over the valid keys), then
+   distinct keys, where they differ (the additive weights are random, untrained);
 4. multi-head self-attention (3 x 11 x 35 input, 5 heads of 7) with its shape trace, at
    initialisation: random weights, so the heads show no pattern yet;
 5. causal, padding and sliding-window masks, alone and combined.
@@ -96,48 +97,59 @@ def _masked_softmax(rng: np.random.Generator, say: Say) -> Figure:
     for row in weights.reshape(-1, 4):
         say(f"    {np.round(row, 4)}")
     keep = an.sequence_mask(valid_lens, 4)[:, None, :]  # (B, 1, Tk): every query alike
-    return plot_attention(
-        weights, mask=keep, titles=["valid_len = 2", "valid_len = 3"], panel_size=2.4,
+    fig = plot_attention(
+        weights, mask=keep, titles=["batch 0: valid_len = 2", "batch 1: valid_len = 3"],
+        panel_size=2.4,
     )
+    fig.suptitle("random scores (uniform in [0, 1)): each row sums to 1 over its valid keys",
+                 fontsize=9)
+    return fig
 
 
 def _additive_vs_dot(rng: np.random.Generator, say: Say) -> Figure:
-    # Two rows. Top, d2l's example: every key is the same vector, so every valid key gets
-    # the same score whatever the score function, the weights are uniform over the valid
-    # keys, and both outputs are the mean of the valid values ([2, 3, 4, 5] and
-    # [10, 11, 12, 13]). The panels are identical by construction; that is the lesson.
-    # Bottom, the same queries against distinct keys: now the two scores differ.
+    # Every panel gets the same queries, keys, values and valid lengths; only the score
+    # function differs. Top, d2l's example: every key is the same vector, so every valid
+    # key gets the same score whatever the score function, the weights are even over the
+    # valid keys, and both outputs are the mean of the valid values ([2, 3, 4, 5] and
+    # [10, 11, 12, 13]): the panels are identical by construction, that is the lesson.
+    # Bottom, distinct keys: now the two score functions give different weights. The
+    # additive one has random, untrained W_q, W_k, w_v, so its weights are one arbitrary
+    # score function among many: different from the dot product, not sharper or better.
     keys = {"identical keys": np.ones((2, 10, 2)), "distinct keys": rng.normal(size=(2, 10, 2))}
     values = np.tile(np.arange(40.0).reshape(1, 10, 4), (2, 1, 1))
     valid_lens = np.array([2, 6])
-    q_add = rng.normal(size=(2, 1, 20))
-    w_q, w_k, w_v = rng.normal(size=(20, 8)), rng.normal(size=(2, 8)), rng.normal(size=8)
-    q_dot = rng.normal(size=(2, 1, 2))
+    queries = rng.normal(size=(2, 1, 2))  # one query per batch element, as wide as the keys
+    w_q, w_k, w_v = rng.normal(size=(2, 8)), rng.normal(size=(2, 8)), rng.normal(size=8)
     rows = []
     for name, k in keys.items():
         out_add, w_add = an.additive_attention(
-            q_add, k, values, w_q, w_k, w_v, valid_lens=valid_lens
+            queries, k, values, w_q, w_k, w_v, valid_lens=valid_lens
         )
-        out_dot, w_dot = an.scaled_dot_product_attention(q_dot, k, values, valid_lens=valid_lens)
-        say(f"  {name}: additive (query width 20, key width 2) output: "
+        out_dot, w_dot = an.scaled_dot_product_attention(queries, k, values,
+                                                         valid_lens=valid_lens)
+        say(f"  {name}: additive (random W_q, W_k, w_v) output: "
             f"{np.round(out_add[:, 0], 3).tolist()}")
-        say(f"  {name}: dot-product (query width 2) output:           "
+        say(f"  {name}: scaled dot-product output:            "
             f"{np.round(out_dot[:, 0], 3).tolist()}")
         rows.append([w_add[:, 0, :], w_dot[:, 0, :]])  # each (B, Tk): one query per batch
-    say("  identical keys give every valid key the same score, so any score function spreads "
-        "evenly; distinct keys separate them")
+    say("  same queries and keys in both: identical keys give every valid key the same score, "
+        "so any score function spreads evenly; distinct keys separate them, differently for "
+        "each score function (the additive weights are random, untrained)")
     weights = np.array(rows)  # (2 key sets, 2 methods, B, Tk): drawn as rows x columns
     keep = an.sequence_mask(valid_lens, 10)  # (B, Tk)
     fig = plot_attention(
         weights, mask=keep,
         titles=[f"{method}, {name}" for name in keys
-                for method in ("additive", "scaled dot-product")],
+                for method in ("additive (random weights)", "scaled dot-product")],
         q_tokens=["batch 0 (valid_len 2)", "batch 1 (valid_len 6)"], ylabel="",
         k_tokens=[str(j) for j in range(10)], panel_size=3.6,
     )
-    fig.suptitle("identical keys (top, d2l's example): every valid key scores the same, so both "
-                 "methods give the same even weights;\ndistinct keys (bottom): the score "
-                 "functions differ", fontsize=9)
+    fig.suptitle("the same queries, keys and values in all four panels; only the score "
+                 "function differs\ntop, d2l's example (identical keys): every valid key "
+                 "scores the same, so both give the same even weights\nbottom, "
+                 "distinct keys: the weights differ; additive's W_q, W_k, w_v are random "
+                 "(untrained),\nso its panel shows a different function, not a sharper "
+                 "one", fontsize=9)
     return fig
 
 
@@ -168,11 +180,14 @@ def _masks(rng: np.random.Generator, say: Say) -> Figure:
     weights = an.masked_softmax(rng.normal(size=(4, T, T)), mask=keep)
     say("  causal: query i sees keys j <= i; padding: keys past valid_len 6 are excluded; "
         "window (2, 0): the 2 previous keys and itself")
-    return plot_attention(
+    fig = plot_attention(
         weights, mask=keep, q_tokens=tokens, k_tokens=tokens,
         titles=["causal", "padding (valid_len 6)", "causal & padding",
                 "window (2, 0) & padding"],
     )
+    fig.suptitle("random scores: read where the grey cells fall, not the colours; each row "
+                 "sums to 1 over the keys it may attend", fontsize=10)
+    return fig
 
 
 def run_demo(out_dir: PathLike = "attnkit-out", *, seed: int = 0, say: Say = print) -> list[str]:

@@ -137,8 +137,27 @@ def trace_shapes(
         + ("  (self-attention)" if memory is None else "  (cross-attention)")
     )
 
+    H, Hkv = params.num_heads, params.num_kv_heads
+
     def report(step: str, shape: tuple[int, ...]) -> None:
+        if step == "scores" and Hkv < H:
+            say(f"    {_sharing(H, Hkv)}")
         label = SHAPE_NAMES.get(step, "")
         say(f"    {step:<13}{label:<17}{shape}")
 
-    return trace_mha(params, x, memory, report=report)
+    result = trace_mha(params, x, memory, report=report)
+    source = "the query input itself" if memory is None else "the memory"
+    say(f"    Ek, Ev: widths of the key and value inputs ({source}, {embed_dim} here); "
+        f"Eo: width of the output ({embed_dim} here)")
+    return result
+
+
+def _sharing(H: int, Hkv: int) -> str:
+    """Which query heads read which key/value head: ``G = H // Hkv`` consecutive ones each."""
+    G = H // Hkv
+    if Hkv == 1:
+        return f"(MQA: all {H} query heads read the one key/value head; k and v are not copied)"
+    groups = [f"{g * G}-{g * G + G - 1} read kv head {g}" for g in range(Hkv)]
+    shown = ", ".join(groups if Hkv <= 4 else groups[:2] + ["..."] + groups[-1:])
+    return (f"(GQA: G = H/Hkv = {G} query heads share each key/value head: query heads "
+            f"{shown}; k and v are not copied)")
