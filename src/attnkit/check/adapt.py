@@ -77,7 +77,11 @@ def target_spec(obj: Any) -> str | None:
     module = sys.modules.get(module_name or "")
     if module_name and module_name.startswith("_attnkit_check_") or module_name == "__main__":
         path = getattr(module, "__file__", None)
-        return f"{os.path.abspath(path)}:{qualname}" if path else None
+        if not path:
+            return None
+        path = os.path.abspath(path)
+        rel = os.path.relpath(path)
+        return f"{path if rel.startswith('..') else rel}:{qualname}"
     if module is None:
         return None
     try:

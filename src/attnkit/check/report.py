@@ -123,7 +123,7 @@ class Report:
             f"attnkit check {self.check}: {self.target}",
             f"  framework {self.framework}, convention {self.convention}"
             + (f", layout {self.layout}" if self.layout else ""),
-            f"  {len(self.cases)} cases in {self.seconds:.1f} s",
+            f"  {len(self.cases)} cases in {self.seconds:.2f} s",
         ]
         if not self.findings:
             lines.append("  no findings: every case agrees with the oracle")

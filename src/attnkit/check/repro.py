@@ -95,7 +95,7 @@ def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
             _, alt = _oracle_text(run, case, scale=repr(d["scale"]))
             lines.append(f"print('error with scale={d['scale']:.4g}:', "
                          f"np.abs(got - {alt}{tail}).max())")
-        elif code == "mask-polarity":
+        elif code == "mask-polarity" and case.mask:
             _, alt = _oracle_text(run, case, keep_expr="~keep")
             lines.append(f"print('error with the mask inverted:', np.abs(got - {alt}{tail}).max())")
         elif code == "causal-alignment":
