@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -207,8 +208,8 @@ class _Run:
                                       name) is None:
             row_out = got[empty]
             uniform = self.uniform_rows(a, got, empty)
-            what = ("the uniform average of the values (a large negative fill like -1e9 "
-                    "leaves every score of the row equal)" if uniform else "neither 0 nor NaN")
+            what = ("a uniform row (a large negative fill like -1e9 leaves every score of "
+                    "the row equal)" if uniform else "neither 0 nor NaN")
             return _Verdict("fully-masked-row",
                             f"a query with no allowed key gets {what}; attnkit, SDPA and "
                             f"flash-attn give 0 (JAX and d2l a uniform row)",
@@ -387,6 +388,13 @@ def _polarity_probe(run: _Run) -> str | None:
 
 
 def _check(fn: Any, check: str, convention: str) -> Report:
+    # The user's code may overflow on purpose of the cases: its warnings are findings here.
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _check_quietly(fn, check, convention)
+
+
+def _check_quietly(fn: Any, check: str, convention: str) -> Report:
     t0 = time.perf_counter()
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
@@ -445,13 +453,17 @@ def _check(fn: Any, check: str, convention: str) -> Report:
     return report
 
 
-def check_softmax(fn: Any) -> Report:
+def check_softmax(fn: Any, convention: str = "auto") -> Report:
     """Judge ``fn(x)``, a softmax over the last axis, against :func:`attnkit.numpy.softmax`.
 
     ``fn`` takes and returns NumPy arrays or PyTorch tensors (detected). Cases: several
     shapes, logits near 1e3, 1e4 and -1e4, float64, half precision; inputs compared before
-    and after each call; gradients for PyTorch functions.
+    and after each call; gradients for PyTorch functions. ``convention``: ``"auto"`` or
+    ``"none"`` (a softmax takes no mask; accepted so every check has one signature).
     """
+    if convention not in ("auto", "none"):
+        raise ValueError(f"check_softmax takes no mask: convention must be 'auto' or 'none', "
+                         f"got {convention!r}")
     return _check(fn, "softmax", "auto")
 
 

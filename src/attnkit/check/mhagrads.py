@@ -139,7 +139,7 @@ def state_dict(h: Any) -> list[Finding]:
     hint = (f": tensors kept as plain attributes ({', '.join(extra[:4])}) are not saved; "
             f"register them with register_buffer (.to() and .half() miss them too)" if extra else "")
     msg = f"a fresh module loaded with this one's state_dict gives other outputs{hint}"
-    return [Finding("state-dict", msg, f"max difference {float((a - b).abs().max()):.3g}",
+    return [Finding("state-dict", msg, f"max difference {float((a - b).detach().abs().max()):.3g}",
                     reproducer=h.repro([
                         "with torch.no_grad():",
                         "    for p in m.parameters():",
@@ -168,7 +168,7 @@ def dropout(h: Any) -> list[Finding]:
     msg = ("after eval() the module still drops attention weights at random: pass "
            "training=self.training to F.dropout (or use an nn.Dropout submodule)")
     return [Finding("dropout-in-eval", msg,
-                    f"two eval() calls differ by {float((a - b).abs().max()):.3g}",
+                    f"two eval() calls differ by {float((a - b).detach().abs().max()):.3g}",
                     reproducer=h.repro([line.replace("m.", "m.", 1) for line in knobs] + [
                         "m.eval()", f"a, b = run({h.args_text('x')}), run({h.args_text('x')})",
                         f"assert torch.equal(a, b), {msg!r}"]))]

@@ -251,7 +251,7 @@ class Harness:
                     msg = (f"the module reads the mask the other way round from the "
                            f"'{self.convention}' convention: it attends exactly the keys the "
                            f"mask excludes")
-            return [Finding(code, msg, f"max change {float((a - b)[:, rows].abs().max()):.3g}",
+            return [Finding(code, msg, f"max change {float((a - b)[:, rows].detach().abs().max()):.3g}",
                             reproducer=self.repro(body + [
                                 f"assert torch.allclose(a{rows_text}, b{rows_text}, atol=1e-5), "
                                 f"{msg!r}"]))]

@@ -98,7 +98,7 @@ class Baseline:
         torch = self.torch
         grad = d_out is not None
         qt, kt, vt = self._t(q, grad), self._t(k, grad), self._t(v, grad)
-        kp = torch.from_numpy(np.ascontiguousarray(keep))
+        kp = torch.from_numpy(np.array(keep))
         s = (qt @ kt.transpose(-1, -2)) * scale
         s = s.masked_fill(~kp, float("-inf"))
         s = torch.where(torch.from_numpy(any_key), s, torch.zeros((), dtype=s.dtype))
@@ -126,7 +126,7 @@ class Baseline:
             return {"y": y.astype(np.float64)}
         torch = self.torch
         xt = self._t(x, d_y is not None)
-        kp = torch.from_numpy(np.ascontiguousarray(keep))
+        kp = torch.from_numpy(np.array(keep))
         s = torch.where(torch.from_numpy(any_key), xt.masked_fill(~kp, float("-inf")),
                         torch.zeros((), dtype=xt.dtype))
         y = torch.where(kp, torch.softmax(s, dim=-1), torch.zeros((), dtype=xt.dtype))
