@@ -103,6 +103,8 @@ def unwrap(result: Any) -> tuple[Any, Any]:
 def mask_parameter(fn: Any, n_inputs: int) -> tuple[str | None, bool, str | None]:
     """``(name, has_default, convention guessed from the names)`` of the parameter after
     the ``n_inputs`` inputs; name None when there is none or the signature is unreadable."""
+    if not inspect.isroutine(fn) and callable(getattr(fn, "forward", None)):
+        fn = fn.forward  # an nn.Module: its forward says what it takes
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):

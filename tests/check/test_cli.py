@@ -1,0 +1,51 @@
+"""`attnkit check`: the table, --json, --convention, the exit status, bad targets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from attnkit.cli import main  # noqa: E402
+
+EX = Path(__file__).resolve().parents[2] / "examples" / "check"
+
+
+def test_a_clean_function_exits_0_with_a_table(capsys):
+    assert main(["check", "attention", f"{EX}/attention_fixed.py:attention"]) == 0
+    out = capsys.readouterr().out
+    assert "framework numpy, convention none" in out and "OK: 0 error(s)" in out
+
+
+def test_an_error_finding_exits_1_and_json_carries_it(capsys):
+    code = main(["check", "attention", f"{EX}/attention_bugs.py:attention_fill_1e9",
+                 "--convention", "masked", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["ok"] is False
+    assert report["convention"] == "masked (declared)"
+    codes = {f["code"]: f["severity"] for f in report["findings"]}
+    assert codes == {"float16-overflow": "error", "fully-masked-row": "warning"}
+    assert all(f["reproducer"] and f["message"] and f["measured"] for f in report["findings"])
+
+
+def test_multi_head_and_module_path_targets(capsys):
+    assert main(["check", "multi-head", "attnkit.torch:MultiHeadAttention"]) == 0
+    assert "convention valid_lens" in capsys.readouterr().out
+    assert main(["check", "multi-head", f"{EX}/modules.py:PlainListProjections"]) == 1
+    assert "unregistered-parameter" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["check", "attention", "no_such_file.py:fn"], "no such file"),
+    (["check", "attention", "attnkit.numpy"], "expected FILE.py:NAME"),
+    (["check", "attention", "attnkit.numpy:nope"], "has no attribute 'nope'"),
+    (["check", "softmax", "attnkit.numpy:softmax", "--convention", "masked"], "takes no mask"),
+])
+def test_bad_arguments_are_one_line_errors(argv, words, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and words in err and len(err.strip().splitlines()) == 1, err
