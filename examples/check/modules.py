@@ -32,7 +32,8 @@ class MultiHead(nn.Module):
         return self.dropout(w) @ v
 
     def forward(self, query, key, value, mask=None):
-        q, k, v = self.split(self.w_q(query)), self.split(self.w_k(key)), self.split(self.w_v(value))
+        q, k = self.split(self.w_q(query)), self.split(self.w_k(key))
+        v = self.split(self.w_v(value))
         out = self.attend(q, k, v, mask)  # (B, H, Tq, D)
         out = out.transpose(1, 2).reshape(query.shape[0], -1, self.h * self.d)
         return self.w_o(out)

@@ -11,8 +11,8 @@
 
 Each subcommand parses its arguments and calls library functions (:mod:`attnkit.viz.tour`,
 :mod:`attnkit.viz.trace`, :mod:`attnkit.viz.view`, :mod:`attnkit.seq2seq`,
-:mod:`attnkit.bench`, :mod:`attnkit.check`); bad arguments end in one argparse error line that names the flag,
-and exit code 2. A concept has one spelling in every subcommand (``--num-heads``,
+:mod:`attnkit.bench`, :mod:`attnkit.check`); bad arguments end in one argparse error line that
+names the flag, and exit code 2. A concept has one spelling in every subcommand (``--num-heads``,
 ``--batch-size``, ``--seq-len``); the old spellings still work, hidden from ``--help``,
 with a warning.
 """

@@ -137,7 +137,8 @@ def state_dict(h: Any) -> list[Finding]:
              for attr, v in vars(mod).items() if isinstance(v, torch.Tensor)
              and not attr.startswith("_") and f"{path + '.' if path else ''}{attr}" not in saved]
     hint = (f": tensors kept as plain attributes ({', '.join(extra[:4])}) are not saved; "
-            f"register them with register_buffer (.to() and .half() miss them too)" if extra else "")
+            f"register them with register_buffer (.to() and .half() miss them too)"
+            if extra else "")
     msg = f"a fresh module loaded with this one's state_dict gives other outputs{hint}"
     return [Finding("state-dict", msg, f"max difference {float((a - b).detach().abs().max()):.3g}",
                     reproducer=h.repro([

@@ -69,7 +69,7 @@ class Harness:
                     f"op on it): the caller's tensor changes", f"{what} differs after the call",
                     reproducer=self.repro([
                         "before = x.clone()", "run(x)" if self.self_only else "run(x, x, x)",
-                        f"assert torch.equal(x, before), 'the module wrote into its input'"]))
+                        "assert torch.equal(x, before), 'the module wrote into its input'"]))
         return out.transpose(0, 1) if not self.batch_first else out
 
     def _find_layout(self, m: nn.Module, xq: torch.Tensor, xkv: Any, keep: torch.Tensor) -> str:
@@ -251,7 +251,8 @@ class Harness:
                     msg = (f"the module reads the mask the other way round from the "
                            f"'{self.convention}' convention: it attends exactly the keys the "
                            f"mask excludes")
-            return [Finding(code, msg, f"max change {float((a - b)[:, rows].detach().abs().max()):.3g}",
+            change = float((a - b)[:, rows].detach().abs().max())
+            return [Finding(code, msg, f"max change {change:.3g}",
                             reproducer=self.repro(body + [
                                 f"assert torch.allclose(a{rows_text}, b{rows_text}, atol=1e-5), "
                                 f"{msg!r}"]))]

@@ -26,7 +26,7 @@ import inspect
 import time
 from typing import Any
 
-from .adapt import CONVENTIONS, _LENS_NAMES, target_spec, unwrap
+from .adapt import _LENS_NAMES, CONVENTIONS, target_spec
 from .mhagrads import dropout_knobs
 from .mhaprobe import Harness
 from .report import Finding, Report

@@ -140,7 +140,8 @@ class Report:
         if reproducers:
             for f in self.findings:
                 if f.reproducer:
-                    lines += ["", f"reproducer for {f.code}:", textwrap.indent(f.reproducer, "    ")]
+                    lines += ["", f"reproducer for {f.code}:",
+                              textwrap.indent(f.reproducer, "    ")]
         verdict = "OK" if self.ok else "FAILED"
         n_err = sum(f.is_error for f in self.findings)
         lines += ["", f"{verdict}: {n_err} error(s), {len(self.findings) - n_err} warning(s)"]

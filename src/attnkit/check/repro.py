@@ -51,9 +51,9 @@ def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
         lines.append(f"result = {t.call_text(arrays, case.causal)}")
         lines.append("out = result[0] if isinstance(result, (tuple, list)) else result")
         if d.get("grad") is None:
+            cot = "d_out" if t.check == "attention" else "d_y"
             lines += [f"assert out.grad_fn is not None, {verdict.message!r}",
-                      f"out.backward(torch.from_numpy({'d_out' if t.check == 'attention' else 'd_y'})"
-                      ".to(out.dtype))"]
+                      f"out.backward(torch.from_numpy({cot}).to(out.dtype))"]
             return "\n".join(lines)
         name = d["grad"]
         cot = "d_out" if t.check == "attention" else "d_y"
@@ -100,7 +100,8 @@ def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
             lines.append(f"print('error with the mask inverted:', np.abs(got - {alt}{tail}).max())")
         elif code == "causal-alignment":
             _, alt = _oracle_text(run, case, keep_expr="np.tril(np.ones_like(keep))")
-            lines.append(f"print('error against top-left causal:', np.abs(got - {alt}{tail}).max())")
+            lines.append(f"print('error against top-left causal:', "
+                         f"np.abs(got - {alt}{tail}).max())")
         lines += ["err = np.abs(got - want).max()",
                   "print('max error against the oracle:', err)",
                   f"assert err <= {bound:.3g}, {verdict.message!r}"]
