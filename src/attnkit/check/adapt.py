@@ -134,12 +134,6 @@ class Framework:
 
             self.torch = torch
 
-    @property
-    def dtypes(self) -> tuple[str, ...]:
-        """The dtypes every check runs (float32 first), then the half precisions."""
-        return ("float32", "float64", "float16", "bfloat16") if self.name == "torch" \
-            else ("float32", "float64", "float16")
-
     def array(self, x: np.ndarray, dtype: str, requires_grad: bool = False) -> Any:
         """``x`` in ``dtype`` (bool and integer arrays keep their own dtype)."""
         x = np.asarray(x)
@@ -168,13 +162,17 @@ class Framework:
         return x.detach().clone() if hasattr(x, "detach") else np.array(x, copy=True)
 
     def same(self, a: Any, b: Any) -> bool:
-        """Bitwise equal (NaN equal to NaN)."""
-        if hasattr(a, "detach"):
-            a, b = a.detach(), b.detach()
-            return bool(a.shape == b.shape and (self.torch.equal(a, b) or bool(
-                ((a == b) | (a.isnan() & b.isnan())).all()) if a.dtype.is_floating_point
-                else self.torch.equal(a, b)))
+        """Equal shapes and values (NaN equal to NaN)."""
+        a, b = self._numpy(a), self._numpy(b)
         return bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+
+    def _numpy(self, x: Any) -> np.ndarray:
+        if hasattr(x, "detach"):
+            x = x.detach().cpu()
+            if x.dtype == self.torch.bfloat16:  # NumPy has none; float32 holds it exactly
+                x = x.float()
+            return x.numpy()
+        return np.asarray(x)
 
     def is_result(self, x: Any) -> bool:
         if self.name == "torch":
