@@ -44,6 +44,7 @@ BUGS = [
     ("multi-head", "modules.py:UnusedGate", "auto", "no-gradient", ()),
     ("multi-head", "modules.py:PlainTensorBias", "auto", "state-dict", ()),
     ("multi-head", "modules.py:MultiHead", "keep", "mask-polarity", ()),
+    ("multi-head", "numpy_mha.py:NaiveSoftmax", "auto", "nan-or-inf", ()),
 ]
 
 
@@ -113,6 +114,7 @@ FIXED = [
     ("attention", "attention_fixed.py:attention_sdpa", "auto", "sdpa"),
     ("masked-softmax", "masked_softmax.py:masked_softmax", "auto", "valid_lens"),
     ("multi-head", "modules.py:MultiHead", "auto", "masked"),
+    ("multi-head", "numpy_mha.py:MultiHead", "auto", "keep"),
 ]
 
 
@@ -122,4 +124,4 @@ def test_correct_implementations_get_no_finding(check, target, convention, used)
     report = CHECKS[check](load_target(f"examples/check/{target}"), convention=convention)
     assert report.findings == [] and report.ok, report.table()
     assert report.convention.split()[0] == used
-    assert len(report.cases) >= 5
+    assert len(report.cases) >= 4  # the cases ran (a NumPy class has 4, a module 9)

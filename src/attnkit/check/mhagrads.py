@@ -1,6 +1,6 @@
 """The probes of ``check_multi_head`` that need copies of the module: gradients (every
 parameter gets one; they agree with float64 central differences), the ``state_dict`` round
-trip, and dropout under ``eval()``. Each is a method of :class:`attnkit.check.mhaprobe.Harness`.
+trip, and dropout under ``eval()``. Each takes the :class:`attnkit.check.mhaprobe.Harness`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,12 @@ def dropout_knobs(m: nn.Module, p: float) -> list[str]:
     attributes named like a dropout (``dropout``, ``dropout_p``, ``attn_dropout``...).
     Returns the assignments, as code on ``m``."""
     done = []
+    if not isinstance(m, nn.Module):  # a NumPy class: its own attributes only
+        for attr, value in list(vars(m).items()):
+            if "drop" in attr.lower() and isinstance(value, float) and not attr.startswith("_"):
+                setattr(m, attr, p)
+                done.append(f"m.{attr} = {p}")
+        return done
     for path, mod in m.named_modules():
         prefix = f"m.{path}." if path else "m."
         if isinstance(mod, nn.modules.dropout._DropoutNd):
@@ -155,7 +161,7 @@ def state_dict(h: Any) -> list[Finding]:
 def dropout(h: Any) -> list[Finding]:
     m = copy.deepcopy(h.m)
     knobs = dropout_knobs(m, 0.5)
-    m.eval()
+    h.eval(m)
     x = _inputs(h, torch.float32, False)
     torch.manual_seed(11)
     a = h.call(m, *x)
@@ -163,13 +169,16 @@ def dropout(h: Any) -> list[Finding]:
     b = h.call(m, *x)
     m0 = copy.deepcopy(h.m)
     dropout_knobs(m0, 0.0)
-    c = h.call(m0.eval(), *x)
+    c = h.call(h.eval(m0), *x)
     if torch.equal(a, b) and torch.allclose(a, c, atol=1e-6):
         return []
     msg = ("after eval() the module still drops attention weights at random: pass "
            "training=self.training to F.dropout (or use an nn.Dropout submodule)")
+    if h.numpy:
+        msg = ("two identical calls give different outputs: the forward draws random numbers "
+               "(dropout, or weights drawn per call); keep them out of inference")
     return [Finding("dropout-in-eval", msg,
                     f"two eval() calls differ by {float((a - b).detach().abs().max()):.3g}",
-                    reproducer=h.repro([line.replace("m.", "m.", 1) for line in knobs] + [
-                        "m.eval()", f"a, b = run({h.args_text('x')}), run({h.args_text('x')})",
+                    reproducer=h.repro(knobs + ([] if h.numpy else ["m.eval()"]) + [
+                        f"a, b = run({h.args_text('x')}), run({h.args_text('x')})",
                         f"assert torch.equal(a, b), {msg!r}"]))]

@@ -1,9 +1,11 @@
-"""The probes of ``check_multi_head``, and the reproducer each finding prints.
+"""The probes of ``check_multi_head`` that need no copy of the module, and the reproducer
+each finding prints (the others: :mod:`attnkit.check.mhagrads`).
 
 A :class:`Harness` calls the module the way its ``forward`` wants (``m(x)`` or
 ``m(q, k, v, mask=...)``; batch-first unless ``m.batch_first`` is False; a mask as
-``(B, Tq, Tk)``, ``(Tq, Tk)`` or ``(B, 1, Tq, Tk)``, whichever it takes) and watches every
-call for writes into its inputs.
+``(B, Tq, Tk)``, ``(Tq, Tk)`` or ``(B, 1, Tq, Tk)``, whichever it takes; NumPy arrays for a
+NumPy class) and watches every call for writes into its inputs. The probes work on
+tensors; a NumPy module gets views of them (so a write into its input shows).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -31,6 +34,7 @@ class Harness:
         self.factory, self.m, self.spec, self.name = factory, m, spec, name
         self.self_only, self.mask_name = self_only, mask_name
         self.batch_first = bool(getattr(m, "batch_first", True))
+        self.numpy = not isinstance(m, nn.Module)
         self.convention = "none"
         self.layout: str | None = None  # of the mask: "btt", "tt" or "b1tt"
         self.mutation: Finding | None = None
@@ -48,6 +52,10 @@ class Harness:
         m = {"tt": m, "btt": m.expand(B, *m.shape), "b1tt": m[None, None]}[layout]
         return {self.mask_name: m.clone()}
 
+    def eval(self, m: Any) -> Any:
+        """``m.eval()`` for a module (a NumPy class has no training mode)."""
+        return m.eval() if hasattr(m, "eval") and callable(m.eval) else m
+
     def call(self, m: nn.Module, xq: torch.Tensor, xkv: torch.Tensor | None = None, *,
              keep: torch.Tensor | None = None, lens: torch.Tensor | None = None) -> torch.Tensor:
         """The batch-first output of ``m`` on batch-first inputs (raises what ``m`` raises)."""
@@ -59,7 +67,12 @@ class Harness:
         if not self.batch_first:
             xs = [x.transpose(0, 1) for x in xs]
         before = [x.detach().clone() for x in xs] + [v.clone() for v in kw.values()]
-        out = unwrap_out(m(*xs, **kw))
+        if self.numpy:  # views: a write into an array shows in the tensor
+            out = unwrap_out(m(*(x.detach().numpy() for x in xs),
+                               **{k: v.numpy() for k, v in kw.items()}))
+            out = torch.from_numpy(np.array(out))
+        else:
+            out = unwrap_out(m(*xs, **kw))
         for i, (b, a) in enumerate(zip(before, xs + list(kw.values()))):
             if self.mutation is None and not torch.equal(b, a.detach()):
                 what = (["query", "key", "value"] if not self.self_only else ["x"])[i] \
@@ -88,16 +101,23 @@ class Harness:
         load = (f"factory = load_target({self.spec!r})" if self.spec
                 else f"factory = ...  # {self.name}: your module's class or factory")
         tr = "" if self.batch_first else ".transpose(0, 1)"
-        lines = ["import torch", "from attnkit.check import load_target", "", load,
-                 "torch.manual_seed(0)", "m = factory(16, 4)"]
+        lines = (["import numpy as np"] if self.numpy else []) + [
+            "import torch", "from attnkit.check import load_target", "", load,
+            "torch.manual_seed(0)", "m = factory(16, 4)"]
         if dtype:
             lines.append(f"m = m.to(torch.{dtype})")
         lines += [f"x = torch.randn({B}, {T}, {E}, generator=torch.Generator().manual_seed(0))"
                   + (f".to(torch.{dtype})" if dtype else ""), "",
-                  "def run(*inputs, **mask):",
-                  f"    out = m(*(t{tr} for t in inputs), **mask)" if tr else
-                  "    out = m(*inputs, **mask)",
-                  f"    return (out[0] if isinstance(out, tuple) else out){tr}", ""]
+                  "def run(*inputs, **mask):"]
+        if self.numpy:
+            lines += ["    out = m(*(t.numpy() for t in inputs), "
+                      "**{k: v.numpy() for k, v in mask.items()})",
+                      "    return torch.from_numpy(np.array(out[0] if isinstance(out, tuple) "
+                      "else out))", ""]
+        else:
+            lines += [f"    out = m(*(t{tr} for t in inputs), **mask)" if tr else
+                      "    out = m(*inputs, **mask)",
+                      f"    return (out[0] if isinstance(out, tuple) else out){tr}", ""]
         return "\n".join(lines + body)
 
     def mask_text(self, keep_lines: list[str], lens: str | None = None) -> tuple[list[str], str]:
@@ -124,7 +144,7 @@ class Harness:
             for polarity, cols in (("masked", slice(3, None)), ("keep", slice(0, 3))):
                 bumped = kv.clone()
                 bumped[:, cols] += 3.0
-                a = self.call(self.m.eval(), x, kv, keep=flag)
+                a = self.call(self.eval(self.m), x, kv, keep=flag)
                 b = self.call(self.m, x, bumped, keep=flag)
                 if self.self_only:  # the queries are the keys: compare untouched rows only
                     other = slice(0, 3) if cols.start == 3 else slice(3, None)
@@ -174,7 +194,7 @@ class Harness:
         for Tq, Tk in sizes:
             xq, xkv = _rand(B, Tq, E), _rand(B, Tk, E, seed=1)
             try:
-                out = self.call(self.m.eval(), xq, xkv)
+                out = self.call(self.eval(self.m), xq, xkv)
             except Exception as err:
                 self.broken = Tq == Tk
                 msg = f"the module raises on query {(B, Tq, E)}, key/value {(B, Tk, E)}: " \
@@ -199,12 +219,12 @@ class Harness:
     def large_logits(self) -> list[Finding]:
         x = _rand(B, T, E)
         for c in (30.0, 100.0):
-            out = self.call(self.m.eval(), c * x)
+            out = self.call(self.eval(self.m), c * x)
             if not torch.isfinite(out).all():
                 return [Finding(
                     "nan-or-inf", "the module gives NaN/inf for finite inputs whose scores reach "
-                    "~1e3-1e4: a softmax without the max trick overflows exp(); use "
-                    "torch.softmax or subtract the row maximum",
+                    "~1e3-1e4: a softmax without the max trick overflows exp(); subtract "
+                    "the row maximum first (torch.softmax does)",
                     f"{int((~torch.isfinite(out)).sum())} of {out.numel()} outputs non-finite "
                     f"at inputs x {c:g}",
                     reproducer=self.repro([f"out = run({self.args_text(f'{c:g} * x')})",
@@ -215,7 +235,7 @@ class Harness:
 
     def masks(self) -> list[Finding]:
         x, kv = _rand(B, T, E), _rand(B, T, E, seed=1)
-        m = self.m.eval()
+        m = self.eval(self.m)
         keep = torch.ones(T, T, dtype=torch.bool)
         keep[:, 3:] = False
         lens = torch.tensor([3, 3])
@@ -319,8 +339,6 @@ class Harness:
                         f"torch.finfo(dtype).min and softmax in float32", problem,
                         reproducer=self.repro(body + [call, "assert torch.isfinite(out).all()"],
                                               dtype=dtype))]
-
-    from .mhagrads import dropout, gradients, state_dict  # noqa: E402  (the rest of the probes)
 
 
 def _walk(value: Any, path: str, depth: int):

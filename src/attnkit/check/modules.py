@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from .adapt import _LENS_NAMES, CONVENTIONS, target_spec
-from .mhagrads import dropout_knobs
+from .mhagrads import dropout, dropout_knobs, gradients, state_dict
 from .mhaprobe import Harness
 from .report import Finding, Report
 
@@ -71,12 +71,12 @@ def check_multi_head(factory: Any, convention: str = "auto") -> Report:
 
     spec = target_spec(factory)
     name = getattr(factory, "__qualname__", None) or type(factory).__name__
-    report = Report("multi-head", spec or name, framework="torch")
     torch.manual_seed(0)
     m = factory(16, 4)
-    if not isinstance(m, nn.Module):
-        raise TypeError(f"factory(16, 4) built {type(m).__name__}; check_multi_head judges "
-                        "torch.nn.Module s (check a NumPy function with check_attention)")
+    is_module = isinstance(m, nn.Module)
+    if not (is_module or callable(m)):
+        raise TypeError(f"factory(16, 4) built {type(m).__name__}, which cannot be called")
+    report = Report("multi-head", spec or name, framework="torch" if is_module else "numpy")
     self_only, mask_name = _signature(m)
     h = Harness(factory, m, spec, name, self_only, mask_name)
     # Every probe but the dropout one runs on a copy with its dropout at 0, so that a
@@ -104,8 +104,9 @@ def check_multi_head(factory: Any, convention: str = "auto") -> Report:
             f.case = f.case or case
             report.add(f)
 
-    unregistered = h.unregistered()
-    add(unregistered, "registration: every trained tensor is a registered parameter")
+    unregistered = h.unregistered() if is_module else []
+    if is_module:
+        add(unregistered, "registration: every trained tensor is a registered parameter")
     add(h.shapes(), "shapes: Tq == Tk, Tq < Tk, Tq > Tk")
     if h.broken:
         report.seconds = time.perf_counter() - t0
@@ -113,20 +114,25 @@ def check_multi_head(factory: Any, convention: str = "auto") -> Report:
     add(h.large_logits(), "logits ~1e3 and ~1e4 (inputs scaled by 30 and 100)")
     if conv != "none":
         add(h.masks(), "masked keys change nothing; a query with no allowed key")
+    if not is_module:  # a NumPy class: no dtype moves, autograd or state_dict to check
+        h.m = m
+        add(dropout(h), "the same call twice gives the same output")
+        report.seconds = time.perf_counter() - t0
+        return report
     # .half()/.double() and state_dict miss unregistered tensors and plain tensor
     # attributes: what follows from those is not reported twice.
     lost = bool(unregistered)
     if not lost:
-        found = h.state_dict()
+        found = state_dict(h)
         add(found, "state_dict round trip into a fresh module")
         lost = bool(found)
     if not lost:
         for dtype in ("float16", "bfloat16"):
             add(h.half(dtype), f"{dtype} copy of the module")
-    add(h.gradients(finite_differences=not lost),
+    add(gradients(h, finite_differences=not lost),
         "gradients: every parameter gets one; float64 central differences")
     h.m = m
-    add(h.dropout(), "eval(): dropout off (dropout set to 0.5 where the module has it)")
+    add(dropout(h), "eval(): dropout off (dropout set to 0.5 where the module has it)")
     report.seconds = time.perf_counter() - t0
     return report
 
