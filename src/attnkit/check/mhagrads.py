@@ -181,4 +181,4 @@ def dropout(h: Any) -> list[Finding]:
                     f"two eval() calls differ by {float((a - b).detach().abs().max()):.3g}",
                     reproducer=h.repro(knobs + ([] if h.numpy else ["m.eval()"]) + [
                         f"a, b = run({h.args_text('x')}), run({h.args_text('x')})",
-                        f"assert torch.equal(a, b), {msg!r}"]))]
+                        f"assert torch.equal(a, b), {msg!r}"], dropout=True))]

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .mhagrads import dropout_knobs
 from .report import Finding
 
 __all__ = ["Harness"]
@@ -35,15 +36,20 @@ class Harness:
         self.self_only, self.mask_name = self_only, mask_name
         self.batch_first = bool(getattr(m, "batch_first", True))
         self.numpy = not isinstance(m, nn.Module)
+        self.mask_optional = True  # forward's mask has a default
         self.convention = "none"
         self.layout: str | None = None  # of the mask: "btt", "tt" or "b1tt"
         self.mutation: Finding | None = None
         self.broken = False
 
     # -- calling --------------------------------------------------------------------------
-    def _mask(self, keep: torch.Tensor | None, lens: torch.Tensor | None, layout: str) -> dict:
+    def _mask(self, keep: torch.Tensor | None, lens: torch.Tensor | None, layout: str,
+              Tq: int, Tk: int) -> dict:
         if self.convention == "none" or self.mask_name is None:
             return {}
+        if keep is None and lens is None and not self.mask_optional:
+            # A required mask, and nothing to mask: the mask that masks nothing.
+            keep, lens = torch.ones(Tq, Tk, dtype=torch.bool), torch.full((B,), Tk)
         if self.convention == "valid_lens":
             return {} if lens is None else {self.mask_name: lens}
         if keep is None:
@@ -59,9 +65,11 @@ class Harness:
     def call(self, m: nn.Module, xq: torch.Tensor, xkv: torch.Tensor | None = None, *,
              keep: torch.Tensor | None = None, lens: torch.Tensor | None = None) -> torch.Tensor:
         """The batch-first output of ``m`` on batch-first inputs (raises what ``m`` raises)."""
-        if self.layout is None and keep is not None and self.convention in ("masked", "keep"):
+        Tq, Tk = xq.shape[1], (xq if xkv is None else xkv).shape[1]
+        if self.layout is None and self.convention in ("masked", "keep") and (
+                keep is not None or not self.mask_optional):
             self.layout = self._find_layout(m, xq, xkv, keep)
-        kw = self._mask(keep, lens, self.layout or "tt")
+        kw = self._mask(keep, lens, self.layout or "tt", Tq, Tk)
         xs = [xq] if self.self_only else [xq, xkv if xkv is not None else xq,
                                           xkv if xkv is not None else xq]
         if not self.batch_first:
@@ -85,7 +93,7 @@ class Harness:
                         "assert torch.equal(x, before), 'the module wrote into its input'"]))
         return out.transpose(0, 1) if not self.batch_first else out
 
-    def _find_layout(self, m: nn.Module, xq: torch.Tensor, xkv: Any, keep: torch.Tensor) -> str:
+    def _find_layout(self, m: nn.Module, xq: torch.Tensor, xkv: Any, keep: Any) -> str:
         for layout in ("btt", "tt", "b1tt"):
             self.layout = layout
             try:
@@ -97,18 +105,27 @@ class Harness:
         return "tt"
 
     # -- reproducer text ------------------------------------------------------------------
-    def repro(self, body: list[str], dtype: str | None = None) -> str:
+    def repro(self, body: list[str], dtype: str | None = None, dropout: bool = False) -> str:
+        """A reproducer: build the module as the check did (eval mode, dropout 0 unless
+        ``dropout``), make ``x`` and ``run()``, then ``body``."""
         load = (f"factory = load_target({self.spec!r})" if self.spec
                 else f"factory = ...  # {self.name}: your module's class or factory")
         tr = "" if self.batch_first else ".transpose(0, 1)"
         lines = (["import numpy as np"] if self.numpy else []) + [
             "import torch", "from attnkit.check import load_target", "", load,
             "torch.manual_seed(0)", "m = factory(16, 4)"]
+        if not self.numpy and not dropout:
+            knobs = dropout_knobs(copy.deepcopy(self.m), 0.0)
+            lines += ["m.eval()"] + [f"{k}  # dropout off, as in the check" for k in knobs]
         if dtype:
             lines.append(f"m = m.to(torch.{dtype})")
         lines += [f"x = torch.randn({B}, {T}, {E}, generator=torch.Generator().manual_seed(0))"
                   + (f".to(torch.{dtype})" if dtype else ""), "",
                   "def run(*inputs, **mask):"]
+        if not self.mask_optional and self.convention != "none" and self.mask_name:
+            lines += ["    if not mask:  # forward's mask is required: one that masks nothing",
+                      "        Tq, Tk = inputs[0].shape[1], inputs[-1].shape[1]",
+                      f"        mask = {{{self.mask_name!r}: {self._nothing_masked_text()}}}"]
         if self.numpy:
             lines += ["    out = m(*(t.numpy() for t in inputs), "
                       "**{k: v.numpy() for k, v in mask.items()})",
@@ -119,6 +136,14 @@ class Harness:
                       "    out = m(*inputs, **mask)",
                       f"    return (out[0] if isinstance(out, tuple) else out){tr}", ""]
         return "\n".join(lines + body)
+
+    def _nothing_masked_text(self) -> str:
+        if self.convention == "valid_lens":
+            return f"torch.full(({B},), Tk)"
+        fill = "zeros" if self.convention == "masked" else "ones"
+        shape = {"tt": "Tq, Tk", "btt": f"{B}, Tq, Tk", "b1tt": f"{B}, 1, Tq, Tk"}[
+            self.layout or "tt"]
+        return f"torch.{fill}({shape}, dtype=torch.bool)"
 
     def mask_text(self, keep_lines: list[str], lens: str | None = None) -> tuple[list[str], str]:
         """Lines making the mask the module takes, and the keyword text that passes it."""

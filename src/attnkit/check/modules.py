@@ -34,19 +34,22 @@ from .report import Finding, Report
 __all__ = ["check_multi_head"]
 
 
-def _signature(m: Any) -> tuple[bool, str | None]:
-    """``(self_attention_only, mask parameter name)`` of ``m.forward``."""
+def _signature(m: Any) -> tuple[bool, str | None, bool]:
+    """``(self_attention_only, mask parameter name, the mask may be left out)`` of
+    ``m.forward``."""
     try:
         params = list(inspect.signature(m.forward if hasattr(m, "forward") else m)
                       .parameters.values())
     except (TypeError, ValueError):
-        return False, None
+        return False, None, True
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     names = [p.name for p in params]
     mask = next((n for n in names if n.lower() in _LENS_NAMES), None)
     mask = mask or next((n for n in ("mask", "attn_mask") if n in names), None)
     mask = mask or next((n for n in names if "mask" in n.lower() and "padding" not in n), None)
-    return len(positional) == 1, mask
+    optional = mask is None or next(p for p in params if p.name == mask).default \
+        is not inspect.Parameter.empty
+    return len(positional) == 1, mask, optional
 
 
 def check_multi_head(factory: Any, convention: str = "auto") -> Report:
@@ -77,8 +80,9 @@ def check_multi_head(factory: Any, convention: str = "auto") -> Report:
     if not (is_module or callable(m)):
         raise TypeError(f"factory(16, 4) built {type(m).__name__}, which cannot be called")
     report = Report("multi-head", spec or name, framework="torch" if is_module else "numpy")
-    self_only, mask_name = _signature(m)
+    self_only, mask_name, optional = _signature(m)
     h = Harness(factory, m, spec, name, self_only, mask_name)
+    h.mask_optional = optional
     # Every probe but the dropout one runs on a copy with its dropout at 0, so that a
     # dropout bug shows as dropout-in-eval only.
     h.m = copy.deepcopy(m)
