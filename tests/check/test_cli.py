@@ -49,3 +49,19 @@ def test_bad_arguments_are_one_line_errors(argv, words, capsys):
         main(argv)
     err = capsys.readouterr().err
     assert exc.value.code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_checking_numpy_code_needs_no_torch():
+    """attnkit.check and the command import torch only for PyTorch code (NumPy users may not
+    have it installed)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, attnkit.check, attnkit.cli; "
+            "from attnkit.check import check_softmax; import attnkit.numpy as n; "
+            "assert check_softmax(n.softmax).ok; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={"PYTHONPATH": src, "PATH": ""}, timeout=120)
+    assert proc.returncode == 0, proc.stderr

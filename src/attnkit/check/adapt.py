@@ -26,7 +26,7 @@ import numpy as np
 __all__ = ["CONVENTIONS", "Framework", "load_target", "mask_parameter", "target_spec", "unwrap"]
 
 CONVENTIONS = ("auto", "valid_lens", "masked", "keep", "sdpa", "none")
-_LENS_NAMES = ("valid_lens", "valid_len", "valid_length", "valid_lengths", "lens", "lengths",
+LENS_NAMES = ("valid_lens", "valid_len", "valid_length", "valid_lengths", "lens", "lengths",
                "seq_lens", "key_lens")
 
 
@@ -117,7 +117,7 @@ def mask_parameter(fn: Any, n_inputs: int) -> tuple[str | None, bool, str | None
         return None, True, "none"
     p = positional[n_inputs]
     has_default = p.default is not inspect.Parameter.empty
-    if p.name.lower() in _LENS_NAMES:
+    if p.name.lower() in LENS_NAMES:
         return p.name, has_default, "valid_lens"
     if "mask" in p.name.lower():
         return p.name, has_default, None  # polarity: read off behaviour

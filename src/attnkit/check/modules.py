@@ -26,9 +26,7 @@ import inspect
 import time
 from typing import Any
 
-from .adapt import _LENS_NAMES, CONVENTIONS, target_spec
-from .mhagrads import dropout, dropout_knobs, gradients, state_dict
-from .mhaprobe import Harness
+from .adapt import CONVENTIONS, LENS_NAMES, target_spec
 from .report import Finding, Report
 
 __all__ = ["check_multi_head"]
@@ -44,7 +42,7 @@ def _signature(m: Any) -> tuple[bool, str | None, bool]:
         return False, None, True
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     names = [p.name for p in params]
-    mask = next((n for n in names if n.lower() in _LENS_NAMES), None)
+    mask = next((n for n in names if n.lower() in LENS_NAMES), None)
     mask = mask or next((n for n in ("mask", "attn_mask") if n in names), None)
     mask = mask or next((n for n in names if "mask" in n.lower() and "padding" not in n), None)
     optional = mask is None or next(p for p in params if p.name == mask).default \
@@ -72,6 +70,9 @@ def check_multi_head(factory: Any, convention: str = "auto") -> Report:
     import torch
     from torch import nn
 
+    from .mhagrads import dropout, dropout_knobs, gradients, state_dict  # torch: imported here
+    from .mhaprobe import Harness
+
     spec = target_spec(factory)
     name = getattr(factory, "__qualname__", None) or type(factory).__name__
     torch.manual_seed(0)
@@ -91,7 +92,7 @@ def check_multi_head(factory: Any, convention: str = "auto") -> Report:
     if convention == "auto":
         if mask_name is None:
             conv, how = "none", "from the signature"
-        elif mask_name.lower() in _LENS_NAMES:
+        elif mask_name.lower() in LENS_NAMES:
             conv, how = "valid_lens", "from the signature"
         else:
             found = h.polarity()
