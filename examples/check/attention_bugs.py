@@ -58,9 +58,7 @@ def attention_top_left(q, k, v, attn_mask=None, is_causal=False):
 def attention_reshaped_like_q(q, k, v):
     """shape: the output is reshaped to q's shape, wrong when Dv != Dk."""
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    out = torch.softmax(s, dim=-1) @ v
-    return out.reshape(*q.shape[:-1], -1).reshape(q.shape) if out.shape[-1] == q.shape[-1] \
-        else out.flatten()[: q.numel()].reshape(q.shape)
+    return (torch.softmax(s, dim=-1) @ v).reshape(q.shape)  # fine while Tq == Tk, Dv == Dk
 
 
 class _Unscaled_dq(torch.autograd.Function):

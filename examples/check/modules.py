@@ -72,7 +72,6 @@ class FunctionalDropout(MultiHead):
         self.dropout_p = dropout_p
 
     def attend(self, q, k, v, mask):
-        w = super().attend(q, k, v, mask) if False else None  # noqa: F841 (kept simple)
         s = (q @ k.transpose(-2, -1)).float() / math.sqrt(self.d)
         if mask is not None:
             s = s.masked_fill(mask.unsqueeze(1), float("-inf"))

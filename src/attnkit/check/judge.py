@@ -119,7 +119,8 @@ class Run:
                 verdicts.append(Verdict(
                     "float16-overflow",
                     f"fn raises in {case.dtype} but not in float32 "
-                    f"({type(error).__name__}: {error}); a constant like -1e9 does not fit in "
+                    f"({type(error).__name__}: {first_line(error)}); a constant like -1e9 does "
+                    f"not fit in "
                     f"half precision: use -inf or torch.finfo(dtype).min",
                     f"{type(error).__name__}: {first_line(error)}", raises=True))
             elif not case.half:
@@ -152,11 +153,9 @@ class Run:
                             f"shape {got.shape} != {ref.shape}")
         empty = (np.zeros(ref.shape[:-1], dtype=bool) if keep is None
                  else ~np.broadcast_to(keep, ref.shape[:-1] + keep.shape[-1:]).any(-1))
-        if self.t.check != "attention":
+        if self.t.check != "attention":  # a softmax: rows of weights, one per query
             empty = np.broadcast_to(empty[..., None], ref.shape)
-            rows = ~empty
-        else:
-            rows = ~empty
+        rows = ~empty
         bad = ~np.isfinite(got)
         if bad.any():
             only_empty = bool(empty.any() and bad[empty].any() and not bad[rows].any())
