@@ -65,3 +65,22 @@ def test_checking_numpy_code_needs_no_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={"PYTHONPATH": src, "PATH": ""}, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_printed_reproducer_run_as_a_script_shows_the_bug(capsys, tmp_path):
+    """The reproducer of `attnkit check ... --json`, saved to a file and run by Python, ends
+    in the AssertionError that names the bug."""
+    import subprocess
+    import sys
+
+    root = EX.parents[1]
+    assert main(["check", "attention", f"{EX}/attention_bugs.py:attention_unscaled",
+                 "--json"]) == 1
+    finding = json.loads(capsys.readouterr().out)["findings"][0]
+    script = tmp_path / "repro.py"
+    script.write_text(finding["reproducer"])
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=root, env={"PYTHONPATH": str(root / "src"), "PATH": ""},
+                          timeout=120)
+    assert proc.returncode == 1 and "AssertionError" in proc.stderr, proc.stderr
+    assert "1/sqrt(Dk)" in proc.stderr and "max error against the oracle" in proc.stdout

@@ -125,3 +125,22 @@ def test_correct_implementations_get_no_finding(check, target, convention, used)
     assert report.findings == [] and report.ok, report.table()
     assert report.convention.split()[0] == used
     assert len(report.cases) >= 4  # the cases ran (a NumPy class has 4, a module 9)
+
+
+# (bug, its fix, the check): the bug's reproducer, pointed at the fix, runs clean.
+FIXES = [
+    ("softmax", "softmaxes.py:softmax_naive", "softmaxes.py:softmax"),
+    ("attention", "attention_bugs.py:attention_naive_softmax", "attention_fixed.py:attention"),
+    ("attention", "attention_bugs.py:attention_unscaled", "attention_fixed.py:attention"),
+    ("attention", "attention_bugs.py:attention_half_scores", "attention_fixed.py:attention"),
+    ("masked-softmax", "masked_softmax.py:masked_softmax_d2l", "masked_softmax.py:masked_softmax"),
+]
+
+
+@pytest.mark.parametrize("check, bug, fix", FIXES, ids=[f[1].split(":")[1] for f in FIXES])
+def test_a_reproducer_runs_clean_on_the_fix(check, bug, fix):
+    report = CHECKS[check](load_target(f"examples/check/{bug}"))
+    for finding in report.findings:
+        assert f"examples/check/{bug}" in finding.reproducer
+        fixed = finding.reproducer.replace(f"examples/check/{bug}", f"examples/check/{fix}")
+        assert run_reproducer(fixed) is None, fixed
