@@ -55,3 +55,14 @@ def attention_sdpa(q, k, v, attn_mask=None, is_causal=False):
         s = s.masked_fill(~attn_mask, float("-inf"))
     w = torch.softmax(s, dim=-1).nan_to_num(0.0)
     return w.to(v.dtype) @ v
+
+
+def attention_d2l(queries, keys, values, valid_lens=None):
+    """PyTorch, d2l's DotProductAttention as a function: (B, T, D) only (torch.bmm), with
+    a masked softmax that neither writes into the scores nor fills with -1e6."""
+    scores = torch.bmm(queries, keys.transpose(1, 2)).float() / math.sqrt(queries.shape[-1])
+    if valid_lens is not None:
+        keep = torch.arange(keys.shape[1]) < valid_lens[:, None, None]
+        scores = scores.masked_fill(~keep, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0).to(values.dtype)
+    return torch.bmm(weights, values)

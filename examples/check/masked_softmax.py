@@ -34,3 +34,18 @@ def masked_softmax(X, valid_lens):
     keep = torch.arange(X.shape[-1], device=X.device) < valid_lens[..., None]
     scores = X.float().masked_fill(~keep, float("-inf"))
     return torch.softmax(scores, dim=-1).nan_to_num(0.0).to(X.dtype)
+
+
+def masked_softmax_in_place(X, valid_lens):
+    """mutates-input, and nothing else: -inf and a guard for empty rows, but written into the
+    caller's X."""
+    keep = torch.arange(X.shape[-1]) < valid_lens[:, None, None]
+    X.masked_fill_(~keep, float("-inf"))
+    return torch.softmax(X.float(), dim=-1).nan_to_num(0.0).to(X.dtype)
+
+
+def masked_softmax_fill_1e6(X, valid_lens):
+    """float16-overflow: -1e6 does not fit in float16 (in float32, a row with valid_len 0
+    becomes uniform: a fully-masked-row warning)."""
+    keep = torch.arange(X.shape[-1]) < valid_lens[:, None, None]
+    return torch.softmax(X.masked_fill(~keep, -1e6), dim=-1)
