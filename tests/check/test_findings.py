@@ -4,8 +4,10 @@ code, and the reproducer of each finding, run as printed, shows the bug; each fi
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -58,7 +60,9 @@ def run_reproducer(code: str) -> BaseException | None:
     here = os.getcwd()
     os.chdir(ROOT)
     try:
-        exec(compile(code, "<reproducer>", "exec"), {"__name__": "__reproducer__"})
+        with warnings.catch_warnings(), np.errstate(all="ignore"):  # the bug's own warnings
+            warnings.simplefilter("ignore", RuntimeWarning)
+            exec(compile(code, "<reproducer>", "exec"), {"__name__": "__reproducer__"})
     except BaseException as err:  # the point: it must raise
         return err
     finally:
