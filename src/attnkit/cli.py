@@ -7,11 +7,12 @@
     attnkit trace [--embed-dim E --num-heads H --batch-size B --seq-len T ...]
     attnkit bench [--quick | --smoke]               the scripts under benchmarks/
     attnkit view  FILE.npz | MODEL --text "..."     a standalone HTML attention explorer
+    attnkit check {softmax,masked-softmax,attention,multi-head} TARGET [--convention NAME] [--json]
 
 Each subcommand parses its arguments and calls library functions (:mod:`attnkit.viz.tour`,
 :mod:`attnkit.viz.trace`, :mod:`attnkit.viz.view`, :mod:`attnkit.seq2seq`,
-:mod:`attnkit.bench`); bad arguments end in one argparse error line that names the flag,
-and exit code 2. A concept has one spelling in every subcommand (``--num-heads``,
+:mod:`attnkit.bench`, :mod:`attnkit.check`); bad arguments end in one argparse error line that
+names the flag, and exit code 2. A concept has one spelling in every subcommand (``--num-heads``,
 ``--batch-size``, ``--seq-len``); the old spellings still work, hidden from ``--help``,
 with a warning.
 """
@@ -224,6 +225,21 @@ def cmd_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                 timeout=args.timeout)
 
 
+def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from attnkit.check import CHECKS, load_target
+
+    try:
+        target = load_target(args.target)
+    except (ValueError, ImportError) as err:
+        parser.error(f"TARGET {args.target}: {err}")
+    try:
+        report = CHECKS[args.kind](target, convention=args.convention)
+    except (ValueError, TypeError) as err:  # a convention the check does not take
+        parser.error(str(err))
+    print(report.to_json() if args.json else report.table())
+    return 0 if report.ok else 1
+
+
 # -- parser ----------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     """argparse, with an argument error reported as exactly one line (exit code 2)."""
@@ -339,6 +355,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_view_arguments(view)
     view.set_defaults(func=run_view)
+
+    check = sub.add_parser(
+        "check", help="test your softmax/attention/multi-head attention against the oracle",
+        description="Judge a NumPy or PyTorch implementation against attnkit's float64 oracle "
+                    "on the inputs that break attention (odd head dims, Tq != Tk, logits "
+                    "~1e4, fully masked rows, half precision) and print each finding: a "
+                    "stable code, a diagnosis in words, the measured error and a reproducer. "
+                    "Exit status 1 when any finding is an error. See docs/check.md.",
+    )
+    check.add_argument("kind", choices=("softmax", "masked-softmax", "attention", "multi-head"),
+                       help="what TARGET is (multi-head: TARGET(embed_dim, num_heads) builds "
+                            "the module)")
+    check.add_argument("target", metavar="TARGET",
+                       help="path/to/file.py:name or package.module:name")
+    check.add_argument("--convention", default="auto",
+                       choices=("auto", "valid_lens", "masked", "keep", "sdpa", "none"),
+                       help="the mask argument: valid_lens (d2l), masked (True = masked), keep "
+                            "(True = may attend), sdpa (attn_mask=, is_causal=), none "
+                            "(default: auto, from the signature and behaviour)")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.set_defaults(func=cmd_check)
     return parser
 
 

@@ -1,0 +1,41 @@
+"""attnkit.check: test anyone's softmax, attention or multi-head attention against the oracle,
+and say what is wrong in words.
+
+::
+
+    from attnkit.check import check_attention
+    report = check_attention(my_attention)          # NumPy or PyTorch, detected
+    print(report)                                   # a table, and a reproducer per finding
+    assert report.ok, report.codes
+
+The same from a shell: ``attnkit check attention my_file.py:my_attention``. Each finding
+has a stable code (:data:`CODES`), a one-line diagnosis, the measured error against the
+2x/3x/5x rule, and a reproducer that shows the bug when run as printed.
+"""
+
+from __future__ import annotations
+
+from .adapt import CONVENTIONS, load_target
+from .functions import check_attention, check_masked_softmax, check_softmax
+from .modules import check_multi_head
+from .report import CODES, Finding, Report
+
+CHECKS = {
+    "softmax": check_softmax,
+    "masked-softmax": check_masked_softmax,
+    "attention": check_attention,
+    "multi-head": check_multi_head,
+}
+
+__all__ = [
+    "CHECKS",
+    "CODES",
+    "CONVENTIONS",
+    "Finding",
+    "Report",
+    "check_attention",
+    "check_masked_softmax",
+    "check_multi_head",
+    "check_softmax",
+    "load_target",
+]

@@ -1,0 +1,307 @@
+"""The engine of the function checks: :class:`Run` judges one function case by case.
+
+Each case gives at most one finding, the most specific one: an exception or a wrong
+shape (``shape``), then non-finite values (``nan-or-inf``, or ``float16-overflow`` when the
+same inputs in float32 are fine), then the error rule. An error beyond the rule is
+explained when another reading of the function fits within it (top-left causal:
+``causal-alignment``; another scale: ``wrong-scale``; the mask read the other way round:
+``mask-polarity``; a row with no allowed key that is not 0 while the others pass:
+``fully-masked-row``), else it is ``inaccurate``. Gradients are compared only where the
+output passes, so one bug gives one code.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .adapt import unwrap
+from .calls import Target
+from .cases import Case, attention_setup, run_setup, softmax_setup
+from .oracle import Baseline, bound_of, keep_of, oracle_attention, oracle_softmax, rule_error
+
+__all__ = ["Run", "Verdict", "first_line"]
+
+
+class Verdict:
+    """What one case found: a code, its message, the measured error, reproducer details."""
+
+    def __init__(self, code: str, message: str, measured: str = "", **detail: Any) -> None:
+        self.code, self.message, self.measured, self.detail = code, message, measured, detail
+
+
+class Run:
+    """One check of one function: the cases, each judged against the oracle."""
+
+    def __init__(self, target: Target) -> None:
+        self.t = target
+        self.fw = target.framework
+
+    # -- inputs and the oracle ------------------------------------------------------------
+    def setup(self, case: Case) -> str:
+        return attention_setup(case) if self.t.check == "attention" else softmax_setup(case)
+
+    def arrays(self, case: Case) -> dict[str, np.ndarray]:
+        raw = run_setup(self.setup(case))
+        return {k: (self.fw.rounded(a, case.dtype) if k in self.t.inputs else a)
+                for k, a in raw.items()}
+
+    def keep(self, a: dict[str, np.ndarray]) -> np.ndarray | None:
+        """The case's keep-mask, full shape ``(..., Tq, Tk)``; None for a plain softmax."""
+        if self.t.check == "softmax":
+            return None
+        x = a["q"] if "q" in a else a["x"]
+        Tk = a["k"].shape[-2] if "k" in a else x.shape[-1]
+        return keep_of(a, x.shape[:-2], x.shape[-2], Tk)
+
+    def want(self, a: dict, keep: np.ndarray | None, scale: float | None = None,
+             grads: bool = False) -> dict:
+        if self.t.check == "attention":
+            r = oracle_attention(a["q"], a["k"], a["v"], keep, scale,
+                                 a.get("d_out") if grads else None)
+            return {"out": r.out, "weights": r.weights, "dq": r.dq, "dk": r.dk, "dv": r.dv}
+        y, dx = oracle_softmax(a["x"], keep, a.get("d_y") if grads else None)
+        return {"out": y, "dx": dx}
+
+    def base(self, a: dict, keep: np.ndarray | None, dtype: str, scale: float | None = None,
+             grads: bool = False) -> dict:
+        b = Baseline(self.fw.name, dtype)
+        if self.t.check == "attention":
+            return b.attention(a["q"], a["k"], a["v"], keep, scale,
+                               a.get("d_out") if grads else None)
+        r = b.softmax(a["x"], keep, a.get("d_y") if grads else None)
+        return {"out": r["y"], "dx": r.get("dx")}
+
+    # -- calling --------------------------------------------------------------------------
+    def call(self, a: dict, case: Case, dtype: str, grad: bool = False) -> tuple[Any, Any, list]:
+        """``(result or None, exception or None, [(name, before, after)])``."""
+        args, kw = self.t.arguments(a, dtype, case.causal, grad)
+        before = [self.fw.snapshot(x) for x in args] + [self.fw.snapshot(x) for x in kw.values()]
+        try:
+            result = self.t.fn(*args, **kw)
+            error = None
+        except Exception as err:  # the user's code may raise anything
+            result, error = None, err
+        names = list(self.t.inputs) + ["mask"] * (len(args) - len(self.t.inputs)) + list(kw)
+        return result, error, list(zip(names, before, args + list(kw.values())))
+
+    def twin_finite(self, a: dict, case: Case) -> bool:
+        """The same inputs in float32: no exception, finite where the oracle is."""
+        result, error, _ = self.call(a, case, "float32")
+        if error is not None:
+            return False
+        try:
+            out = self.fw.float64(unwrap(result)[0])
+        except Exception:
+            return False
+        return bool(np.isfinite(out).all())
+
+    # -- judging one case -----------------------------------------------------------------
+    def judge(self, case: Case) -> list[Verdict]:
+        a = self.arrays(case)
+        keep = self.keep(a)
+        want = self.want(a, keep, grads=case.grads)
+        result, error, seen = self.call(a, case, case.dtype)
+        verdicts = []
+        for name, before, after in seen:
+            if not self.fw.same(before, after):
+                verdicts.append(Verdict(
+                    "mutates-input",
+                    f"fn writes into its argument {name} (an in-place op such as mul_, "
+                    f"masked_fill_ or x[...] = ...): the caller's {name} changes; work on a "
+                    f"copy or use the out-of-place op",
+                    f"{name} differs after the call", name=name))
+                break
+        if error is not None:
+            if case.half and self.twin_finite(a, case):
+                verdicts.append(Verdict(
+                    "float16-overflow",
+                    f"fn raises in {case.dtype} but not in float32 "
+                    f"({type(error).__name__}: {first_line(error)}); a constant like -1e9 does "
+                    f"not fit in "
+                    f"half precision: use -inf or torch.finfo(dtype).min",
+                    f"{type(error).__name__}: {first_line(error)}", raises=True))
+            elif not case.half:
+                verdicts.append(Verdict(
+                    "shape", f"fn raises on {case.label(self.t.check != 'attention')} "
+                    f"({type(error).__name__}: {first_line(error)})",
+                    f"{type(error).__name__}", raises=True))
+            return verdicts
+        try:
+            out, weights = unwrap(result)
+            got = self.fw.float64(out)
+        except Exception as err:
+            return verdicts + [Verdict("shape", f"fn returned {type(result).__name__}, not an "
+                                        f"array or (out, weights): {err}")]
+        verdict = self.judge_output(case, a, keep, want, got, weights)
+        if verdict is not None:
+            return verdicts + [verdict]
+        if case.grads and self.fw.name == "torch" and not verdicts:
+            verdict = self.judge_grads(case, a, keep, want)
+            if verdict is not None:
+                verdicts.append(verdict)
+        return verdicts
+
+    def judge_output(self, case: Case, a: dict, keep: Any, want: dict, got: np.ndarray,
+                     weights: Any) -> Verdict | None:
+        ref = want["out"]
+        if got.shape != ref.shape:
+            return Verdict("shape", f"output shape {got.shape}, expected {ref.shape} on "
+                            f"{case.label(self.t.check != 'attention')}",
+                            f"shape {got.shape} != {ref.shape}")
+        empty = (np.zeros(ref.shape[:-1], dtype=bool) if keep is None
+                 else ~np.broadcast_to(keep, ref.shape[:-1] + keep.shape[-1:]).any(-1))
+        if self.t.check != "attention":  # a softmax: rows of weights, one per query
+            empty = np.broadcast_to(empty[..., None], ref.shape)
+        rows = ~empty
+        bad = ~np.isfinite(got)
+        if bad.any():
+            only_empty = bool(empty.any() and bad[empty].any() and not bad[rows].any())
+            where = "rows with no allowed key" if only_empty else "the output"
+            count = f"{int(bad.sum())} of {bad.size} values non-finite in {where}"
+            if case.half and self.twin_finite(a, case):
+                return Verdict("float16-overflow",
+                                f"fn gives NaN/inf in {case.dtype} where float32 is finite "
+                                f"(a fill like -1e9/-1e6 overflows to -inf in half precision, "
+                                f"or exp overflows): keep statistics in float32, fill with -inf "
+                                f"and guard empty rows", count, finite=True)
+            if where == "the output":
+                msg = ("fn gives NaN/inf for finite inputs: a softmax without the max trick "
+                       "overflows exp(); subtract the row maximum first"
+                       if case.logit else "fn gives NaN/inf where the oracle is finite")
+            else:
+                msg = ("a query with no allowed key gives NaN (softmax of an all -inf row): "
+                       "guard empty rows so they give 0")
+            return Verdict("nan-or-inf", msg, count, finite=True)
+        factor = 2.0
+        base = self.base(a, keep, case.dtype)
+        name = "output" if self.t.check == "attention" else "softmax"
+        err = rule_error(got, ref, base["out"], factor, name)
+        if err is None:
+            if weights is not None and self.t.check == "attention":
+                w = self.fw.float64(weights)
+                if w.shape == want["weights"].shape:
+                    err = rule_error(w, want["weights"], base["weights"], factor, "weights")
+                    if err is not None:
+                        return Verdict("inaccurate", "the returned weights disagree with the "
+                                        "oracle's softmax (the output is right)", err)
+            return None
+        other = self.explain(case, a, keep, got, err, ref, base["out"])
+        if other is not None:
+            return other
+        if empty.any() and rule_error(got[rows], ref[rows], base["out"][rows], factor,
+                                      name) is None:
+            row_out = got[empty]
+            uniform = self.uniform_rows(a, got, empty)
+            what = ("a uniform row (a large negative fill like -1e9 leaves every score of "
+                    "the row equal)" if uniform else "neither 0 nor NaN")
+            return Verdict("fully-masked-row",
+                            f"a query with no allowed key gets {what}; attnkit, SDPA and "
+                            f"flash-attn give 0 (JAX and d2l a uniform row)",
+                            f"max |out| {np.abs(row_out).max():.3g} on rows that should be 0",
+                            empty=True)
+        where = f" in {case.dtype}" if case.half else ""
+        return Verdict("inaccurate", f"fn's result{where} is further from the oracle than "
+                        f"2x the error of plain {case.dtype} math", err,
+                        bound=bound_of(ref, base["out"], factor))
+
+    def uniform_rows(self, a: dict, got: np.ndarray, empty: np.ndarray) -> bool:
+        if self.t.check == "attention":
+            mean = np.broadcast_to(a["v"].mean(-2, keepdims=True), got.shape)
+        else:
+            mean = np.full(got.shape, 1.0 / got.shape[-1])
+        return bool(np.allclose(got[empty], mean[empty], atol=1e-2 * max(1, np.abs(mean).max())))
+
+    def explain(self, case: Case, a: dict, keep: Any, got: np.ndarray, err: str,
+                ref: np.ndarray, base: np.ndarray) -> Verdict | None:
+        """An error beyond the rule: does another reading of the function fit the rule?"""
+        bound = bound_of(ref, base, 2.0)
+        if self.t.check == "attention":
+            Tq, Tk, Dk, Dv = a["q"].shape[-2], a["k"].shape[-2], a["q"].shape[-1], a["v"].shape[-1]
+            if case.causal and Tq != Tk:
+                top_left = np.tril(np.ones((Tq, Tk), dtype=bool))
+                if self.fits(a, top_left, None, case, got):
+                    return Verdict("causal-alignment",
+                                    "is_causal is aligned top-left (query i sees keys j <= i), as "
+                                    "PyTorch SDPA and JAX; attnkit and flash-attn align it bottom-"
+                                    "right (j <= i + Tk - Tq): for Tq != Tk pass the mask you mean",
+                                    err, bound=bound, top_left=True)
+            default = 1.0 / math.sqrt(Dk)
+            for scale, words in ((1.0, "not scaled (1/sqrt(Dk) is missing)"),
+                                 (1.0 / Dk, "scaled by 1/Dk instead of 1/sqrt(Dk)"),
+                                 (math.sqrt(Dk), "multiplied by sqrt(Dk) instead of divided"),
+                                 (1.0 / math.sqrt(Dv), "scaled by 1/sqrt(Dv), the value head dim")):
+                if not math.isclose(scale, default) and self.fits(a, keep, scale, case, got):
+                    return Verdict("wrong-scale", f"the scores are {words}; scaled dot-product "
+                                    f"attention uses 1/sqrt(Dk) = {default:.4g}",
+                                    err, bound=bound, scale=scale)
+        elif keep is None:
+            for axis in range(a["x"].ndim - 1):
+                alt = np.moveaxis(oracle_softmax(np.moveaxis(a["x"], axis, -1), None)[0], -1,
+                                  axis)
+                if np.abs(alt - got).max() <= bound:
+                    return Verdict("inaccurate", f"fn normalises over axis {axis}, not the last "
+                                    f"axis: each row of the last axis must sum to 1", err,
+                                    bound=bound)
+        # A mask read the other way round: the case's own mask, or (no mask in the case, a
+        # required mask argument) the mask that allows every key, read as "mask all".
+        passed_mask = case.mask in ("random", "empty") or (
+            case.mask is None and not self.t.mask_default
+            and self.t.convention in ("masked", "keep"))
+        if passed_mask and keep is not None and self.fits(a, ~keep, None, case, got):
+            return Verdict("mask-polarity",
+                            f"fn reads the mask the other way round from the "
+                            f"'{self.t.convention}' convention ({_polarity(self.t.convention)}): "
+                            f"it attends exactly the keys the mask excludes", err, bound=bound)
+        return None
+
+    def fits(self, a: dict, keep: Any, scale: float | None, case: Case, got: np.ndarray) -> bool:
+        want = self.want(a, keep, scale)["out"]
+        base = self.base(a, keep, case.dtype, scale)["out"]
+        finite = np.isfinite(base)
+        return rule_error(got[finite], want[finite], base[finite], 2.0, "alt") is None
+
+    def judge_grads(self, case: Case, a: dict, keep: Any, want: dict) -> Verdict | None:
+        torch = self.fw.torch
+        cot = "d_out" if self.t.check == "attention" else "d_y"
+        leaves, kw = self.t.arguments(a, case.dtype, case.causal, grad=True)
+        n = len(self.t.inputs)
+        # Clones, as inputs that come out of a projection: an in-place op on them is the
+        # caller's business (mutates-input), not the gradient's.
+        args = [x.clone() for x in leaves[:n]] + leaves[n:]
+        res_out = unwrap(self.t.fn(*args, **kw))[0]
+        if not isinstance(res_out, torch.Tensor) or res_out.grad_fn is None:
+            return Verdict("gradient", "fn's output is not differentiable (no grad_fn): "
+                            "it leaves autograd (NumPy, .detach(), .item()) or builds a new "
+                            "tensor", "no grad_fn", grad=None)
+        try:
+            res_out.backward(torch.from_numpy(a[cot]).to(res_out.dtype))
+        except Exception as err:
+            return Verdict("gradient", f"backward raises ({type(err).__name__}: "
+                            f"{first_line(err)})", type(err).__name__, grad=None)
+        base = self.base(a, keep, case.dtype, grads=True)
+        names = ("q", "k", "v") if self.t.check == "attention" else ("x",)
+        factors = {"q": 5.0, "k": 3.0, "v": 3.0, "x": 3.0}
+        for name, t in zip(names, leaves):
+            key = "d" + name
+            if t.grad is None:
+                return Verdict("gradient", f"{name} gets no gradient", "grad is None",
+                                grad=name)
+            g = t.grad.double().numpy()
+            err = rule_error(g, want[key], base[key], factors[name], key)
+            if err is not None:
+                return Verdict("gradient", f"the gradient with respect to {name} disagrees "
+                                f"with the oracle's (a custom backward?)", err, grad=name,
+                                bound=bound_of(want[key], base[key], factors[name]))
+        return None
+
+
+def first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [""])[0][:160]
+
+
+def _polarity(convention: str) -> str:
+    return {"masked": "True = masked out", "keep": "True = may attend",
+            "sdpa": "bool attn_mask: True = may attend"}.get(convention, convention)

@@ -1,0 +1,184 @@
+"""The probes of ``check_multi_head`` that need copies of the module: gradients (every
+parameter gets one; they agree with float64 central differences), the ``state_dict`` round
+trip, and dropout under ``eval()``. Each takes the :class:`attnkit.check.mhaprobe.Harness`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+
+from .report import Finding
+
+__all__ = ["dropout", "dropout_knobs", "gradients", "state_dict"]
+
+B, E, T = 2, 16, 5
+
+
+def dropout_knobs(m: nn.Module, p: float) -> list[str]:
+    """Set every dropout probability of ``m`` to ``p``: ``nn.Dropout`` submodules and float
+    attributes named like a dropout (``dropout``, ``dropout_p``, ``attn_dropout``...).
+    Returns the assignments, as code on ``m``."""
+    done = []
+    if not isinstance(m, nn.Module):  # a NumPy class: its own attributes only
+        for attr, value in list(vars(m).items()):
+            if "drop" in attr.lower() and isinstance(value, float) and not attr.startswith("_"):
+                setattr(m, attr, p)
+                done.append(f"m.{attr} = {p}")
+        return done
+    for path, mod in m.named_modules():
+        prefix = f"m.{path}." if path else "m."
+        if isinstance(mod, nn.modules.dropout._DropoutNd):
+            mod.p = p
+            done.append(f"{prefix}p = {p}")
+            continue
+        for attr, value in list(vars(mod).items()):
+            if "drop" in attr.lower() and isinstance(value, float) and not attr.startswith("_"):
+                setattr(mod, attr, p)
+                done.append(f"{prefix}{attr} = {p}")
+    return done
+
+
+def _inputs(h: Any, dtype: torch.dtype, grad: bool) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    n = 1 if h.self_only else 2
+    return [torch.randn(B, T, E, generator=g, dtype=torch.float64).to(dtype).requires_grad_(grad)
+            for _ in range(n)]
+
+
+def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
+    m = copy.deepcopy(h.m).eval()
+    dropout_knobs(m, 0.0)
+    xs = _inputs(h, torch.float32, True)
+    cot = torch.randn(B, T, E, generator=torch.Generator().manual_seed(4))
+    out = h.call(m, *xs)
+    try:
+        (out * cot).sum().backward()
+    except Exception as err:
+        return [Finding("gradient", f"backward raises ({type(err).__name__}: {err})",
+                        type(err).__name__)]
+    found = []
+    none = [n for n, p in m.named_parameters() if p.requires_grad and p.grad is None]
+    if none:
+        msg = (f"registered parameter(s) {', '.join(none[:4])} never get a gradient: they do "
+               f"not take part in the output (unused, or detached); they never train")
+        found.append(Finding("no-gradient", msg, f"{len(none)} parameter(s) with grad None",
+                             reproducer=h.repro([
+                                 f"out = run({h.args_text('x')})", "out.sum().backward()",
+                                 f"p = m.get_parameter({none[0]!r})",
+                                 f"assert p.grad is not None, {msg!r}"])))
+    grads = [x.grad for x in xs] + [p.grad for p in m.parameters() if p.grad is not None]
+    if any(not torch.isfinite(g).all() for g in grads):
+        found.append(Finding("gradient", "gradients hold NaN/inf for finite inputs",
+                             "non-finite gradient"))
+        return found
+    if not finite_differences or found:
+        return found
+    # The module's float64 gradient along one random direction, against central
+    # differences of its own float64 forward: a hand-written backward that is wrong
+    # disagrees by O(1); float64 differences agree to ~1e-8.
+    m64 = copy.deepcopy(m).double()
+    params = [p for p in m64.parameters() if p.requires_grad]
+    xs64 = _inputs(h, torch.float64, True)
+    g = torch.Generator().manual_seed(5)
+    dirs_x = [torch.randn(x.shape, generator=g, dtype=torch.float64) for x in xs64]
+    dirs_p = [torch.randn(p.shape, generator=g, dtype=torch.float64) for p in params]
+    cot64 = cot.double()
+    (h.call(m64, *xs64) * cot64).sum().backward()
+    analytic = sum(float((x.grad * d).sum()) for x, d in zip(xs64, dirs_x)) + sum(
+        float((p.grad * d).sum()) for p, d in zip(params, dirs_p) if p.grad is not None)
+    # eps 1e-3: modules that keep softmax statistics in float32 (as they should for half
+    # inputs) stay in float32 there even as .double() copies; their rounding is then
+    # ~1e-7 / eps relative, far below the 1e-2 bound, while a wrong backward is off by O(1).
+    eps = 1e-3
+
+    def loss(sign: float) -> float:
+        with torch.no_grad():
+            for p, d in zip(params, dirs_p):
+                p.add_(sign * eps * d)
+            try:
+                xs_ = [(x + sign * eps * d).detach() for x, d in zip(xs64, dirs_x)]
+                return float((h.call(m64, *xs_) * cot64).sum())
+            finally:
+                for p, d in zip(params, dirs_p):
+                    p.sub_(sign * eps * d)
+
+    numeric = (loss(1.0) - loss(-1.0)) / (2 * eps)
+    rel = abs(analytic - numeric) / max(abs(numeric), 1e-6)
+    if rel > 1e-2:
+        found.append(Finding(
+            "gradient", "the module's gradients disagree with central differences of its own "
+            "forward (in float64): a hand-written backward is wrong",
+            f"directional derivative {analytic:.6g} by autograd, {numeric:.6g} by central "
+            f"differences (relative error {rel:.2e} > 1e-2)"))
+    return found
+
+
+def state_dict(h: Any) -> list[Finding]:
+    m1 = copy.deepcopy(h.m)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(7)
+        for p in m1.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    torch.manual_seed(1)
+    m2 = h.factory(16, 4)
+    try:
+        m2.load_state_dict(m1.state_dict())
+    except Exception as err:
+        return [Finding("state-dict", f"a fresh module cannot load this one's state_dict "
+                        f"({type(err).__name__}: {str(err).splitlines()[0][:150]})",
+                        type(err).__name__)]
+    for m in (m1, m2):
+        m.eval()
+        dropout_knobs(m, 0.0)
+    x = _inputs(h, torch.float32, False)
+    a, b = h.call(m1, *x), h.call(m2, *x)
+    if torch.allclose(a, b, atol=1e-6):
+        return []
+    saved = set(m1.state_dict())
+    extra = [f"{path + '.' if path else ''}{attr}" for path, mod in m1.named_modules()
+             for attr, v in vars(mod).items() if isinstance(v, torch.Tensor)
+             and not attr.startswith("_") and f"{path + '.' if path else ''}{attr}" not in saved]
+    hint = (f": tensors kept as plain attributes ({', '.join(extra[:4])}) are not saved; "
+            f"register them with register_buffer (.to() and .half() miss them too)"
+            if extra else "")
+    msg = f"a fresh module loaded with this one's state_dict gives other outputs{hint}"
+    return [Finding("state-dict", msg, f"max difference {float((a - b).detach().abs().max()):.3g}",
+                    reproducer=h.repro([
+                        "with torch.no_grad():",
+                        "    for p in m.parameters():",
+                        "        p.add_(0.1 * torch.randn_like(p))  # as if trained",
+                        "m2 = factory(16, 4)", "m2.load_state_dict(m.state_dict())",
+                        "m.eval(), m2.eval()",
+                        f"a, b = run({h.args_text('x')}), m2({h.args_text('x')})",
+                        "b = b[0] if isinstance(b, tuple) else b",
+                        f"assert torch.allclose(a, b), {msg!r}"]))]
+
+
+def dropout(h: Any) -> list[Finding]:
+    m = copy.deepcopy(h.m)
+    knobs = dropout_knobs(m, 0.5)
+    h.eval(m)
+    x = _inputs(h, torch.float32, False)
+    torch.manual_seed(11)
+    a = h.call(m, *x)
+    torch.manual_seed(12)
+    b = h.call(m, *x)
+    m0 = copy.deepcopy(h.m)
+    dropout_knobs(m0, 0.0)
+    c = h.call(h.eval(m0), *x)
+    if torch.equal(a, b) and torch.allclose(a, c, atol=1e-6):
+        return []
+    msg = ("after eval() the module still drops attention weights at random: pass "
+           "training=self.training to F.dropout (or use an nn.Dropout submodule)")
+    if h.numpy:
+        msg = ("two identical calls give different outputs: the forward draws random numbers "
+               "(dropout, or weights drawn per call); keep them out of inference")
+    return [Finding("dropout-in-eval", msg,
+                    f"two eval() calls differ by {float((a - b).detach().abs().max()):.3g}",
+                    reproducer=h.repro(knobs + ([] if h.numpy else ["m.eval()"]) + [
+                        f"a, b = run({h.args_text('x')}), run({h.args_text('x')})",
+                        f"assert torch.equal(a, b), {msg!r}"], dropout=True))]

@@ -1,0 +1,386 @@
+"""The probes of ``check_multi_head`` that need no copy of the module, and the reproducer
+each finding prints (the others: :mod:`attnkit.check.mhagrads`).
+
+A :class:`Harness` calls the module the way its ``forward`` wants (``m(x)`` or
+``m(q, k, v, mask=...)``; batch-first unless ``m.batch_first`` is False; a mask as
+``(B, Tq, Tk)``, ``(Tq, Tk)`` or ``(B, 1, Tq, Tk)``, whichever it takes; NumPy arrays for a
+NumPy class) and watches every call for writes into its inputs. The probes work on
+tensors; a NumPy module gets views of them (so a write into its input shows).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .mhagrads import dropout_knobs
+from .report import Finding
+
+__all__ = ["Harness"]
+
+B, E, T = 2, 16, 5
+
+
+def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+class Harness:
+    def __init__(self, factory: Any, m: nn.Module, spec: str | None, name: str,
+                 self_only: bool, mask_name: str | None) -> None:
+        self.factory, self.m, self.spec, self.name = factory, m, spec, name
+        self.self_only, self.mask_name = self_only, mask_name
+        self.batch_first = bool(getattr(m, "batch_first", True))
+        self.numpy = not isinstance(m, nn.Module)
+        self.mask_optional = True  # forward's mask has a default
+        self.convention = "none"
+        self.layout: str | None = None  # of the mask: "btt", "tt" or "b1tt"
+        self.mutation: Finding | None = None
+        self.broken = False
+
+    # -- calling --------------------------------------------------------------------------
+    def _mask(self, keep: torch.Tensor | None, lens: torch.Tensor | None, layout: str,
+              Tq: int, Tk: int) -> dict:
+        if self.convention == "none" or self.mask_name is None:
+            return {}
+        if keep is None and lens is None and not self.mask_optional:
+            # A required mask, and nothing to mask: the mask that masks nothing.
+            keep, lens = torch.ones(Tq, Tk, dtype=torch.bool), torch.full((B,), Tk)
+        if self.convention == "valid_lens":
+            return {} if lens is None else {self.mask_name: lens}
+        if keep is None:
+            return {}
+        m = ~keep if self.convention == "masked" else keep
+        m = {"tt": m, "btt": m.expand(B, *m.shape), "b1tt": m[None, None]}[layout]
+        return {self.mask_name: m.clone()}
+
+    def eval(self, m: Any) -> Any:
+        """``m.eval()`` for a module (a NumPy class has no training mode)."""
+        return m.eval() if hasattr(m, "eval") and callable(m.eval) else m
+
+    def call(self, m: nn.Module, xq: torch.Tensor, xkv: torch.Tensor | None = None, *,
+             keep: torch.Tensor | None = None, lens: torch.Tensor | None = None) -> torch.Tensor:
+        """The batch-first output of ``m`` on batch-first inputs (raises what ``m`` raises)."""
+        Tq, Tk = xq.shape[1], (xq if xkv is None else xkv).shape[1]
+        if self.layout is None and self.convention in ("masked", "keep") and (
+                keep is not None or not self.mask_optional):
+            self.layout = self._find_layout(m, xq, xkv, keep)
+        kw = self._mask(keep, lens, self.layout or "tt", Tq, Tk)
+        xs = [xq] if self.self_only else [xq, xkv if xkv is not None else xq,
+                                          xkv if xkv is not None else xq]
+        if not self.batch_first:
+            xs = [x.transpose(0, 1) for x in xs]
+        before = [x.detach().clone() for x in xs] + [v.clone() for v in kw.values()]
+        if self.numpy:  # views: a write into an array shows in the tensor
+            out = unwrap_out(m(*(x.detach().numpy() for x in xs),
+                               **{k: v.numpy() for k, v in kw.items()}))
+            out = torch.from_numpy(np.array(out))
+        else:
+            out = unwrap_out(m(*xs, **kw))
+        for i, (b, a) in enumerate(zip(before, xs + list(kw.values()))):
+            if self.mutation is None and not torch.equal(b, a.detach()):
+                what = (["query", "key", "value"] if not self.self_only else ["x"])[i] \
+                    if i < len(xs) else self.mask_name
+                self.mutation = Finding(
+                    "mutates-input", f"the module writes into its input {what} (an in-place "
+                    f"op on it): the caller's tensor changes", f"{what} differs after the call",
+                    reproducer=self.repro([
+                        "before = x.clone()", "run(x)" if self.self_only else "run(x, x, x)",
+                        "assert torch.equal(x, before), 'the module wrote into its input'"]))
+        return out.transpose(0, 1) if not self.batch_first else out
+
+    def _find_layout(self, m: nn.Module, xq: torch.Tensor, xkv: Any, keep: Any) -> str:
+        for layout in ("btt", "tt", "b1tt"):
+            self.layout = layout
+            try:
+                out = self.call(m, xq, xkv, keep=keep)
+            except Exception:
+                continue
+            if tuple(out.shape) == (B, xq.shape[1], E):
+                return layout
+        return "tt"
+
+    # -- reproducer text ------------------------------------------------------------------
+    def repro(self, body: list[str], dtype: str | None = None, dropout: bool = False) -> str:
+        """A reproducer: build the module as the check did (eval mode, dropout 0 unless
+        ``dropout``), make ``x`` and ``run()``, then ``body``."""
+        load = (f"factory = load_target({self.spec!r})" if self.spec
+                else f"factory = ...  # {self.name}: your module's class or factory")
+        tr = "" if self.batch_first else ".transpose(0, 1)"
+        lines = (["import numpy as np"] if self.numpy else []) + [
+            "import torch", "from attnkit.check import load_target", "", load,
+            "torch.manual_seed(0)", "m = factory(16, 4)"]
+        if not self.numpy and not dropout:
+            knobs = dropout_knobs(copy.deepcopy(self.m), 0.0)
+            lines += ["m.eval()"] + [f"{k}  # dropout off, as in the check" for k in knobs]
+        if dtype:
+            lines.append(f"m = m.to(torch.{dtype})")
+        lines += [f"x = torch.randn({B}, {T}, {E}, generator=torch.Generator().manual_seed(0))"
+                  + (f".to(torch.{dtype})" if dtype else ""), "",
+                  "def run(*inputs, **mask):"]
+        if not self.mask_optional and self.convention != "none" and self.mask_name:
+            lines += ["    if not mask:  # forward's mask is required: one that masks nothing",
+                      "        Tq, Tk = inputs[0].shape[1], inputs[-1].shape[1]",
+                      f"        mask = {{{self.mask_name!r}: {self._nothing_masked_text()}}}"]
+        if self.numpy:
+            lines += ["    out = m(*(t.numpy() for t in inputs), "
+                      "**{k: v.numpy() for k, v in mask.items()})",
+                      "    return torch.from_numpy(np.array(out[0] if isinstance(out, tuple) "
+                      "else out))", ""]
+        else:
+            lines += [f"    out = m(*(t{tr} for t in inputs), **mask)" if tr else
+                      "    out = m(*inputs, **mask)",
+                      f"    return (out[0] if isinstance(out, tuple) else out){tr}", ""]
+        return "\n".join(lines + body)
+
+    def _nothing_masked_text(self) -> str:
+        if self.convention == "valid_lens":
+            return f"torch.full(({B},), Tk)"
+        fill = "zeros" if self.convention == "masked" else "ones"
+        shape = {"tt": "Tq, Tk", "btt": f"{B}, Tq, Tk", "b1tt": f"{B}, 1, Tq, Tk"}[
+            self.layout or "tt"]
+        return f"torch.{fill}({shape}, dtype=torch.bool)"
+
+    def mask_text(self, keep_lines: list[str], lens: str | None = None) -> tuple[list[str], str]:
+        """Lines making the mask the module takes, and the keyword text that passes it."""
+        if self.convention == "valid_lens":
+            return [f"valid_lens = torch.tensor({lens})"], f"{self.mask_name}=valid_lens"
+        flip = "~keep" if self.convention == "masked" else "keep"
+        shaped = {"tt": flip, "btt": f"({flip}).expand({B}, -1, -1)",
+                  "b1tt": f"({flip})[None, None]"}[self.layout or "tt"]
+        note = "True = masked" if self.convention == "masked" else "True = may attend"
+        return keep_lines + [f"mask = {shaped}  # {note}"], f"{self.mask_name}=mask"
+
+    def args_text(self, x: str, kv: str | None = None) -> str:
+        return x if self.self_only else f"{x}, {kv or x}, {kv or x}"
+
+    # -- probes ---------------------------------------------------------------------------
+    def polarity(self) -> str | None:
+        """Given a mask True on the last two keys, which keys does the module ignore?"""
+        x, kv = _rand(B, T, E), _rand(B, T, E, seed=1)
+        flag = torch.zeros(T, T, dtype=torch.bool)
+        flag[:, 3:] = True
+        self.convention = "keep"  # pass the flag as it is
+        try:
+            for polarity, cols in (("masked", slice(3, None)), ("keep", slice(0, 3))):
+                bumped = kv.clone()
+                bumped[:, cols] += 3.0
+                a = self.call(self.eval(self.m), x, kv, keep=flag)
+                b = self.call(self.m, x, bumped, keep=flag)
+                if self.self_only:  # the queries are the keys: compare untouched rows only
+                    other = slice(0, 3) if cols.start == 3 else slice(3, None)
+                    a, b = a[:, other], b[:, other]
+                if torch.isfinite(a).all() and torch.allclose(a, b, atol=1e-5):
+                    return polarity
+        except Exception:
+            return None
+        return None
+
+    def unregistered(self) -> list[Finding]:
+        registered = {id(p) for p in self.m.parameters()}
+        missing: list[str] = []
+        holders: list[str] = []
+        for mod_path, mod in self.m.named_modules():
+            for attr, value in vars(mod).items():
+                if attr.startswith("_"):
+                    continue
+                base = f"{mod_path}.{attr}" if mod_path else attr
+                for path, obj in _walk(value, base, depth=0):
+                    tensors = (list(obj.named_parameters()) if isinstance(obj, nn.Module)
+                               else [("", obj)] if isinstance(obj, torch.Tensor)
+                               and obj.requires_grad else [])
+                    for sub, p in tensors:
+                        if id(p) not in registered:
+                            missing.append(f"{path}.{sub}" if sub else path)
+                            if base not in holders:
+                                holders.append(base)
+        if not missing:
+            return []
+        first = missing[0]
+        return [Finding(
+            "unregistered-parameter",
+            f"self.{holders[0]} holds tensors the module does not register ({len(missing)}, "
+            f"e.g. {first}): .parameters() (so the optimizer), .to()/.half() and state_dict() "
+            f"never see them; keep modules in nn.ModuleList/nn.ModuleDict and tensors in "
+            f"nn.Parameter/nn.ParameterList", f"{len(missing)} unregistered: "
+            + ", ".join(missing[:6]) + (" ..." if len(missing) > 6 else ""),
+            reproducer=self.repro([
+                "registered = {id(p) for p in m.parameters()}",
+                f"p = m.{first}",
+                f"assert id(p) in registered, 'm.{first} is not a registered parameter'"]))]
+
+    def shapes(self) -> list[Finding]:
+        found = []
+        sizes = [(T, T)] if self.self_only else [(T, T), (3, 7), (7, 3)]
+        for Tq, Tk in sizes:
+            xq, xkv = _rand(B, Tq, E), _rand(B, Tk, E, seed=1)
+            try:
+                out = self.call(self.eval(self.m), xq, xkv)
+            except Exception as err:
+                self.broken = Tq == Tk
+                msg = f"the module raises on query {(B, Tq, E)}, key/value {(B, Tk, E)}: " \
+                      f"{type(err).__name__}: {str(err).splitlines()[0][:150] if str(err) else ''}"
+                found.append(Finding("shape", msg, type(err).__name__, reproducer=self.repro([
+                    f"kv = torch.randn({B}, {Tk}, {E})" if Tk != T or Tq != T else "kv = x",
+                    f"q = torch.randn({B}, {Tq}, {E})" if Tq != T else "q = x",
+                    f"out = run({self.args_text('q', 'kv')})"])))
+                break
+            if tuple(out.shape) != (B, Tq, E):
+                self.broken = Tq == Tk
+                found.append(Finding("shape", f"output shape {tuple(out.shape)}, expected "
+                                     f"{(B, Tq, E)} (query length Tq = {Tq}, key length {Tk})",
+                                     reproducer=self.repro([
+                                         f"q, kv = torch.randn({B}, {Tq}, {E}), "
+                                         f"torch.randn({B}, {Tk}, {E})",
+                                         f"out = run({self.args_text('q', 'kv')})",
+                                         f"assert out.shape == ({B}, {Tq}, {E}), out.shape"])))
+                break
+        return found + ([self.mutation] if self.mutation else [])
+
+    def large_logits(self) -> list[Finding]:
+        x = _rand(B, T, E)
+        for c in (30.0, 100.0):
+            out = self.call(self.eval(self.m), c * x)
+            if not torch.isfinite(out).all():
+                return [Finding(
+                    "nan-or-inf", "the module gives NaN/inf for finite inputs whose scores reach "
+                    "~1e3-1e4: a softmax without the max trick overflows exp(); subtract "
+                    "the row maximum first (torch.softmax does)",
+                    f"{int((~torch.isfinite(out)).sum())} of {out.numel()} outputs non-finite "
+                    f"at inputs x {c:g}",
+                    reproducer=self.repro([f"out = run({self.args_text(f'{c:g} * x')})",
+                                           "print(out[0, 0])",
+                                           "assert torch.isfinite(out).all(), "
+                                           "'NaN/inf from finite inputs'"]))]
+        return []
+
+    def masks(self) -> list[Finding]:
+        x, kv = _rand(B, T, E), _rand(B, T, E, seed=1)
+        m = self.eval(self.m)
+        keep = torch.ones(T, T, dtype=torch.bool)
+        keep[:, 3:] = False
+        lens = torch.tensor([3, 3])
+        rows = slice(0, 3) if self.self_only else slice(None)
+        bumped = kv.clone()
+        bumped[:, 3:] += 3.0
+        xq = kv if self.self_only else x
+        bq = bumped if self.self_only else x
+        a = self.call(m, xq, kv, keep=keep, lens=lens)
+        b = self.call(m, bq, bumped, keep=keep, lens=lens)
+        kl, kwt = self.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",
+                                  "keep[:, 3:] = False  # keys 3 and 4 are masked"], "[3, 3]")
+        kvq = "kv" if self.self_only else "x"
+        body = kl + ["kv = torch.randn(2, 5, 16)", "bumped = kv.clone()",
+                     "bumped[:, 3:] += 3.0  # change only the masked keys",
+                     f"a = run({self.args_text(kvq, 'kv')}, {kwt})",
+                     f"b = run({self.args_text('bumped' if self.self_only else 'x', 'bumped')},"
+                     f" {kwt})"]
+        rows_text = "[:, :3]" if self.self_only else ""
+        if not torch.allclose(a[:, rows], b[:, rows], atol=1e-5):
+            code, msg = "inaccurate", "values at masked keys change the output: the mask is " \
+                "ignored or misapplied"
+            if self.convention != "valid_lens":
+                flip = torch.ones(T, T, dtype=torch.bool)
+                flip[:, 3:] = False
+                c_ = kv.clone()
+                c_[:, :3] += 3.0
+                rows2 = slice(3, None) if self.self_only else slice(None)
+                a2 = self.call(m, xq, kv, keep=keep)
+                b2 = self.call(m, c_ if self.self_only else x, c_, keep=keep)
+                if torch.allclose(a2[:, rows2], b2[:, rows2], atol=1e-5):
+                    code = "mask-polarity"
+                    msg = (f"the module reads the mask the other way round from the "
+                           f"'{self.convention}' convention: it attends exactly the keys the "
+                           f"mask excludes")
+            change = float((a - b)[:, rows].detach().abs().max())
+            return [Finding(code, msg, f"max change {change:.3g}",
+                            reproducer=self.repro(body + [
+                                f"assert torch.allclose(a{rows_text}, b{rows_text}, atol=1e-5), "
+                                f"{msg!r}"]))]
+        # A query with no allowed key: query 0 (or, with valid_lens, all of batch row 0).
+        keep = torch.ones(T, T, dtype=torch.bool)
+        keep[0] = False
+        lens = torch.tensor([0, T])
+        bumped = kv.clone()
+        bumped[:, 1:] += 3.0
+        a = self.call(m, xq, kv, keep=keep, lens=lens)
+        b = self.call(m, bq if not self.self_only else bumped, bumped, keep=keep, lens=lens)
+        row = (slice(0, 1), slice(None)) if self.convention == "valid_lens" \
+            else (slice(None), slice(0, 1))
+        kl, kwt = self.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",
+                                  "keep[0] = False  # query 0 may attend no key"], f"[0, {T}]")
+        sel = "[:1]" if self.convention == "valid_lens" else "[:, :1]"
+        body = kl + ["kv = torch.randn(2, 5, 16)", "bumped = kv.clone()",
+                     "bumped[:, 1:] += 3.0",
+                     f"a = run({self.args_text(kvq, 'kv')}, {kwt})",
+                     f"b = run({self.args_text('bumped' if self.self_only else 'x', 'bumped')},"
+                     f" {kwt})", f"print(a{sel}, b{sel})"]
+        if not torch.isfinite(a[row]).all():
+            msg = "a query with no allowed key gives NaN: guard empty rows so they give 0"
+            return [Finding("nan-or-inf", msg, "NaN on the fully masked row",
+                            reproducer=self.repro(body + [
+                                f"assert torch.isfinite(a{sel}).all(), {msg!r}"]))]
+        if not torch.allclose(a[row], b[row], atol=1e-5):
+            msg = ("a query with no allowed key still averages the values (a -1e9 fill leaves "
+                   "a uniform row); attnkit, SDPA and flash-attn give attention output 0")
+            return [Finding("fully-masked-row", msg, "its output moves with the values",
+                            reproducer=self.repro(body + [
+                                f"assert torch.allclose(a{sel}, b{sel}), {msg!r}"]))]
+        return []
+
+    def half(self, dtype: str) -> list[Finding]:
+        m16 = copy.deepcopy(self.m).to(getattr(torch, dtype)).eval()
+        x = _rand(B, T, E).to(getattr(torch, dtype))
+        keep = torch.ones(T, T, dtype=torch.bool)
+        keep[0] = False
+        has_mask = self.convention != "none"
+        kw = dict(keep=keep, lens=torch.tensor([0, T])) if has_mask else {}
+        try:
+            out = self.call(m16, x, **kw)
+            problem = None if torch.isfinite(out).all() else "NaN/inf in the output"
+        except Exception as err:
+            problem = f"{type(err).__name__}: {str(err).splitlines()[0][:150] if str(err) else ''}"
+        if problem is None:
+            return []
+        try:
+            twin = self.call(copy.deepcopy(self.m).eval(), x.float(), **kw)
+            if not torch.isfinite(twin).all():
+                return []  # not a half-precision problem (nan-or-inf says it)
+        except Exception:
+            return []
+        body: list[str] = []
+        call = f"out = run({self.args_text('x')})"
+        if has_mask:
+            kl, kwt = self.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",
+                                      "keep[0] = False  # query 0 may attend no key"],
+                                     f"[0, {T}]")
+            body, call = kl, f"out = run({self.args_text('x')}, {kwt})"
+        return [Finding("float16-overflow", f"the module fails in {dtype} where float32 is "
+                        f"fine ({problem}); a -1e9 fill does not fit in float16: use -inf or "
+                        f"torch.finfo(dtype).min and softmax in float32", problem,
+                        reproducer=self.repro(body + [call, "assert torch.isfinite(out).all()"],
+                                              dtype=dtype))]
+
+
+def _walk(value: Any, path: str, depth: int):
+    """``(path, object)`` of modules and tensors inside plain lists, tuples and dicts."""
+    if isinstance(value, (nn.Module, torch.Tensor)):
+        if depth > 0 or isinstance(value, torch.Tensor):
+            yield path, value
+        return
+    if depth > 2:
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _walk(item, f"{path}[{i}]", depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _walk(item, f"{path}[{key!r}]", depth + 1)
+
+
+def unwrap_out(result: Any) -> torch.Tensor:
+    return result[0] if isinstance(result, (tuple, list)) else result

@@ -1,0 +1,153 @@
+"""``check_multi_head(factory)``: a user's multi-head attention module, judged by what any
+correct one must do, since its projections are its own.
+
+``factory(embed_dim, num_heads)`` builds the module (an ``nn.Module``; the module is called
+``m(x)`` when ``forward`` takes one input, else ``m(query, key, value[, mask])``). What is
+checked, smallest evidence first:
+
+- every tensor that trains is registered (``unregistered-parameter``: a plain list of
+  ``nn.Linear``, seed 002), and every registered parameter gets a gradient (``no-gradient``);
+- output shape ``(B, Tq, E)`` for ``Tq != Tk`` both ways (``shape``); finite output at
+  logits ~1e3 and ~1e4 (``nan-or-inf``); nothing written into the inputs (``mutates-input``);
+- masks: values at masked keys change nothing (else ``mask-polarity`` when the other
+  reading holds), a query with no allowed key does not average the values
+  (``fully-masked-row``, a warning; NaN is ``nan-or-inf``);
+- float16/bfloat16 copies run and stay finite where float32 does (``float16-overflow``);
+- gradients of inputs and parameters agree with float64 central differences of the module
+  itself (``gradient``);
+- ``state_dict`` round-trips (``state-dict``); ``eval()`` turns dropout off
+  (``dropout-in-eval``).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from .adapt import CONVENTIONS, LENS_NAMES, target_spec
+from .report import Finding, Report
+
+__all__ = ["check_multi_head"]
+
+
+def _signature(m: Any) -> tuple[bool, str | None, bool]:
+    """``(self_attention_only, mask parameter name, the mask may be left out)`` of
+    ``m.forward``."""
+    try:
+        params = list(inspect.signature(m.forward if hasattr(m, "forward") else m)
+                      .parameters.values())
+    except (TypeError, ValueError):
+        return False, None, True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [p.name for p in params]
+    mask = next((n for n in names if n.lower() in LENS_NAMES), None)
+    mask = mask or next((n for n in ("mask", "attn_mask") if n in names), None)
+    mask = mask or next((n for n in names if "mask" in n.lower() and "padding" not in n), None)
+    optional = mask is None or next(p for p in params if p.name == mask).default \
+        is not inspect.Parameter.empty
+    return len(positional) == 1, mask, optional
+
+
+def check_multi_head(factory: Any, convention: str = "auto") -> Report:
+    """Judge the multi-head attention module that ``factory(embed_dim, num_heads)`` builds.
+
+    Args:
+        factory: a class or function; ``factory(16, 4)`` must build the module.
+        convention: how the mask argument reads: ``"auto"`` (``valid_lens`` by name, a
+            mask's polarity from behaviour), ``"valid_lens"``, ``"masked"`` (True = masked,
+            as ``nn.MultiheadAttention``'s ``attn_mask``), ``"keep"`` (True = may attend),
+            ``"none"`` (no mask).
+
+    Returns:
+        A :class:`Report` (see :mod:`attnkit.check.modules` for what is checked).
+    """
+    # The module may overflow on the cases: its warnings are findings here.
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _check_multi_head(factory, convention)
+
+
+def _check_multi_head(factory: Any, convention: str) -> Report:
+    t0 = time.perf_counter()
+    if convention not in CONVENTIONS or convention == "sdpa":
+        raise ValueError(f"convention must be one of auto, valid_lens, masked, keep, none; "
+                         f"got {convention!r}")
+    import torch
+    from torch import nn
+
+    from .mhagrads import dropout, dropout_knobs, gradients, state_dict  # torch: imported here
+    from .mhaprobe import Harness
+
+    spec = target_spec(factory)
+    name = getattr(factory, "__qualname__", None) or type(factory).__name__
+    torch.manual_seed(0)
+    m = factory(16, 4)
+    is_module = isinstance(m, nn.Module)
+    if not (is_module or callable(m)):
+        raise TypeError(f"factory(16, 4) built {type(m).__name__}, which cannot be called")
+    report = Report("multi-head", spec or name, framework="torch" if is_module else "numpy")
+    self_only, mask_name, optional = _signature(m)
+    h = Harness(factory, m, spec, name, self_only, mask_name)
+    h.mask_optional = optional
+    # Every probe but the dropout one runs on a copy with its dropout at 0, so that a
+    # dropout bug shows as dropout-in-eval only.
+    h.m = copy.deepcopy(m)
+    dropout_knobs(h.m, 0.0)
+    conv, how = convention, "declared"
+    if convention == "auto":
+        if mask_name is None:
+            conv, how = "none", "from the signature"
+        elif mask_name.lower() in LENS_NAMES:
+            conv, how = "valid_lens", "from the signature"
+        else:
+            found = h.polarity()
+            conv, how = (found, "from behaviour") if found else ("keep", "assumed")
+    h.convention = conv
+    report.convention = f"{conv} ({how})" + (f", passed as {mask_name}=" if conv != "none"
+                                            and mask_name else "")
+    report.layout = ("(B, T, E)" if h.batch_first else "(T, B, E)") + (
+        ", self-attention m(x)" if self_only else "")
+
+    def add(found: list[Finding], case: str) -> None:
+        report.cases.append(case)
+        for f in found:
+            f.case = f.case or case
+            report.add(f)
+
+    unregistered = h.unregistered() if is_module else []
+    if is_module:
+        add(unregistered, "registration: every trained tensor is a registered parameter")
+    add(h.shapes(), "shapes: Tq == Tk, Tq < Tk, Tq > Tk")
+    if h.broken:
+        report.seconds = time.perf_counter() - t0
+        return report
+    add(h.large_logits(), "logits ~1e3 and ~1e4 (inputs scaled by 30 and 100)")
+    if conv != "none":
+        add(h.masks(), "masked keys change nothing; a query with no allowed key")
+    if not is_module:  # a NumPy class: no dtype moves, autograd or state_dict to check
+        h.m = m
+        add(dropout(h), "the same call twice gives the same output")
+        report.seconds = time.perf_counter() - t0
+        return report
+    # .half()/.double() and state_dict miss unregistered tensors and plain tensor
+    # attributes: what follows from those is not reported twice.
+    lost = bool(unregistered)
+    if not lost:
+        found = state_dict(h)
+        add(found, "state_dict round trip into a fresh module")
+        lost = bool(found)
+    if not lost:
+        for dtype in ("float16", "bfloat16"):
+            add(h.half(dtype), f"{dtype} copy of the module")
+    add(gradients(h, finite_differences=not lost),
+        "gradients: every parameter gets one; float64 central differences")
+    h.m = m
+    add(dropout(h), "eval(): dropout off (dropout set to 0.5 where the module has it)")
+    report.seconds = time.perf_counter() - t0
+    return report
+

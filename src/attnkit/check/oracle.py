@@ -1,0 +1,137 @@
+"""The two yardsticks of every verdict: the float64 oracle, and the plain same-precision
+math whose error sets the bound (the 2x/3x/5x rule of :func:`attnkit.testing.assert_close_by_rule`).
+
+The oracle is :func:`attnkit.testing.reference_attention` (attention, with gradients) and
+:mod:`attnkit.numpy` (softmax, masked softmax, their backward). The baseline is the
+textbook formula written once per framework in the checked dtype: scores, ``-inf`` at
+masked keys, a max-subtracted softmax, zeros for a row with no key.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..numpy import masked_softmax, softmax
+from ..numpy.masks import masked_softmax_backward
+from ..numpy.softmax import softmax_backward
+from ..testing import assert_close_by_rule, lengths_keep, max_mean_error, reference_attention
+
+__all__ = ["Baseline", "keep_of", "oracle_attention", "oracle_softmax", "rule_error"]
+
+
+def keep_of(inputs: dict[str, np.ndarray], lead: tuple[int, ...], Tq: int, Tk: int) -> np.ndarray:
+    """The bool keep-mask (True = may attend) of a case, full shape ``lead + (Tq, Tk)``."""
+    if "valid_lens" in inputs:
+        return lengths_keep(inputs["valid_lens"], lead, Tq, Tk)
+    if "keep" in inputs:
+        return np.broadcast_to(inputs["keep"], lead + (Tq, Tk)).copy()
+    return np.ones(lead + (Tq, Tk), dtype=bool)
+
+
+def oracle_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray,
+                     scale: float | None = None, d_out: np.ndarray | None = None) -> Any:
+    """float64 ``(out, weights, lse, dq, dk, dv)`` (:class:`attnkit.testing.ReferenceResult`)."""
+    return reference_attention(q, k, v, mask=keep, scale=scale, d_out=d_out)
+
+
+def oracle_softmax(x: np.ndarray, keep: np.ndarray | None,
+                   d_y: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """float64 ``(y, dx or None)``: softmax over the last axis (allowed entries only)."""
+    y = softmax(x) if keep is None else masked_softmax(x, mask=keep)
+    if d_y is None:
+        return y, None
+    dx = softmax_backward(y, d_y) if keep is None else masked_softmax_backward(y, d_y)
+    return y, dx
+
+
+def rule_error(actual: Any, reference: Any, baseline: Any, factor: float,
+               name: str) -> str | None:
+    """None when ``actual`` meets the rule, else the measured error in words."""
+    try:
+        assert_close_by_rule(actual, reference, baseline, factor=factor, name=name)
+    except AssertionError as err:
+        return str(err)
+    return None
+
+
+def bound_of(reference: Any, baseline: Any, factor: float) -> float:
+    """The rule's bound: ``factor`` x the baseline's max error + 1e-5."""
+    ok = np.isfinite(np.asarray(baseline, dtype=np.float64))
+    base = max_mean_error(np.asarray(baseline)[ok], np.asarray(reference)[ok])[0]
+    return factor * base + 1e-5
+
+
+class Baseline:
+    """Plain same-precision math in ``framework`` (``"numpy"`` or ``"torch"``), ``dtype``."""
+
+    def __init__(self, framework: str, dtype: str) -> None:
+        self.framework, self.dtype = framework, dtype
+        if framework == "torch":
+            import torch
+
+            self.torch = torch
+
+    def _t(self, x: np.ndarray, grad: bool = False) -> Any:
+        t = self.torch.from_numpy(np.asarray(x, dtype=np.float64)).to(
+            getattr(self.torch, self.dtype))
+        return t.requires_grad_(grad)
+
+    def attention(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray,
+                  scale: float | None, d_out: np.ndarray | None = None) -> dict:
+        """``{"out", "weights"}`` (and ``"dq", "dk", "dv"`` given ``d_out``, PyTorch
+        only), as float64 arrays."""
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        any_key = keep.any(-1, keepdims=True)
+        if self.framework == "numpy":
+            dt = np.dtype(self.dtype)
+            qc, kc, vc = (x.astype(dt) for x in (q, k, v))
+            s = (qc @ np.swapaxes(kc, -1, -2)) * dt.type(scale)
+            s = np.where(keep, s, dt.type(-np.inf))
+            s = s - np.where(any_key, s.max(-1, keepdims=True), dt.type(0))
+            e = np.where(keep, np.exp(s), dt.type(0))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                w = np.where(any_key, e / e.sum(-1, keepdims=True), dt.type(0)).astype(dt)
+            return {"out": (w @ vc).astype(np.float64), "weights": w.astype(np.float64)}
+        torch = self.torch
+        grad = d_out is not None
+        qt, kt, vt = self._t(q, grad), self._t(k, grad), self._t(v, grad)
+        kp = torch.from_numpy(np.array(keep))
+        s = (qt @ kt.transpose(-1, -2)) * scale
+        s = s.masked_fill(~kp, float("-inf"))
+        s = torch.where(torch.from_numpy(any_key), s, torch.zeros((), dtype=s.dtype))
+        w = torch.where(kp, torch.softmax(s, dim=-1), torch.zeros((), dtype=s.dtype))
+        out = w @ vt
+        result = {"out": out.detach().double().numpy(), "weights": w.detach().double().numpy()}
+        if grad:
+            out.backward(self._t(d_out))
+            for name, t in (("dq", qt), ("dk", kt), ("dv", vt)):
+                result[name] = t.grad.double().numpy()
+        return result
+
+    def softmax(self, x: np.ndarray, keep: np.ndarray | None,
+                d_y: np.ndarray | None = None) -> dict:
+        """``{"y"}`` (and ``"dx"`` given ``d_y``, PyTorch only) as float64 arrays."""
+        keep = np.ones(x.shape, dtype=bool) if keep is None else np.broadcast_to(keep, x.shape)
+        any_key = keep.any(-1, keepdims=True)
+        if self.framework == "numpy":
+            dt = np.dtype(self.dtype)
+            s = np.where(keep, x.astype(dt), dt.type(-np.inf))
+            s = s - np.where(any_key, s.max(-1, keepdims=True), dt.type(0))
+            e = np.where(keep, np.exp(s), dt.type(0))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                y = np.where(any_key, e / e.sum(-1, keepdims=True), dt.type(0))
+            return {"y": y.astype(np.float64)}
+        torch = self.torch
+        xt = self._t(x, d_y is not None)
+        kp = torch.from_numpy(np.array(keep))
+        s = torch.where(torch.from_numpy(any_key), xt.masked_fill(~kp, float("-inf")),
+                        torch.zeros((), dtype=xt.dtype))
+        y = torch.where(kp, torch.softmax(s, dim=-1), torch.zeros((), dtype=xt.dtype))
+        result = {"y": y.detach().double().numpy()}
+        if d_y is not None:
+            y.backward(self._t(d_y))
+            result["dx"] = xt.grad.double().numpy()
+        return result

@@ -1,0 +1,151 @@
+"""What a check finds, and how it is shown: :class:`Finding`, :class:`Report`.
+
+Every finding carries a stable code from :data:`CODES`; its severity follows from the code
+(``fully-masked-row`` and ``causal-alignment`` are warnings, because peers disagree on them;
+every other code is an error). A report is ``ok`` when it holds no error.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["CODES", "ERROR", "WARNING", "Finding", "Report"]
+
+ERROR, WARNING = "error", "warning"
+
+# code -> (severity, what it means), in the order a report lists them.
+CODES: dict[str, tuple[str, str]] = {
+    "shape": (ERROR, "wrong output shape"),
+    "nan-or-inf": (ERROR, "NaN or inf where the oracle is finite"),
+    "float16-overflow": (ERROR, "fails or goes non-finite in half precision only"),
+    "mask-polarity": (ERROR, "the mask is read with the opposite meaning"),
+    "wrong-scale": (ERROR, "scores scaled by something other than 1/sqrt(Dk)"),
+    "inaccurate": (ERROR, "beyond the 2x/3x/5x error rule"),
+    "mutates-input": (ERROR, "writes into an argument"),
+    "gradient": (ERROR, "gradients disagree with the oracle"),
+    "unregistered-parameter": (ERROR, "a parameter the module does not register"),
+    "no-gradient": (ERROR, "a parameter that never gets a gradient"),
+    "state-dict": (ERROR, "state_dict does not round-trip the module"),
+    "dropout-in-eval": (ERROR, "dropout still active after eval()"),
+    "fully-masked-row": (WARNING, "a row with no allowed key is not 0"),
+    "causal-alignment": (WARNING, "causal mask aligned top-left, not bottom-right"),
+}
+
+
+@dataclass
+class Finding:
+    """One thing a check found.
+
+    Attributes:
+        code: a key of :data:`CODES` (stable: scripts may match on it).
+        message: one line, in plain words: what is wrong and what to do.
+        measured: the error against the rule, or what was observed.
+        case: the inputs it was found on (dtype and shapes).
+        reproducer: a few lines of Python that, run as printed, show the bug.
+    """
+
+    code: str
+    message: str
+    measured: str = ""
+    case: str = ""
+    reproducer: str = ""
+
+    def __post_init__(self) -> None:
+        if self.code not in CODES:
+            raise ValueError(f"unknown finding code {self.code!r}; known: {sorted(CODES)}")
+
+    @property
+    def severity(self) -> str:
+        return CODES[self.code][0]
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == ERROR
+
+
+@dataclass
+class Report:
+    """The result of one check.
+
+    Attributes:
+        check: ``"softmax"``, ``"masked-softmax"``, ``"attention"`` or ``"multi-head"``.
+        target: the name of what was checked.
+        framework: ``"numpy"`` or ``"torch"``.
+        convention: the calling convention used (``"valid_lens"``, ``"masked"``,
+            ``"keep"``, ``"sdpa"``, ``"none"``), and how it was chosen.
+        layout: the input layout used, e.g. ``"(B, H, T, D)"``.
+        findings: at most one per code, errors first.
+        cases: the names of the cases run.
+        seconds: wall time of the check.
+    """
+
+    check: str
+    target: str
+    framework: str = ""
+    convention: str = ""
+    layout: str = ""
+    findings: list[Finding] = field(default_factory=list)
+    cases: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when no finding is an error (warnings allowed)."""
+        return not any(f.is_error for f in self.findings)
+
+    @property
+    def codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+    def add(self, finding: Finding) -> None:
+        """Keep the first finding of each code (the cases run smallest first)."""
+        if finding.code not in self.codes:
+            self.findings.append(finding)
+            order = list(CODES)
+            self.findings.sort(key=lambda f: order.index(f.code))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ok"] = self.ok
+        for f, item in zip(self.findings, d["findings"]):
+            item["severity"] = f.severity
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def table(self, reproducers: bool = True) -> str:
+        """The report as text for a terminal: a header, one row per finding, then each
+        finding's reproducer."""
+        lines = [
+            f"attnkit check {self.check}: {self.target}",
+            f"  framework {self.framework}, convention {self.convention}"
+            + (f", layout {self.layout}" if self.layout else ""),
+            f"  {len(self.cases)} cases in {self.seconds:.2f} s",
+        ]
+        if not self.findings:
+            lines.append("  no findings: every case agrees with the oracle")
+        else:
+            width = max(len(f.code) for f in self.findings)
+            lines.append("")
+            lines.append(f"  {'severity':8}  {'code':{width}}  diagnosis")
+            for f in self.findings:
+                lines.append(f"  {f.severity:8}  {f.code:{width}}  {f.message}")
+                if f.measured:
+                    lines.append(f"  {'':8}  {'':{width}}  measured: {f.measured}")
+                if f.case:
+                    lines.append(f"  {'':8}  {'':{width}}  case: {f.case}")
+        if reproducers:
+            for f in self.findings:
+                if f.reproducer:
+                    lines += ["", f"reproducer for {f.code}:",
+                              textwrap.indent(f.reproducer, "    ")]
+        verdict = "OK" if self.ok else "FAILED"
+        n_err = sum(f.is_error for f in self.findings)
+        lines += ["", f"{verdict}: {n_err} error(s), {len(self.findings) - n_err} warning(s)"]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()

@@ -1,0 +1,110 @@
+"""Reproducers: a few lines of Python that, run as printed, show the bug.
+
+Each one makes the case's inputs with the very source the checker ran, calls the function
+as the checker did, computes the oracle, prints both, and ends in an ``assert`` that fails
+while the bug is there (or in the function's own exception). Once the bug is fixed, the
+same lines run clean: they double as a regression test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+__all__ = ["function_reproducer"]
+
+
+def _oracle_text(run: Any, case: Any, keep_expr: str = "keep", scale: str = "",
+                 grads: bool = False) -> tuple[str, str]:
+    """``(import line, expression)`` of the oracle's answer for ``case``."""
+    t = run.t
+    if t.check == "attention":
+        if case.mask in ("lens", "lens-empty"):
+            opts = ", valid_lens=valid_lens"
+        elif case.mask or case.causal:
+            opts = f", mask={keep_expr}"
+        else:
+            opts = ""
+        opts += f", scale={scale}" if scale else ""
+        opts += ", d_out=d_out" if grads else ""
+        return ("from attnkit.testing import reference_attention",
+                f"reference_attention(Q, K, V{opts})")
+    x64 = t.framework.to_float64_text("X")
+    if t.check == "softmax":
+        return "from attnkit.numpy import softmax", f"softmax({x64})"
+    opts = "valid_lens" if case.mask in ("lens", "lens-empty") else f"mask={keep_expr}"
+    return "from attnkit.numpy import masked_softmax", f"masked_softmax({x64}, {opts})"
+
+
+def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
+    """The reproducer of ``verdict``, found on ``case`` by ``run`` (a ``functions._Run``)."""
+    t, fw = run.t, run.fw
+    code, d = verdict.code, verdict.detail
+    grads = code == "gradient"
+    imp, oracle = _oracle_text(run, case, grads=grads and t.check == "attention")
+    # The cotangent is drawn last, so leaving it out changes no other input.
+    lines = t.header(imp) + run.setup(replace(case, grads=grads)).splitlines()
+    lines += t.convert_lines(case.dtype, grad=grads)
+    arrays = run.arrays(case)
+    big = [n.upper() for n in t.inputs]
+    equal = "torch.equal" if fw.name == "torch" else "np.array_equal"
+    if grads:
+        want = oracle + (".out" if t.check == "attention" else "")
+        lines.append(f"result = {t.call_text(arrays, case.causal)}")
+        lines.append("out = result[0] if isinstance(result, (tuple, list)) else result")
+        if d.get("grad") is None:
+            cot = "d_out" if t.check == "attention" else "d_y"
+            lines += [f"assert out.grad_fn is not None, {verdict.message!r}",
+                      f"out.backward(torch.from_numpy({cot}).to(out.dtype))"]
+            return "\n".join(lines)
+        name = d["grad"]
+        cot = "d_out" if t.check == "attention" else "d_y"
+        lines.append(f"out.backward(torch.from_numpy({cot}).to(out.dtype))")
+        if t.check == "attention":
+            lines.append(f"want = {oracle}.d{name}  # the float64 oracle's gradient")
+        else:
+            lines += [f"y = {want}",
+                      "want = y * (d_y - (y * d_y).sum(-1, keepdims=True))  # softmax backward"]
+        lines += [f"got = {name.upper()}.grad.double().numpy()",
+                  "err = np.abs(got - want).max()",
+                  f"print('max error of d{name}:', err)",
+                  f"assert err <= {d.get('bound', 1e-5):.3g}, {verdict.message!r}"]
+        return "\n".join(lines)
+    tail = ".out" if t.check == "attention" else ""
+    lines.append(f"want = {oracle}{tail}  # the float64 oracle")
+    if code == "mutates-input":
+        lines.append(f"before = [a.{'clone' if fw.name == 'torch' else 'copy'}() "
+                     f"for a in ({', '.join(big)}{',' if len(big) == 1 else ''})]")
+    lines += t.got_lines(arrays, case.causal)
+    if code == "mutates-input":
+        lines.append(f"changed = [n for n, a, b in zip({t.inputs!r}, ({', '.join(big)}"
+                     f"{',' if len(big) == 1 else ''}), before) if not {equal}(a, b)]")
+        lines.append("assert not changed, f'fn wrote into its argument(s) {changed}'")
+    elif code == "shape":
+        lines.append("assert got.shape == want.shape, f'shape {got.shape} != {want.shape}'")
+    elif code in ("nan-or-inf", "float16-overflow"):
+        lines += ["print(got)", f"assert np.isfinite(got).all(), {verdict.message!r}"]
+    elif code == "fully-masked-row":
+        empty = ("valid_lens == 0" if case.mask == "lens-empty"
+                 else "~keep.any(-1)" if t.check == "attention"
+                 else "~keep.any(-1, keepdims=True).repeat(keep.shape[-1], -1)")
+        lines += [f"empty = {empty}  # rows with no allowed key",
+                  "print(got[empty])",
+                  f"assert np.abs(got[empty]).max() <= 1e-6, {verdict.message!r}"]
+    else:
+        bound = d.get("bound", 1e-5)
+        if code == "wrong-scale":
+            _, alt = _oracle_text(run, case, scale=repr(d["scale"]))
+            lines.append(f"print('error with scale={d['scale']:.4g}:', "
+                         f"np.abs(got - {alt}{tail}).max())")
+        elif code == "mask-polarity" and case.mask:
+            _, alt = _oracle_text(run, case, keep_expr="~keep")
+            lines.append(f"print('error with the mask inverted:', np.abs(got - {alt}{tail}).max())")
+        elif code == "causal-alignment":
+            _, alt = _oracle_text(run, case, keep_expr="np.tril(np.ones_like(keep))")
+            lines.append(f"print('error against top-left causal:', "
+                         f"np.abs(got - {alt}{tail}).max())")
+        lines += ["err = np.abs(got - want).max()",
+                  "print('max error against the oracle:', err)",
+                  f"assert err <= {bound:.3g}, {verdict.message!r}"]
+    return "\n".join(lines)
