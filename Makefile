@@ -24,10 +24,11 @@ $(VENV)/.stamp-demo: pyproject.toml $(LOCK) | $(PY)
 	$(INSTALL) -e ".[torch,viz]"
 	touch $@
 
-$(VENV)/.stamp-test: pyproject.toml $(LOCK) | $(PY)
+$(VENV)/.stamp-test: pyproject.toml $(LOCK) requirements-nodeps.txt | $(PY)
 	@echo ">> installing attnkit with every extra (torch, matplotlib, triton, transformers)"
 	@echo ">> and the test tools from $(LOCK) into $(VENV): about 2 GB on disk, 2-5 minutes"
 	$(INSTALL) -e ".[torch,viz,triton,transformers,dev]"
+	$(PIP) install -q --no-deps --require-hashes -r requirements-nodeps.txt
 	touch $@
 
 # The explorer's browser tests drive Debian's chromium (Playwright comes with the dev
