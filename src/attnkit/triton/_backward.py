@@ -104,7 +104,7 @@ def _probs(s, hi, lo2):
 
 
 @triton.jit
-def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, LSE_LO, DELTA, stride_qm, stride_qd, stride_dom,
+def _dkdv_inner(dk, dv, k, kt, v, Q, DO, LSE, LSE_LO, DELTA, stride_qm, stride_qd, stride_dom,
                 stride_dod, row0, offs_n, offs_dk, offs_dv, start, stop, Tq, Tk, diag_off, left,
                 right, qk_scale, sc_in, sc_out, slope, q_ids, ids_k,
                 Dk: tl.constexpr, Dv: tl.constexpr, BLOCK_DK: tl.constexpr,
@@ -126,7 +126,7 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, LSE_LO, DELTA, stride_qm, stride_qd, s
         delta = tl.load(DELTA + row0 + offs_m, mask=row_ok, other=0.0)
 
         if QK_AS_FORWARD:
-            kq = tl.trans(tl.dot(q, tl.trans(k), input_precision=PRECISION))
+            kq = tl.trans(tl.dot(q, kt, input_precision=PRECISION))
         else:
             kq = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M)
         st, dtanh_t = _scores(kq, offs_m[None, :], offs_n[:, None], diag_off, qk_scale, sc_in,
@@ -181,6 +181,15 @@ def _bwd_dkdv_kernel(
     k = tl.load(K + off_b * stride_kb + off_hkv * stride_kh + offs_n[:, None] * stride_kn
                 + offs_dk[None, :] * stride_kd,
                 mask=col_ok[:, None] & (offs_dk[None, :] < Dk), other=0.0)
+    if QK_AS_FORWARD:
+        # K^T loaded as its own (Dk, BLOCK_N) tile, as the forward loads it: the
+        # interpreter's BLAS then sums q @ k^T in the forward's order (a transposed view of
+        # k takes another kernel, whose rounding at |q| ~ 20 put dK past the rule).
+        kt = tl.load(K + off_b * stride_kb + off_hkv * stride_kh + offs_n[None, :] * stride_kn
+                     + offs_dk[:, None] * stride_kd,
+                     mask=col_ok[None, :] & (offs_dk[:, None] < Dk), other=0.0)
+    else:
+        kt = tl.trans(k)
     v = tl.load(V + off_b * stride_vb + off_hkv * stride_vh + offs_n[:, None] * stride_vn
                 + offs_dv[None, :] * stride_vd,
                 mask=col_ok[:, None] & (offs_dv[None, :] < Dv), other=0.0)
@@ -206,7 +215,7 @@ def _bwd_dkdv_kernel(
             if HAS_SEG:
                 start, stop = _clip(start, stop, span_lo, span_hi, BLOCK_M)
             dk, dv = _dkdv_inner(
-                dk, dv, k, v, q_base, do_base, LSE, LSE_LO, DELTA, stride_qm, stride_qd,
+                dk, dv, k, kt, v, q_base, do_base, LSE, LSE_LO, DELTA, stride_qm, stride_qd,
                 stride_dom, stride_dod, row0, offs_n, offs_dk, offs_dv, start, stop, Tq, Tk,
                 diag_off, left, right, qk_scale, sc_in, sc_out, slope, q_ids, ids_k, Dk, Dv,
                 BLOCK_DK, BLOCK_DV, BLOCK_M, region != 1, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
