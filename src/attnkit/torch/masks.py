@@ -372,7 +372,7 @@ def attention_mask(
                 f"{getattr(mask, 'dtype', type(mask))}; pass additive float values as `bias`"
             )
         check_broadcast("mask", tuple(mask.shape), shape)
-        _and(mask.to(device) if device is not None else mask)
+        _and(mask if device is None or mask.device == device else mask.to(device))
     if valid_lens is not None:
         vm = valid_lens_mask(valid_lens, shape)
         _and(vm if device is None or vm.device == device else vm.to(device))
