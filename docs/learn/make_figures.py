@@ -128,7 +128,11 @@ def softmax_numerics() -> Figure:
         first = c[~ok][0]
         keep = c < first
         ax.plot(c[keep], y[keep], "--" if dtype == np.float64 else ":", color=color, lw=2,
-                label=f"naive exp/sum, {name} (broken past the line)")
+                label=f"naive exp/sum, {name}: past the line x = what it returns")
+        # Past the line: what the naive softmax really returns, 0 or NaN (drawn at -0.08).
+        past = c[~keep][::8]
+        got = np.nan_to_num(naive(past[:, None] * base, dtype), nan=-0.08)
+        ax.plot(past, got, "x", ms=4, color=color)
         ax.axvline(first, color=color, lw=0.8, ls=":")
         ax.annotate(f"{name}: 0 or NaN from c = {first:.1f}\n(exp(4c) > {np.finfo(dtype).max:.3g})",
                     (first, 0.5 if dtype == np.float64 else 0.62), xytext=(6, 0),
@@ -136,7 +140,9 @@ def softmax_numerics() -> Figure:
     ax.set_xscale("log")
     ax.set_xlabel("c   (logits = c * [1, 2, 3, 4])", fontsize=8)
     ax.set_ylabel("weight of the largest logit", fontsize=8)
-    ax.set_ylim(0.2, 1.25)
+    ax.set_ylim(-0.15, 1.25)
+    ax.axhline(0, color="0.7", lw=0.5)
+    ax.text(0.06, -0.08, "NaN", fontsize=7, va="center", color="0.3")
     ax.legend(fontsize=7, loc="upper left")
     ax.set_title("overflow: past a point the naive softmax returns 0 or NaN", fontsize=9)
 
@@ -382,9 +388,9 @@ def flash() -> Figure:
     ax1.set_yticks(range(0, T, bq))
     ax1.set_xlabel("keys (tiles of 4)", fontsize=8)
     ax1.set_ylabel("queries (tiles of 4)", fontsize=8)
-    ax1.set_title(f"causal, T = 16: {counts['full']} tiles need no mask, {counts['diag']} a "
-                  f"mask,\n{counts['skip']} are never computed (grey staircase = allowed cells)",
-                  fontsize=9)
+    ax1.set_title(f"causal, T = 16: {counts['full']} green tiles need no mask, {counts['diag']} "
+                  f"orange ones a mask,\n{counts['skip']} white ones are never computed "
+                  "(darker cells = allowed)", fontsize=9)
 
     # One query row, keys arriving in blocks: the running max and log-normaliser.
     rng = np.random.default_rng(6)

@@ -240,3 +240,23 @@ def test_no_mask_reads_what_flash_kernels_get():
                          allow_is_causal_skip=False)
     torch.testing.assert_close(out, at.attention(q, k, v, mask=dense)[0].transpose(1, 2),
                                rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("Tq", [1, 3])
+def test_no_mask_window_is_aligned_with_the_last_key(Tq):
+    """With no mask, a query block shorter than the keys (a cache) is the last Tq positions,
+    as in flash-attention: causal and window both end at the last key, and a single query
+    still gets its window."""
+
+    class Module(torch.nn.Module):
+        is_causal = True
+
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(1, 2, Tq, 8, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(1, 2, 10, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    out, _ = attention_forward(Module().eval(), q, k, v, None, sliding_window=4)
+    dense = mu.sdpa_mask(batch_size=1, q_length=Tq, kv_length=10, q_offset=10 - Tq,
+                         mask_function=swin(4), allow_is_causal_skip=False)
+    want = at.attention(q, k, v, mask=dense)[0].transpose(1, 2)
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
+    assert out.abs().sum() > 0

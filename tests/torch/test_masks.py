@@ -110,22 +110,10 @@ def test_sequence_mask_accepts_integral_floats():
     ]
 
 
-def test_a_valid_lens_mask_is_built_once_per_lengths_tensor(monkeypatch):
-    """Layers sharing one valid_lens tensor build its mask once; writing into the lengths
-    (or into a returned mask) builds it afresh."""
+def test_a_valid_lens_mask_names_lengths_out_of_range():
     from attnkit.torch import masks
 
-    built = []
-    real = masks.valid_lens_limits
-    monkeypatch.setattr(masks, "valid_lens_limits", lambda *a: built.append(1) or real(*a))
-    vl = torch.tensor([2, 4])
-    first = masks.valid_lens_mask(vl, (2, 3, 1, 4))
-    assert masks.valid_lens_mask(vl, (2, 3, 1, 4)) is first and len(built) == 1
-    vl[0] = 1
-    again = masks.valid_lens_mask(vl, (2, 3, 1, 4))
-    assert len(built) == 2 and again[0, 0, 0].tolist() == [True, False, False, False]
-    again[0] = True  # a caller writes into the mask it was given
-    fresh = masks.valid_lens_mask(vl, (2, 3, 1, 4))
-    assert len(built) == 3 and fresh[0, 0, 0].tolist() == [True, False, False, False]
+    got = masks.valid_lens_mask(torch.tensor([2, 4]), (2, 3, 1, 4))
+    assert got[0, 0, 0].tolist() == [True, True, False, False]
     with pytest.raises(ValueError, match="got min 1 and max 9"):
         masks.valid_lens_mask(torch.tensor([1, 9]), (2, 3, 1, 4))

@@ -371,9 +371,10 @@ def test_every_variant_reaches_the_triton_kernel(monkeypatch) -> None:
     assert torch.equal(got_q, q_ids) and torch.equal(got_kv, ids)
 
 
-def test_packed_runs_are_found_once_per_ids_tensor(monkeypatch) -> None:
-    """Layers that share one segment_ids tensor read it once (the runs are kept on it
-    until it is written to); a decoding step never reads it."""
+def test_packed_runs_follow_the_ids_and_skip_decoding_steps(monkeypatch) -> None:
+    """The runs come from the ids of each call (nothing is kept on the caller's tensor, so
+    a write through ``.data`` or under ``inference_mode`` is seen); a decoding step never
+    reads the ids."""
     from attnkit.torch import _packed
 
     found = []
@@ -383,15 +384,33 @@ def test_packed_runs_are_found_once_per_ids_tensor(monkeypatch) -> None:
     q = torch.randn(1, 2, 512, 8)
     with torch.no_grad():
         first, _ = at.attention(q, q, q, segment_ids=ids, causal=True)
-        for _ in range(3):  # three more layers
-            again, _ = at.attention(q, q, q, segment_ids=ids, causal=True)
-        assert len(found) == 1
-        torch.testing.assert_close(again, first)
         dense, _ = at.attention(q, q, q, mask=at.segment_mask(ids, (1, 2, 512, 512)),
                                 causal=True)
         torch.testing.assert_close(first, dense)
-        ids[0, -1] = -1  # written to: found again
-        at.attention(q, q, q, segment_ids=ids, causal=True)
-        assert len(found) == 2
+        ids.data[0, 300:] = 1  # a write that bumps no version counter
+        after, _ = at.attention(q, q, q, segment_ids=ids, causal=True)
+        want, _ = at.attention(q, q, q, mask=at.segment_mask(ids, (1, 2, 512, 512)),
+                               causal=True)
+        torch.testing.assert_close(after, want)
+        n = len(found)
         at.attention(q[:, :, -1:], q, q, segment_ids=(ids[:, -1:], ids))  # one query
-    assert len(found) == 2
+        assert len(found) == n
+    with torch.inference_mode():
+        got, _ = at.attention(q, q, q, segment_ids=ids, causal=True)
+    torch.testing.assert_close(got, want)
+
+
+def test_valid_lens_masks_follow_the_lengths_and_run_under_inference_mode() -> None:
+    q = torch.randn(2, 2, 3, 8)
+    k = torch.randn(2, 2, 6, 8)
+    vl = torch.tensor([2, 5])
+    ref = lambda lens: at.attention(q, k, k, mask=at.sequence_mask(lens, 6)[:, None, None])  # noqa: E731
+    with torch.no_grad():
+        torch.testing.assert_close(at.attention(q, k, k, valid_lens=vl)[0], ref(vl)[0])
+        vl.data[0] = 4  # a write that bumps no version counter
+        torch.testing.assert_close(at.attention(q, k, k, valid_lens=vl)[0], ref(vl)[0])
+    with torch.inference_mode():
+        out, _ = at.attention(q, k, k, valid_lens=vl)
+        mha = at.MultiHeadAttention(8, 2).eval()
+        mha(torch.randn(2, 3, 8), valid_lens=torch.tensor([1, 3]))
+    torch.testing.assert_close(out, ref(vl)[0])

@@ -139,25 +139,27 @@ def _structure_from_kwargs(
 ) -> dict[str, Any]:
     """attnkit keywords from what transformers hands its flash-attention kernels when there
     is no mask: ``is_causal`` (or ``module.is_causal``), ``sliding_window``, and packed
-    sequences as ``cu_seq_lens_q/k`` or ``position_ids``. Causal is top-left aligned, as in
-    transformers' SDPA and flash paths with no mask (no cache offset to account for)."""
+    sequences as ``cu_seq_lens_q/k`` or ``position_ids``."""
     call: dict[str, Any] = {}
     is_causal = kwargs.get("is_causal")
     is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
-    causal = bool(is_causal) and Tq > 1
-    if causal:
-        call["causal"] = "top_left" if Tq != Tk else True
+    # Bottom-right aligned, as flash-attention aligns causal and window when Tq != Tk (with
+    # Tq == Tk the two alignments agree).
+    if is_causal and Tq > 1:
+        call["causal"] = True
     window = kwargs.get("sliding_window")
-    if window is not None and Tq > 1:
-        # transformers' window w keeps key j iff qpos - w < kpos (and kpos <= qpos if causal)
-        call["window"] = (window - 1, None if causal else window - 1)
+    if window is not None and Tk > window - 1:
+        # flash-attention's window_size = (w - 1, w - 1), cut at the diagonal when causal
+        call["window"] = (window - 1, 0 if is_causal else window - 1)
     if Tq == 1 or Tq != Tk:
         return call  # a decoding step or cross-attention: one sequence per row
     cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
-    if cu_q is not None and cu_k is not None and torch.equal(cu_q, cu_k):
-        positions = torch.arange(Tq, device=cu_q.device)
-        ids = torch.searchsorted(cu_q[1:], positions, right=True)  # sequence of each token
-        call["segment_ids"] = ids[None]  # (1, T): packed input is one flattened row
+    if cu_q is not None and cu_k is not None:
+        def ids(cu: torch.Tensor) -> torch.Tensor:  # the sequence of each token, (1, T)
+            positions = torch.arange(Tq, device=cu.device)
+            return torch.searchsorted(cu[1:], positions, right=True)[None]
+
+        call["segment_ids"] = (ids(cu_q), ids(cu_k))  # packed input is one flattened row
     elif kwargs.get("position_ids") is not None:
         ids = find_packed_sequence_indices(kwargs["position_ids"])
         if ids is not None:

@@ -23,7 +23,6 @@ on shared ids ``s = 0``, so a causal block is a causal attention of its own.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 
 import torch
@@ -64,16 +63,10 @@ def packed_runs(q_ids: torch.Tensor, kv_ids: torch.Tensor) -> list[Runs] | None:
     """The blocks of each batch row (query run x key run of the same id), or None when the
     ids are not contiguous runs or the blocks would not save work over one dense call.
 
-    Reads the ids back (CPU tensors: no device sync), once per pair of id tensors: the
-    answer is kept on ``q_ids`` (until either is written to), so the layers of a model
-    that share one ``segment_ids`` tensor find their blocks once per forward."""
-    kept = getattr(q_ids, "_attnkit_runs", None)
-    stamp = (q_ids._version, kv_ids._version)
-    if kept is not None and kept[0]() is kv_ids and kept[1] == stamp:
-        return kept[2]
-    blocks = _blocks(q_ids, kv_ids)
-    q_ids._attnkit_runs = (weakref.ref(kv_ids), stamp, blocks)
-    return blocks
+    Reads the ids back (CPU tensors only: no device sync). Nothing is kept on the caller's
+    tensors: an answer cached there went stale when the ids were written through ``.data``
+    or a shared NumPy array, and inference tensors have no version counter to check."""
+    return _blocks(q_ids, kv_ids)
 
 
 def _blocks(q_ids: torch.Tensor, kv_ids: torch.Tensor) -> list[Runs] | None:

@@ -70,9 +70,8 @@ _BACKENDS = ("auto", "sdpa", "math", "triton")
 # the caller's reference); below it, one pass (its backward keeps the weights) is cheaper.
 ONE_PASS_MAX_SCORES = 1 << 22
 
-# SDPA gives a row with no allowed key output 0 and zero gradients on every kernel from
-# PyTorch 2.5 on; before, only its CPU kernels did, so masked GPU calls take the math path.
-SDPA_ZEROES_EMPTY_ROWS = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
+# SDPA gives a row with no allowed key output 0 and zero gradients from PyTorch 2.5 on
+# (attnkit needs torch >= 2.13), so empty rows need nothing of their own on the SDPA path.
 
 
 class Call(NamedTuple):
@@ -140,9 +139,6 @@ def plan(call: Call) -> Plan:
     if call.backend == "auto" and call.need_weights and (
             not call.grad or math.prod(call.scores) <= ONE_PASS_MAX_SCORES):
         return Plan("math", False, band, empty_rows)  # one pass: the weights are the buffer
-    if call.backend == "auto" and empty_rows and call.device != "cpu" \
-            and not SDPA_ZEROES_EMPTY_ROWS:
-        return Plan("math", False, band, empty_rows)
     return Plan("sdpa", is_causal, mask_band, empty_rows)
 
 

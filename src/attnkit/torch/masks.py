@@ -166,20 +166,8 @@ def valid_lens_mask(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -> 
     ``(B,)``: one length per batch row, for every query and head. ``(B, Tq)``: one length
     per query.
     """
-    if torch.compiler.is_compiling():
-        limits = valid_lens_limits(valid_lens, scores_shape)
-        return torch.arange(scores_shape[-1], device=limits.device) < limits
-    # Kept on the lengths tensor until it is written to: the layers of a model that share
-    # one valid_lens build (and check) its mask once per step, not once per layer.
-    stamp = (getattr(valid_lens, "_version", None), tuple(scores_shape))
-    kept = getattr(valid_lens, "_attnkit_mask", None)
-    if kept is not None and kept[0] == stamp and kept[1]._version == kept[2]:
-        return kept[1]  # (a caller who wrote into the mask gets a fresh one)
     limits = valid_lens_limits(valid_lens, scores_shape)
-    allowed = _positions(scores_shape[-1], limits.device) < limits
-    if isinstance(valid_lens, torch.Tensor):
-        valid_lens._attnkit_mask = (stamp, allowed, allowed._version)
-    return allowed
+    return _positions(scores_shape[-1], limits.device) < limits
 
 
 def window_mask(
