@@ -121,10 +121,15 @@ class Report:
         finding's reproducer."""
         lines = [
             f"attnkit check {self.check}: {self.target}",
-            f"  framework {self.framework}, convention {self.convention}"
+            f"  framework {self.framework or 'not found'}, "
+            f"convention {self.convention or 'not found'}"
             + (f", layout {self.layout}" if self.layout else ""),
             f"  {len(self.cases)} cases in {self.seconds:.2f} s",
         ]
+        if self.check == "attention" and self.convention.startswith("none"):
+            lines.append("  masks, empty rows and causal alignment were not tested: no mask "
+                         "argument was recognised (declare one with --convention "
+                         "valid_lens, masked, keep or sdpa)")
         if not self.findings:
             lines.append("  no findings: every case agrees with the oracle")
         else:
