@@ -151,7 +151,7 @@ def test_masks_without_structure_fall_back_to_dense_and_warn_once(monkeypatch):
 
 def test_the_mask_refuses_tensor_operations():
     """A model that uses the mask itself instead of handing it to AttentionInterface (T5 in
-    transformers <= 5.12 adds it to its position bias, where True counted as +1) gets a
+    transformers 5.4-5.12 added it to its position bias, where True counted as +1) gets a
     clear error at its first forward, not a silently wrong mask."""
     got = mask_function(**_args(CASES[2]))
     assert "StructuredMask" in repr(got)

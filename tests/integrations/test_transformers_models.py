@@ -338,10 +338,11 @@ def test_the_output_attentions_switch_is_where_attnkit_reads_it():
 
 
 def test_a_model_outside_attention_interface_is_refused():
-    """T5 in transformers <= 5.12 does not call AttentionInterface and added attnkit's mask
-    to its position bias (padding and causality silently lost). Built on attnkit, such a
-    model fails at its first forward with an error that says why; from 5.13 on T5 runs on
-    attnkit (and the other tests compare it with eager)."""
+    """T5 in transformers 5.4-5.14 does not call AttentionInterface and added attnkit's
+    mask to its position bias (padding and causality silently lost). Built on attnkit,
+    such a model fails at its first forward with an error that says why; where transformers
+    routes T5 through AttentionInterface it runs on attnkit (and the other tests compare
+    it with eager)."""
     cfg, auto, _ = _configs()["t5"]
     model = auto.from_config(cfg, attn_implementation=register()).eval()
     ids = _ids()

@@ -22,8 +22,8 @@ The band is read from public facts only, never from a function's code or closure
 A :class:`StructuredMask` has the shape and dtype of the dense mask (so checks such as
 ``mask.ndim == 4`` hold) and owns no storage. It means something to attnkit's attention
 function only: any torch operation on it raises, naming the operation. A model that uses
-the mask itself instead of handing it to ``AttentionInterface`` (T5 in transformers <= 5.12
-adds it to its position bias) is refused at its first forward instead of running with a
+the mask itself instead of handing it to ``AttentionInterface`` (T5 before transformers 5.22
+adds it to its scores) is refused at its first forward instead of running with a
 wrong mask.
 """
 
@@ -180,8 +180,8 @@ class StructuredMask(torch.Tensor):
         raise RuntimeError(
             f"{func} was applied to attnkit's attention mask. That mask is structure for "
             "attnkit's attention function only, so this model uses its mask outside "
-            "transformers' AttentionInterface (T5 in transformers <= 5.12 adds it to its "
-            "position bias) and would run with a wrong mask. Use attn_implementation='sdpa' "
+            "transformers' AttentionInterface (T5 before transformers 5.22 adds it to its "
+            "scores) and would run with a wrong mask. Use attn_implementation='sdpa' "
             "or 'eager' for this model, or a transformers release where its attention goes "
             "through AttentionInterface; call mask.dense() for the plain bool tensor."
         )
