@@ -269,21 +269,28 @@ def test_gradients_match_eager(family: str, dtype: torch.dtype):
         _close(got[name], ref[name], dtype, f"{family} grad {name}")
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_masks_arrive_as_structure(family: str, monkeypatch: pytest.MonkeyPatch):
-    """No dense mask reaches attnkit, weights come from the fused path whenever they are
-    recorded (GPT-2 drops ``output_attentions`` before its attention function), and each
-    family's own feature is passed through, not left to the user."""
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """The keyword arguments of every ``attnkit.torch.attention`` call the integration
+    makes while the test runs."""
     import attnkit.integrations.transformers as integration
 
-    calls: list[dict] = []
+    seen: list[dict] = []
     attention = integration.attention
 
     def spy(q, k, v, **kw):
-        calls.append(kw)
+        seen.append(kw)
         return attention(q, k, v, **kw)
 
     monkeypatch.setattr(integration, "attention", spy)
+    return seen
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_masks_arrive_as_structure(family: str, calls: list[dict]):
+    """No dense mask reaches attnkit, weights come from the fused path whenever they are
+    recorded (GPT-2 drops ``output_attentions`` before its attention function), and each
+    family's own feature is passed through, not left to the user."""
     _, ours = model_pair(family, torch.float32)
     _run(ours, family, _ids(), _padding("left"), attentions=True)
     assert ours.config._attn_implementation == "attnkit"
@@ -302,19 +309,9 @@ def test_masks_arrive_as_structure(family: str, monkeypatch: pytest.MonkeyPatch)
 # GPT-OSS takes position ids but builds its masks without them: no packed mask (eager
 # attends across documents too, and the forward test above holds it to that).
 @pytest.mark.parametrize("family", [f for f in PACKABLE if f != "gpt_oss"])
-def test_packed_sequences_reach_attnkit_as_segments(family: str, monkeypatch: pytest.MonkeyPatch):
+def test_packed_sequences_reach_attnkit_as_segments(family: str, calls: list[dict]):
     """Restarting position ids with no cache: transformers builds a packed mask, and it
     reaches attnkit as the segment ids of the documents, not as a dense mask."""
-    import attnkit.integrations.transformers as integration
-
-    calls: list[dict] = []
-    attention = integration.attention
-
-    def spy(q, k, v, **kw):
-        calls.append(kw)
-        return attention(q, k, v, **kw)
-
-    monkeypatch.setattr(integration, "attention", spy)
     _, ours = model_pair(family, torch.float32)
     pos = _packed_positions()
     _run(ours, family, _ids(), position_ids=pos)

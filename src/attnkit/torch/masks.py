@@ -93,10 +93,11 @@ def _check_lengths(valid_lens: object, maxlen: int) -> torch.Tensor:
             return vl
         return vl.clamp(0, maxlen)
     if not vl.numel():
-        pass
-    elif not vl.is_floating_point():
-        values = (vl.tolist() if vl.ndim == 1 else vl.flatten().tolist()) \
-            if vl.numel() <= 4096 else torch.stack(torch.aminmax(vl.flatten())).tolist()
+        return vl.long() if vl.is_floating_point() else vl
+    if not vl.is_floating_point():
+        # On the host (no device sync); a short list is cheaper to read than aminmax.
+        values = vl.flatten().tolist() if vl.numel() <= 4096 else \
+            torch.stack(torch.aminmax(vl.flatten())).tolist()
         lo, hi = min(values), max(values)
         if lo < 0 or hi > maxlen:
             check_length_range(lo, hi, maxlen)
