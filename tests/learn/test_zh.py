@@ -186,3 +186,20 @@ def test_pending_exercises_are_chinese_and_mirror_the_english_section(path):
     zh_chapter = (ZH / english.name).read_text(encoding="utf-8")
     if "## 练习" in zh_chapter:
         pytest.fail(f"docs/learn/zh/{english.name} has its exercises: delete {path.name}")
+
+
+@pytest.mark.parametrize("name", EN_CHAPTERS)
+def test_sections_mirror_the_english_chapter(name):
+    """As many sections as the English chapter, and its notes' mistakes and exercises too."""
+    zh_path = ZH / name
+    if not zh_path.is_file():
+        pytest.fail(f"docs/learn/zh/{name} is missing")
+    en, zh = (EN / name).read_text(encoding="utf-8"), zh_path.read_text(encoding="utf-8")
+
+    def sections(text: str) -> list[str]:
+        return re.findall(r"^## .*$", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S), re.M)
+
+    assert len(sections(zh)) == len(sections(en)), (sections(en), sections(zh))
+    for english, chinese in (("## Mistakes in the notes", "## 笔记里的常见错误"),
+                             ("## Exercises", "## 练习")):
+        assert (english in en) == (chinese in zh), f"docs/learn/zh/{name}: {chinese!r}"
