@@ -129,7 +129,7 @@ def _not_named_yet() -> list:
 
 
 def _is_wrong(result: Any) -> bool:
-    return result > 1e-5 if isinstance(result, float) else not result.ok
+    return not result < 1e-5 if isinstance(result, float) else not result.ok  # NaN: wrong
 
 
 def test_every_chapter_has_exercises():
@@ -161,7 +161,7 @@ def test_wrong_answer_gets_its_finding(chapter, name, answer, code):
     exercise = BY_NAME[(chapter, name)]
     result = exercise.run(answer)
     if code == "mismatch":  # graded by comparison, not by attnkit check
-        assert isinstance(result, float) and result > 1e-5, result
+        assert isinstance(result, float) and not result < 1e-5, result  # NaN is wrong too
         return
     assert code in result.codes, f"{exercise.where} {answer.__name__}: want {code}\n{result}"
 

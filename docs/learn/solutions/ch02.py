@@ -44,3 +44,24 @@ def attention_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     scores = scores.masked_fill(empty, 0.0)                      # no all -inf row: no NaN
     weights = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)  # empty row: 0
     return weights.to(v.dtype) @ v
+
+
+def masked_softmax_per_query(X: np.ndarray, valid_lens: np.ndarray) -> np.ndarray:
+    """Masked softmax with d2l's lengths of either shape.
+
+    Args:
+        X: scores, ``(B, Tq, Tk)``; not changed.
+        valid_lens: ``(B,)`` (one length per batch row) or ``(B, Tq)`` (one per query).
+
+    Returns:
+        ``(B, Tq, Tk)`` weights: 0 past each length; a row with length 0 is all zeros.
+    """
+    B, Tq, Tk = X.shape
+    if valid_lens.ndim == 1:
+        valid_lens = np.broadcast_to(valid_lens[:, None], (B, Tq))   # the same for each query
+    keep = np.arange(Tk) < valid_lens[..., None]                    # (B, Tq, Tk)
+    scores = np.where(keep, X, -np.inf)
+    m = scores.max(axis=-1, keepdims=True)
+    e = np.exp(scores - np.where(np.isneginf(m), 0.0, m))
+    total = e.sum(axis=-1, keepdims=True)
+    return e / np.where(total == 0, 1.0, total)

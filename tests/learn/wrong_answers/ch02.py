@@ -74,12 +74,30 @@ def attention_masked_in_place(q, k, v, mask):
     return w.to(v.dtype) @ v
 
 
+def masked_softmax_per_query_first_length(X, valid_lens):
+    """A (B, Tq) reduced to its first column: every query gets query 0's length."""
+    lens = valid_lens if valid_lens.ndim == 1 else valid_lens[:, 0]
+    keep = np.arange(X.shape[-1]) < lens[:, None, None]
+    with np.errstate(invalid="ignore"):  # a length of 0 gives a NaN row as well
+        return _softmax(np.where(keep, X, -np.inf))
+
+
+def masked_softmax_per_query_minus_1e6(X, valid_lens):
+    """Right shapes, but a -1e6 fill: a row of length 0 comes out uniform."""
+    if valid_lens.ndim == 1:
+        valid_lens = np.broadcast_to(valid_lens[:, None], X.shape[:2])
+    keep = np.arange(X.shape[-1]) < valid_lens[..., None]
+    return _softmax(np.where(keep, X, -1e6))
+
+
 WRONG = [
     ("masked_softmax", masked_softmax_fill_in_place, "mutates-input"),
     ("masked_softmax", masked_softmax_fill_minus_1e6, "float16-overflow"),
     ("masked_softmax", masked_softmax_fill_minus_1e6, "fully-masked-row"),
     ("masked_softmax", masked_softmax_no_guard, "nan-or-inf"),
     ("masked_softmax", masked_softmax_over_queries, "inaccurate"),
+    ("masked_softmax_per_query", masked_softmax_per_query_first_length, "mismatch"),
+    ("masked_softmax_per_query", masked_softmax_per_query_minus_1e6, "mismatch"),
     ("attention_masked", attention_masked_inverted, "mask-polarity"),
     ("attention_masked", attention_masked_minus_1e9, "float16-overflow"),
     ("attention_masked", attention_masked_no_guard, "nan-or-inf"),
