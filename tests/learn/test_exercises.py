@@ -105,24 +105,13 @@ EXERCISES = [Exercise(chapter, path, line, code)
 BY_NAME = {(e.chapter, e.name): e for e in EXERCISES}
 
 
-def _wrong_answers() -> list:
+def _answers(listing: str) -> list:
+    """``(chapter, exercise name, answer, code)`` of every entry of ``listing`` (``WRONG``
+    or ``NOT_NAMED_YET``) in tests/learn/wrong_answers/chNN.py."""
     params = []
     for chapter, _ in _chapters():
         path = ROOT / "tests" / "learn" / "wrong_answers" / f"{chapter}.py"
-        if not path.exists():
-            continue
-        for name, answer, code in _load(path).WRONG:
-            params.append(pytest.param(chapter, name, answer, code,
-                                       id=f"{chapter}-{name}-{answer.__name__}"))
-    return params
-
-
-def _not_named_yet() -> list:
-    params = []
-    for chapter, _ in _chapters():
-        path = ROOT / "tests" / "learn" / "wrong_answers" / f"{chapter}.py"
-        for name, answer, code in getattr(_load(path), "NOT_NAMED_YET", []) \
-                if path.exists() else []:
+        for name, answer, code in getattr(_load(path), listing, []) if path.exists() else []:
             params.append(pytest.param(chapter, name, answer, code,
                                        id=f"{chapter}-{name}-{answer.__name__}"))
     return params
@@ -156,7 +145,7 @@ def test_solution_passes(exercise):
         assert result.ok and result.findings == [], f"{exercise.where}:\n{result}"
 
 
-@pytest.mark.parametrize("chapter, name, answer, code", _wrong_answers())
+@pytest.mark.parametrize("chapter, name, answer, code", _answers("WRONG"))
 def test_wrong_answer_gets_its_finding(chapter, name, answer, code):
     exercise = BY_NAME[(chapter, name)]
     result = exercise.run(answer)
@@ -168,14 +157,14 @@ def test_wrong_answer_gets_its_finding(chapter, name, answer, code):
 
 def test_every_exercise_has_two_wrong_answers():
     counts = {(e.chapter, e.name): 0 for e in EXERCISES}
-    for param in _wrong_answers():
+    for param in _answers("WRONG"):
         chapter, name = param.values[0], param.values[1]
         assert (chapter, name) in counts, f"{chapter}: no exercise named {name}"
         counts[(chapter, name)] += 1
     assert all(n >= 2 for n in counts.values()), counts
 
 
-@pytest.mark.parametrize("chapter, name, answer, code", _not_named_yet())
+@pytest.mark.parametrize("chapter, name, answer, code", _answers("NOT_NAMED_YET"))
 def test_wrong_answer_not_named_yet_is_still_flagged(chapter, name, answer, code):
     """A mistake the checker reports only by a side effect (recorded with what it gets
     today): it must at least not pass clean. When the checker learns to name it, move it
