@@ -165,29 +165,6 @@ def test_the_readme_links_both_courses():
     assert "[中文版](docs/learn/zh/README.md)" in readme
 
 
-# docs/learn/zh/_exercises/NN.md holds a chapter's "## 练习" section until it is appended to
-# docs/learn/zh/NN-*.md, after the English chapter gains its "## Exercises"; from then on the
-# chapter tests above compare its code. Until then these tests keep the pending text honest.
-PENDING = sorted((ZH / "_exercises").glob("[0-9][0-9].md"))
-
-
-@pytest.mark.parametrize("path", PENDING, ids=[p.name for p in PENDING])
-def test_pending_exercises_are_chinese_and_mirror_the_english_section(path):
-    text = path.read_text(encoding="utf-8")
-    assert text.startswith("## 练习\n"), f"{path.name} does not open with '## 练习'"
-    assert "```python" in text, f"{path.name} has no exercise code"
-    assert cjk_share(prose(text)) >= MIN_CJK_SHARE, path.name
-    (english,) = sorted(EN.glob(f"{path.stem}-*.md"))
-    en_text = english.read_text(encoding="utf-8")
-    if "## Exercises" in en_text:
-        en = fenced_blocks(en_text[en_text.index("## Exercises"):])
-        assert fenced_blocks(text) == en, (
-            f"{path.name}: the code differs from {english.name}'s exercises; copy them again")
-    zh_chapter = (ZH / english.name).read_text(encoding="utf-8")
-    if "## 练习" in zh_chapter:
-        pytest.fail(f"docs/learn/zh/{english.name} has its exercises: delete {path.name}")
-
-
 @pytest.mark.parametrize("name", EN_CHAPTERS)
 def test_sections_mirror_the_english_chapter(name):
     """As many sections as the English chapter, and its notes' mistakes and exercises too."""
