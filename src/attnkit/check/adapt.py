@@ -138,13 +138,13 @@ def read_call(fn: Any, n_inputs: int) -> Call:
     mask = next((p for p in rest if p.name.lower() in LENS_NAMES), None)
     guess: str | None = "valid_lens" if mask is not None else None
     if mask is None:
+        mask = next((p for p in rest if p.name.lower() in ("mask", "attn_mask",
+                                                           "attention_mask")), None)
+    if mask is None:
         mask = next((p for p in rest if p.name.lower() in PADDING_NAMES), None)
         guess = "masked" if mask is not None else None
     if mask is None:
-        masks = [p for p in rest if "mask" in p.name.lower()]
-        mask = next((p for p in masks if p.name.lower() in ("mask", "attn_mask",
-                                                            "attention_mask")), None)
-        mask = mask or (masks[0] if masks else None)
+        mask = next((p for p in rest if "mask" in p.name.lower()), None)
     if mask is None:  # an unnamed parameter right after the inputs, if it is no flag
         after = [p for p in positional if p.name not in used]
         if after and positional.index(after[0]) == n_inputs and not _is_flag(after[0]):

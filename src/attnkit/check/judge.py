@@ -233,6 +233,12 @@ class Run:
                                 "its output is that of attention with no causal mask (apply "
                                 "the causal mask, keys j <= i + Tk - Tq)", err, bound=bound,
                                 leak=True)
+            if not self.t.causal and not case.causal and Tq > 1 and self.fits(
+                    a, self.keep(a, causal=True), None, case, got):
+                return Verdict("inaccurate",
+                                "fn masks the future (it behaves as causal attention, query i "
+                                "sees keys j <= i + Tk - Tq) but was not declared causal: "
+                                "pass causal=True (--causal)", err, bound=bound)
             if (case.causal or self.t.causal) and Tq != Tk:
                 top_left = np.tril(np.ones((Tq, Tk), dtype=bool))
                 if self.t.causal:
@@ -276,6 +282,9 @@ class Run:
         want = self.want(a, keep, scale)["out"]
         base = self.base(a, keep, case.dtype, scale)["out"]
         finite = np.isfinite(base)
+        if keep is not None:  # rows with no allowed key are fully-masked-row's business
+            rows = np.broadcast_to(keep, want.shape[:-1] + keep.shape[-1:]).any(-1)
+            finite = finite & rows[..., None]
         return rule_error(got[finite], want[finite], base[finite], 2.0, "alt") is None
 
     def judge_grads(self, case: Case, a: dict, keep: Any, want: dict) -> Verdict | None:
