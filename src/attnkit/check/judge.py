@@ -201,7 +201,10 @@ class Run:
                                       name) is None:
             row_out = got[empty]
             uniform = self.uniform_rows(a, got, empty)
-            what = ("a uniform row (a large negative fill like -1e9 leaves every score of "
+            what = ("a uniform row (an additive finfo.min mask, as transformers' eager "
+                    "attention takes, leaves every score of the row equal)"
+                    if uniform and self.t.convention == "additive" else
+                    "a uniform row (a large negative fill like -1e9 leaves every score of "
                     "the row equal)" if uniform else "neither 0 nor NaN")
             return Verdict("fully-masked-row",
                             f"a query with no allowed key gets {what}; attnkit, SDPA and "

@@ -75,7 +75,7 @@ class Harness:
 
     # -- calling --------------------------------------------------------------------------
     def _mask(self, keep: torch.Tensor | None, lens: torch.Tensor | None, layout: str,
-              Bn: int, Tq: int, Tk: int) -> dict:
+              Bn: int, Tq: int, Tk: int, dtype: torch.dtype = torch.float32) -> dict:
         if self.convention == "none" or self.mask_name is None:
             return {}
         if keep is None and lens is None and not self.mask_optional:
@@ -96,9 +96,9 @@ class Harness:
         else:
             m = {"tt": keep, "btt": keep.expand(Bn, *keep.shape),
                  "b1tt": keep[None, None]}[layout]
-        if self.convention == "additive":
-            fill = torch.finfo(torch.float32).min
-            return {self.mask_name: torch.zeros(m.shape).masked_fill(~m, fill)}
+        if self.convention == "additive":  # in the inputs' dtype, as a model builds it
+            fill = torch.finfo(dtype).min if dtype.is_floating_point else -1e30
+            return {self.mask_name: torch.zeros(m.shape, dtype=dtype).masked_fill(~m, fill)}
         return {self.mask_name: (~m if self.convention == "masked" else m).clone()}
 
     def eval(self, m: Any) -> Any:
@@ -112,7 +112,7 @@ class Harness:
         if self.layout is None and self.convention in ("masked", "keep", "additive") and (
                 keep is not None or lens is not None or not self.mask_optional):
             self.layout = self._find_layout(m, xq, xkv, keep, lens)
-        kw = self._mask(keep, lens, self.layout or "tt", Bn, Tq, Tk)
+        kw = self._mask(keep, lens, self.layout or "tt", Bn, Tq, Tk, xq.dtype)
         xs = [xq] if self.self_only else [xq, xkv if xkv is not None else xq,
                                           xkv if xkv is not None else xq]
         if not self.batch_first:
@@ -154,14 +154,16 @@ class Harness:
                 y = x.clone()
                 y.select(axis, changed).add_(_rand(4, E, seed=3))
                 xs, ys = ([x], [y]) if self.self_only else ([x, x, x], [y, y, y])
+                if self.numpy:
+                    xs, ys = [t.numpy() for t in xs], [t.numpy() for t in ys]
                 if self.input_names:
                     a = m(**dict(zip(self.input_names, xs)))
                     b = m(**dict(zip(self.input_names, ys)))
                 else:
                     a, b = m(*xs), m(*ys)
-                a, b = unwrap_out(a), unwrap_out(b)
-                if not torch.allclose(torch.as_tensor(a).select(axis, watched),
-                                      torch.as_tensor(b).select(axis, watched), atol=1e-5):
+                a, b = torch.as_tensor(unwrap_out(a)), torch.as_tensor(unwrap_out(b))
+                if not torch.allclose(a.select(axis, watched).float(),
+                                      b.select(axis, watched).float(), atol=1e-5):
                     return False
             return True
 
@@ -236,7 +238,7 @@ class Harness:
                  "bt": f"{B}, Tk", "b1t": f"{B}, 1, Tk", "b11t": f"{B}, 1, 1, Tk"}[
             self.layout or "tt"]
         if self.convention == "additive":
-            return f"torch.zeros({shape})"
+            return f"torch.zeros({shape}, dtype=inputs[0].dtype)"
         fill = "zeros" if self.convention == "masked" else "ones"
         return f"torch.{fill}({shape}, dtype=torch.bool)"
 
@@ -253,9 +255,9 @@ class Harness:
             shaped = {"tt": "keep", "btt": f"keep.expand({B}, -1, -1)",
                       "b1tt": "keep[None, None]"}[self.layout or "tt"]
         if self.convention == "additive":
-            return keep_lines + [f"mask = torch.zeros({shaped}.shape).masked_fill(~{shaped}, "
-                                 f"torch.finfo(torch.float32).min)  # additive: 0 = may "
-                                 f"attend"], f"{self.mask_name}=mask"
+            return keep_lines + [
+                f"mask = torch.zeros({shaped}.shape, dtype=x.dtype).masked_fill(~{shaped}, "
+                f"torch.finfo(x.dtype).min)  # additive: 0 = may attend"], f"{self.mask_name}=mask"
         flip = f"~{shaped}" if self.convention == "masked" else shaped
         note = "True = masked" if self.convention == "masked" else "True = may attend"
         return keep_lines + [f"mask = {flip}  # {note}"], f"{self.mask_name}=mask"
@@ -484,8 +486,11 @@ class Harness:
                             reproducer=self.repro(body + [
                                 f"assert torch.isfinite(a{sel}).all(), {msg!r}"]))]
         if not torch.allclose(a[row], b[row], atol=1e-5):
-            msg = ("a query with no allowed key still averages the values (a -1e9 fill leaves "
-                   "a uniform row); attnkit, SDPA and flash-attn give attention output 0")
+            why = ("an additive finfo.min mask leaves a uniform row, as transformers' eager "
+                   "attention does" if self.convention == "additive"
+                   else "a -1e9 fill leaves a uniform row")
+            msg = (f"a query with no allowed key still averages the values ({why}); attnkit, "
+                   f"SDPA and flash-attn give attention output 0")
             return [Finding("fully-masked-row", msg, "its output moves with the values",
                             reproducer=self.repro(body + [
                                 f"assert torch.allclose(a{sel}, b{sel}), {msg!r}"]))]

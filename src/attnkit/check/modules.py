@@ -143,6 +143,7 @@ def _check_multi_head(factory: Any, convention: str, causal: bool) -> Report:
             pass  # the shape probe says what the module raises
     if no_layout is not None:
         h.convention = conv = "none"  # the mask probes cannot run
+        how = f"{mask_name}= took no known layout: masks not tested"
     report.convention = f"{conv} ({how})" + (f", passed as {mask_name}=" if conv != "none"
                                             and mask_name else "")
     if h.layout:
