@@ -61,7 +61,9 @@ class Call:
         guessed: the convention its name says (``valid_lens``, ``masked`` for a key padding
             mask, ``sdpa``), ``none`` when there is no mask, None when behaviour must say.
         fixed: required parameters that are not inputs nor the mask, and what they get:
-            ``"scale"`` (1/sqrt(Dk)), ``"zero"`` (a dropout) or ``"false"`` (a flag).
+            ``"scale"`` (1/sqrt(Dk)), ``"zero"`` (a dropout), ``"false"``/``"true"`` (a
+            flag) or ``"module"`` (a stand-in for the calling layer: ``training=False``,
+            ``num_key_value_groups=1``, as transformers' attention functions read it).
         unfilled: required parameters the check cannot fill (the call will fail).
         flags: the parameters after the inputs that were read as flags, not masks.
     """
@@ -92,6 +94,8 @@ def _fill(p: inspect.Parameter) -> str | None:
         return "scale"
     if "drop" in name:
         return "zero"
+    if name == "module":  # the calling layer, as transformers' attention functions take it
+        return "module"
     if name in ("training", "is_training", "train", "deterministic"):
         return "true" if name == "deterministic" else "false"
     return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -110,6 +111,8 @@ class Target:
         return inputs, extra, kw
 
     def _fixed_value(self, arrays: dict[str, np.ndarray], how: str) -> Any:
+        if how == "module":
+            return SimpleNamespace(training=False, num_key_value_groups=1, is_causal=False)
         if how == "scale":
             return 1.0 / math.sqrt(arrays["q"].shape[-1]) if "q" in arrays else 1.0
         return {"zero": 0.0, "false": False, "true": True}[how]
@@ -140,7 +143,9 @@ class Target:
     def header(self, oracle_import: str) -> list[str]:
         load = (f"fn = load_target({self.spec!r})" if self.spec
                 else f"fn = ...  # {self.name}: your function here")
-        return self.framework.imports() + [
+        stand_in = (["from types import SimpleNamespace"]
+                    if "module" in self.call.fixed.values() else [])
+        return stand_in + self.framework.imports() + [
             "from attnkit.check import load_target", oracle_import, "", load]
 
     def convert_lines(self, dtype: str, grad: bool = False) -> list[str]:
@@ -202,7 +207,8 @@ class Target:
                 parts.append(mask)
         for name, how in self.call.fixed.items():
             value = self._fixed_value(arrays, how)
-            parts.append(f"{name}={value!r}")
+            parts.append(f"{name}=SimpleNamespace(training=False, num_key_value_groups=1, "
+                         f"is_causal=False)" if how == "module" else f"{name}={value!r}")
         return f"fn({', '.join(parts)})"
 
     def got_lines(self, arrays: dict[str, np.ndarray], causal: bool = False,

@@ -105,6 +105,10 @@ def _convention_probe(run: Run) -> str | None:
     return None
 
 
+_FILLED = {"scale": "1/sqrt(Dk)", "module": "a stand-in (training=False, num_key_value_groups=1)",
+           "zero": "0.0", "false": "False", "true": "True"}
+
+
 def _check(fn: Any, check: str, convention: str, causal: bool = False) -> Report:
     # The user's code may overflow on purpose of the cases: its warnings are findings here.
     with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -166,7 +170,7 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool) -> Report
         report.convention += f"; {', '.join(call.flags)} left at default (not a mask)"
     if call.fixed:
         report.convention += "; " + ", ".join(
-            f"{k}={'1/sqrt(Dk)' if v == 'scale' else v}" for k, v in call.fixed.items())
+            f"{k}={_FILLED.get(v, v)}" for k, v in call.fixed.items())
     if check == "attention":
         report.layout = "(B, H, T, D)" if target.heads else "(B, T, D)"
         if target.out_layout == "bthd":
