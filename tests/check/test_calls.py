@@ -137,10 +137,20 @@ def test_a_function_declared_causal():
 
 
 def test_a_parameter_the_check_cannot_fill_is_call_failed():
-    report = check_attention(fn("needs_module"))
+    report = check_attention(fn("needs_config"))
     assert report.codes == ["call-failed"], report.table()
-    assert "module" in report.findings[0].message
+    assert "config" in report.findings[0].message
     assert "missing 1 required positional argument" in report.findings[0].measured
+
+
+def test_the_calling_layer_first_gets_a_stand_in():
+    report = check_attention(fn("eager_like_with_module"))
+    assert report.ok and set(report.codes) <= {"fully-masked-row"}, report.table()
+    assert "module=a stand-in" in report.convention
+    assert report.convention.startswith("additive (from behaviour), passed as attention_mask=")
+    # its reproducers build the same stand-in and run
+    assert "SimpleNamespace(training=False" in report.findings[0].reproducer
+    assert isinstance(raises_as_printed(report.findings[0].reproducer), AssertionError)
 
 
 # -- modules ----------------------------------------------------------------------------------
@@ -180,6 +190,15 @@ def test_causality_is_stated_and_checked_when_declared():
     leak = check_multi_head(cls("CausalMaskRemoved"), causal=True)
     assert leak.codes == ["causal-leak"], leak.table()
     assert_errors_reproduce(leak)
+
+
+def test_a_causal_module_with_a_mask_is_read_in_its_own_polarity():
+    """Keys flagged late would tell nothing here: a causal module's early rows never see
+    them, whichever way it reads the mask."""
+    report = check_multi_head(cls("CausalWithKeepMask"))
+    assert report.findings == [], report.table()
+    assert report.convention.startswith("keep (from behaviour)")
+    assert report.causality.startswith("behaves as causal")
 
 
 def test_sequence_first_module_is_found_by_trying():

@@ -275,18 +275,20 @@ class Harness:
 
     # -- probes ---------------------------------------------------------------------------
     def polarity(self) -> str | None:
-        """``"masked"``, ``"keep"`` or ``"additive"``: given a mask flagging keys 3 and 4,
+        """``"masked"``, ``"keep"`` or ``"additive"``: given a mask flagging keys 0 and 1,
         which keys does the module ignore? For each reading, the keys it says are ignored
         get a random change, a different one per key (one shared change would not do: a
         softmax over those keys cannot see it). Raises :class:`NoMaskLayout` when the
         module takes no mask layout the check knows."""
         x, kv = _rand(B, T, E), _rand(B, T, E, seed=1)
         noise = 2 * _rand(B, T, E, seed=5)
+        # The first keys are flagged: a causal module's early rows see no later key, so the
+        # rows compared for each reading are ones a causal module lets see the changed keys.
         flag = torch.zeros(T, T, dtype=torch.bool)
-        flag[:, 3:] = True
+        flag[:, :2] = True
         no_layout = None
-        for reading, cols in (("masked", slice(3, None)), ("keep", slice(0, 3)),
-                              ("additive", slice(3, None))):
+        for reading, cols in (("masked", slice(0, 2)), ("keep", slice(2, None)),
+                              ("additive", slice(0, 2))):
             self.convention = "additive" if reading == "additive" else "keep"
             self.layout = None
             keep = ~flag if reading == "additive" else flag
@@ -301,7 +303,7 @@ class Harness:
             except Exception:
                 continue
             if self.self_only:  # the queries are the keys: compare unchanged rows only
-                other = slice(0, 3) if cols.start == 3 else slice(3, None)
+                other = slice(2, None) if cols.start == 0 else slice(0, 2)
                 a, b = a[:, other], b[:, other]
             if torch.isfinite(a).all() and torch.allclose(a, b, atol=1e-5):
                 return reading

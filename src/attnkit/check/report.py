@@ -135,7 +135,7 @@ class Report:
         if self.check == "attention" and self.convention.startswith("none"):
             lines.append("  masks, empty rows and causal alignment were not tested: no mask "
                          "argument was recognised (declare one with --convention "
-                         "valid_lens, masked, keep or sdpa)")
+                         "valid_lens, masked, keep, sdpa or additive)")
         if not self.findings:
             lines.append("  no findings: every case agrees with the oracle")
         else:

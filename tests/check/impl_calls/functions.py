@@ -115,9 +115,23 @@ def causal_attention_mask_removed(q, k, v):
     return _softmax(s) @ v
 
 
-def needs_module(module, query, key, value, attention_mask):
-    """Takes the calling layer first: the check cannot fill it."""
-    return _softmax(query @ np.swapaxes(key, -1, -2) * module.scaling) @ value
+def needs_config(config, query, key, value, attention_mask):
+    """Takes a config object first: the check cannot fill it."""
+    return _softmax(query @ np.swapaxes(key, -1, -2) * config.scaling) @ value
+
+
+def eager_like_with_module(module, query, key, value, attention_mask, scaling, dropout=0.0,
+                           **kwargs):
+    """The calling layer first (read for its training flag and its key/value head groups),
+    then the inputs: they can only go by name."""
+    groups = module.num_key_value_groups
+    key, value = (t.repeat_interleave(groups, dim=1) for t in (key, value))
+    scores = query @ key.transpose(-2, -1) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask[:, :, :, : key.shape[-2]]
+    weights = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+    weights = torch.nn.functional.dropout(weights, p=dropout, training=module.training)
+    return (weights @ value).transpose(1, 2).contiguous(), weights
 
 
 def torch_keep_softmax(x, mask):

@@ -152,3 +152,15 @@ class QKVByName(_Heads):
         q, k, v = (self.split(x, w)
                    for x, w in ((query, self.wq), (key, self.wk), (value, self.wv)))
         return self.attend(q, k, v, None if mask is None else ~mask)
+
+
+class CausalWithKeepMask(_Heads):
+    """m(x, mask): causal self-attention that also takes a mask, True = may attend."""
+
+    def forward(self, x, mask=None):
+        T = x.shape[1]
+        q, k, v = (self.split(x, w) for w in (self.wq, self.wk, self.wv))
+        allowed = torch.ones(T, T, dtype=torch.bool).tril()
+        if mask is not None:
+            allowed = allowed & (mask.unsqueeze(-3) if mask.dim() == 3 else mask)
+        return self.attend(q, k, v, ~allowed)
