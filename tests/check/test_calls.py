@@ -199,6 +199,12 @@ def test_a_causal_module_with_a_mask_is_read_in_its_own_polarity():
     assert report.findings == [], report.table()
     assert report.convention.startswith("keep (from behaviour)")
     assert report.causality.startswith("behaves as causal")
+    # The mask probes watch rows that a causal module lets see the masked keys: a mask
+    # argument it never applies shows.
+    ignored = check_multi_head(cls("CausalMaskArgumentIgnored"), convention="keep")
+    assert ignored.codes == ["inaccurate"], ignored.table()
+    assert "masked keys change the output" in ignored.findings[0].message
+    assert_errors_reproduce(ignored)
 
 
 def test_sequence_first_module_is_found_by_trying():

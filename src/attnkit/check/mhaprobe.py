@@ -64,6 +64,7 @@ class Harness:
         self.layout: str | None = None
         self.tried_layouts: list[str] = []
         self.prefer_key_only = False  # a key padding mask by its name: (B, Tk) first
+        self.behaves_causal: bool | None = None  # found by causality()
         self.mutation: Finding | None = None
         self.broken = False
 
@@ -246,7 +247,12 @@ class Harness:
         """Lines making the mask the module takes, and the keyword text that passes it."""
         if self.convention == "valid_lens":
             return [f"valid_lens = torch.tensor({lens})"], f"{self.mask_name}=valid_lens"
-        if self.layout in KEY_ONLY:
+        if self.layout in KEY_ONLY and lens is None:
+            keep_lines = keep_lines + [f"keep = keep[-1].expand({B}, -1)  # per key: the same "
+                                       f"for every query"]
+            shaped = {"bt": "keep", "b1t": "keep[:, None]", "b11t": "keep[:, None, None]"}[
+                self.layout]
+        elif self.layout in KEY_ONLY:
             keep_lines = [f"keep = torch.arange({T})[None, :] < torch.tensor({lens})[:, None]"
                           f"  # keys j < {lens}[b] count"]
             shaped = {"bt": "keep", "b1t": "keep[:, None]", "b11t": "keep[:, None, None]"}[
@@ -323,7 +329,8 @@ class Harness:
                 a, b = self.call(self.eval(self.m), x), self.call(self.m, y)
         except Exception:
             return None
-        return bool(torch.allclose(a[:, :3], b[:, :3], atol=1e-5))
+        self.behaves_causal = bool(torch.allclose(a[:, :3], b[:, :3], atol=1e-5))
+        return self.behaves_causal
 
     def causal_leak(self) -> Finding:
         """The error finding for a module declared causal whose early outputs see later
@@ -424,34 +431,45 @@ class Harness:
     def masks(self) -> list[Finding]:
         x, kv = _rand(B, T, E), _rand(B, T, E, seed=1)
         m = self.eval(self.m)
+        # Self-attention masks keys 0 and 1 and watches rows 2..4, whose own tokens do not
+        # change and which a causal module lets see those keys (lengths mask the last keys).
+        early = self.self_only and self.convention != "valid_lens"
+        masked_cols, kept_cols = (slice(0, 2), slice(2, None)) if early \
+            else (slice(3, None), slice(0, 3))
+        cols_text = "[:, :2]" if early else "[:, 3:]"
         keep = torch.ones(T, T, dtype=torch.bool)
-        keep[:, 3:] = False
-        lens = torch.tensor([3, 3])
-        rows = slice(0, 3) if self.self_only else slice(None)
+        keep[:, masked_cols] = False
+        lens = None if early else torch.tensor([3, 3])
+        rows = kept_cols if self.self_only else slice(None)
+        noise = 2 * _rand(B, T, E, seed=8)
         bumped = kv.clone()
-        bumped[:, 3:] += 3.0
+        bumped[:, masked_cols] += noise[:, masked_cols]  # a different change per key
         xq = kv if self.self_only else x
         bq = bumped if self.self_only else x
         a = self.call(m, xq, kv, keep=keep, lens=lens)
         b = self.call(m, bq, bumped, keep=keep, lens=lens)
+        words = "keys 0 and 1 are masked" if early else "keys 3 and 4 are masked"
         kl, kwt = self.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",
-                                  "keep[:, 3:] = False  # keys 3 and 4 are masked"], "[3, 3]")
+                                  f"keep{cols_text} = False  # {words}"],
+                                 None if early else "[3, 3]")
         kvq = "kv" if self.self_only else "x"
+        n_masked = 2
         body = kl + ["kv = torch.randn(2, 5, 16)", "bumped = kv.clone()",
-                     "bumped[:, 3:] += 3.0  # change only the masked keys",
+                     f"bumped{cols_text} += 2 * torch.randn(2, {n_masked}, 16)"
+                     f"  # change only the masked keys",
                      f"a = run({self.args_text(kvq, 'kv')}, {kwt})",
                      f"b = run({self.args_text('bumped' if self.self_only else 'x', 'bumped')},"
                      f" {kwt})"]
-        rows_text = "[:, :3]" if self.self_only else ""
+        rows_text = ("[:, 2:]" if early else "[:, :3]") if self.self_only else ""
         if not torch.allclose(a[:, rows], b[:, rows], atol=1e-5):
             code, msg = "inaccurate", "values at masked keys change the output: the mask is " \
                 "ignored or misapplied"
-            if self.convention != "valid_lens":
-                flip = torch.ones(T, T, dtype=torch.bool)
-                flip[:, 3:] = False
+            # The other reading is tested on rows that cannot see the changed keys; a causal
+            # self-attention module's early rows see none of them, whatever it reads.
+            if self.convention != "valid_lens" and not (self.self_only and self.behaves_causal):
                 c_ = kv.clone()
-                c_[:, :3] += 3.0
-                rows2 = slice(3, None) if self.self_only else slice(None)
+                c_[:, kept_cols] += noise[:, kept_cols]
+                rows2 = masked_cols if self.self_only else slice(None)
                 a2 = self.call(m, xq, kv, keep=keep)
                 b2 = self.call(m, c_ if self.self_only else x, c_, keep=keep)
                 if torch.allclose(a2[:, rows2], b2[:, rows2], atol=1e-5):

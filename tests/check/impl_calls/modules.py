@@ -164,3 +164,12 @@ class CausalWithKeepMask(_Heads):
         if mask is not None:
             allowed = allowed & (mask.unsqueeze(-3) if mask.dim() == 3 else mask)
         return self.attend(q, k, v, ~allowed)
+
+
+class CausalMaskArgumentIgnored(_Heads):
+    """Bug: causal self-attention that takes a mask and never applies it."""
+
+    def forward(self, x, mask=None):
+        T = x.shape[1]
+        q, k, v = (self.split(x, w) for w in (self.wq, self.wk, self.wv))
+        return self.attend(q, k, v, ~torch.ones(T, T, dtype=torch.bool).tril())
