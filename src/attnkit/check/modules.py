@@ -154,17 +154,18 @@ def _check_multi_head(factory: Any, convention: str, causal: bool) -> Report:
         report.layout += ", inputs by name " + "=, ".join(call.input_names) + "="
     if not hasattr(m, "batch_first"):
         report.layout += " (found by trying)" if not h.batch_first else ""
-    causal_finding = None
+    causal_findings: list[Finding] | None = None
     if self_only or causal:
         behaves = h.causality()
         if behaves is not None:
             report.causality = ("behaves as causal: later positions do not change earlier "
                                 "outputs" if behaves else
                                 "bidirectional: later positions change earlier outputs")
+            causal_findings = []
             if causal:
                 report.causality += " (declared causal)"
                 if not behaves:
-                    causal_finding = h.causal_leak()
+                    causal_findings.append(h.causal_leak())
 
     def add(found: list[Finding], case: str) -> None:
         report.cases.append(case)
@@ -177,8 +178,8 @@ def _check_multi_head(factory: Any, convention: str, causal: bool) -> Report:
         add(unregistered, "registration: every trained tensor is a registered parameter")
     if no_layout is not None:
         add([no_layout], "masks: the mask layouts tried")
-    if causal_finding is not None:
-        add([causal_finding], "causal: later positions leave earlier outputs alone")
+    if causal_findings is not None:
+        add(causal_findings, "causality: do changes at positions 3, 4 move outputs 0..2?")
     add(h.shapes(), "shapes: Tq == Tk" if self_only else "shapes: Tq == Tk, Tq < Tk, Tq > Tk")
     if h.broken:
         report.seconds = time.perf_counter() - t0
