@@ -85,6 +85,12 @@ def test_inputs_go_by_their_names():
     assert reordered.findings == [], reordered.table()
 
 
+def test_a_layer_object_with_forward_and_no_call():
+    report = check_attention(fn("layer"))
+    assert report.findings == [] and report.framework == "numpy", report.table()
+    assert "retain_derived left at default" in report.convention
+
+
 @pytest.mark.parametrize("name, found", [
     ("masked_softmax_keep", "keep"),
     ("masked_softmax_masked", "masked"),
@@ -243,6 +249,11 @@ def test_inputs_by_name_in_a_module():
     report = check_multi_head(cls("QKVByName"))
     assert report.findings == [], report.table()
     assert "inputs by name query=, key=, value=" in report.layout
+    cross = check_multi_head(cls("KeywordOnlyCross"))
+    assert cross.findings == [] and cross.convention.startswith("keep"), cross.table()
+    own = check_multi_head(cls("KeywordOnlySelfAttention"))
+    assert own.findings == [] and own.convention.startswith("keep"), own.table()
+    assert "self-attention m(x)" in own.layout and "inputs by name x=" in own.layout
 
 
 def test_the_command_takes_causal_and_additive(capsys):

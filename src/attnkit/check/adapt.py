@@ -132,6 +132,11 @@ def read_call(fn: Any, n_inputs: int) -> Call:
                     call.input_names = tuple(p.name for p in found)  # type: ignore[union-attr]
                 inputs = found  # type: ignore[assignment]
                 break
+    if n_inputs == 1 and not positional:  # forward(self, *, x, mask=None): x by name
+        keyword = [p for p in params if p.kind == p.KEYWORD_ONLY and "mask" not in p.name.lower()
+                   and p.default is inspect.Parameter.empty]
+        if keyword:
+            call.input_names, inputs = (keyword[0].name,), keyword[:1]
     if len(inputs) < n_inputs and call.input_names is None:
         return call  # fewer named parameters than inputs (*args): inputs by position only
     used = {p.name for p in inputs}

@@ -134,6 +134,8 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool) -> Report
     t0 = time.perf_counter()
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+    if not callable(fn) and callable(getattr(fn, "forward", None)):
+        fn = fn.forward  # a layer object with forward() and no __call__ (NumPy libraries)
     n_inputs = 3 if check == "attention" else 1
     call = read_call(fn, n_inputs)
     guessed = call.guessed

@@ -47,12 +47,14 @@ def _signature(m: Any) -> tuple[bool, Call]:
     qkv = read_call(m, 3)
     if qkv.input_names:
         return False, qkv
-    required = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                and p.default is inspect.Parameter.empty and "mask" not in p.name.lower()
-                and p.name.lower() not in LENS_NAMES]
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    self_only = len(required) == 1 or len(positional) == 1
-    return self_only, (read_call(m, 1) if self_only else qkv)
+    inputs = positional or [p for p in params if p.kind == p.KEYWORD_ONLY]
+    required = [p for p in inputs if p.default is inspect.Parameter.empty
+                and "mask" not in p.name.lower() and p.name.lower() not in LENS_NAMES]
+    self_only = len(required) == 1 or len(inputs) == 1
+    if not self_only:
+        return False, qkv
+    return True, read_call(m, 1)
 
 
 def _no_layout(h: Any, tried: str) -> Finding:

@@ -173,3 +173,17 @@ class CausalMaskArgumentIgnored(_Heads):
         T = x.shape[1]
         q, k, v = (self.split(x, w) for w in (self.wq, self.wk, self.wv))
         return self.attend(q, k, v, ~torch.ones(T, T, dtype=torch.bool).tril())
+
+
+class KeywordOnlySelfAttention(SelfAttentionWithMask):
+    """forward(self, *, x, mask=None): nothing by position."""
+
+    def forward(self, *, x, mask=None):
+        return super().forward(x, mask=mask)
+
+
+class KeywordOnlyCross(QKVByName):
+    """forward(self, *, query, key, value, mask=None), mask True = may attend."""
+
+    def forward(self, *, query, key, value, mask=None):
+        return super().forward(value, key, query, mask=mask)
