@@ -230,6 +230,12 @@ def test_key_padding_mask():
     assert_errors_reproduce(ignored)
 
 
+def test_a_per_token_mask_found_by_trying():
+    report = check_multi_head(cls("TokenMask"))
+    assert report.findings == [], report.table()
+    assert report.convention == "keep (from behaviour), passed as mask= (B, Tk)"
+
+
 def test_additive_mask_module():
     report = check_multi_head(cls("AdditiveSelfAttention"))
     assert report.ok and set(report.codes) <= {"fully-masked-row"}, report.table()

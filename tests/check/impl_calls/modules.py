@@ -187,3 +187,15 @@ class KeywordOnlyCross(QKVByName):
 
     def forward(self, *, query, key, value, mask=None):
         return super().forward(value, key, query, mask=mask)
+
+
+class TokenMask(_Heads):
+    """forward(query, key, value, mask=None): mask (B, Tk), 1 for a real token, 0 for padding
+    (as tutorials pass a tokenizer's attention mask)."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (self.split(x, w)
+                   for x, w in ((query, self.wq), (key, self.wk), (value, self.wv)))
+        if mask is not None:
+            mask = mask.view(mask.shape[0], 1, 1, mask.shape[-1]) == 0
+        return self.attend(q, k, v, mask)
