@@ -123,14 +123,6 @@ class Target:
             return self.fn(*extra, **dict(zip(self.call.input_names, inputs)), **kw)
         return self.fn(*inputs, *extra, **kw)
 
-    def arguments(self, arrays: dict[str, np.ndarray], dtype: str, causal: bool = False,
-                  grad: bool = False) -> tuple[list, dict]:
-        """``(args, kwargs)`` for ``fn`` (see :meth:`parts`)."""
-        inputs, extra, kw = self.parts(arrays, dtype, causal, grad)
-        if self.call.input_names:
-            return extra, {**dict(zip(self.call.input_names, inputs)), **kw}
-        return inputs + extra, kw
-
     def output(self, result: Any) -> tuple[Any, Any]:
         """``(out, weights or None)`` of a result, ``out`` in the ``(B, H, Tq, Dv)`` layout
         the oracle gives."""
