@@ -7,7 +7,8 @@
     attnkit trace [--embed-dim E --num-heads H --batch-size B --seq-len T ...]
     attnkit bench [--quick | --smoke]               the scripts under benchmarks/
     attnkit view  FILE.npz | MODEL --text "..."     a standalone HTML attention explorer
-    attnkit check {softmax,masked-softmax,attention,multi-head} TARGET [--convention NAME] [--json]
+    attnkit check {softmax,masked-softmax,attention,multi-head} TARGET [--convention NAME]
+        [--causal] [--json]
 
 Each subcommand parses its arguments and calls library functions (:mod:`attnkit.viz.tour`,
 :mod:`attnkit.viz.trace`, :mod:`attnkit.viz.view`, :mod:`attnkit.seq2seq`,
@@ -233,7 +234,10 @@ def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (ValueError, ImportError) as err:
         parser.error(f"TARGET {args.target}: {err}")
     try:
-        report = CHECKS[args.kind](target, convention=args.convention)
+        if args.causal and args.kind not in ("attention", "multi-head"):
+            raise ValueError(f"--causal applies to attention and multi-head, not {args.kind}")
+        options = {"causal": True} if args.causal else {}
+        report = CHECKS[args.kind](target, convention=args.convention, **options)
     except (ValueError, TypeError) as err:  # a convention the check does not take
         parser.error(str(err))
     print(report.to_json() if args.json else report.table())
@@ -370,10 +374,15 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("target", metavar="TARGET",
                        help="path/to/file.py:name or package.module:name")
     check.add_argument("--convention", default="auto",
-                       choices=("auto", "valid_lens", "masked", "keep", "sdpa", "none"),
+                       choices=("auto", "valid_lens", "masked", "keep", "sdpa", "additive",
+                                "none"),
                        help="the mask argument: valid_lens (d2l), masked (True = masked), keep "
-                            "(True = may attend), sdpa (attn_mask=, is_causal=), none "
+                            "(True = may attend), sdpa (attn_mask=, is_causal=), additive (a "
+                            "float mask added to the scores: 0 or finfo.min), none "
                             "(default: auto, from the signature and behaviour)")
+    check.add_argument("--causal", action="store_true",
+                       help="TARGET is meant to be causal (attention, multi-head): a query "
+                            "that sees later positions is the error causal-leak")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(func=cmd_check)
     return parser

@@ -1,20 +1,32 @@
 """How a checked function is called, for the checker and for the reproducers it prints.
 
 :class:`Target` knows the function, its framework, convention and layout, and builds the
-same call twice: as Python objects (:meth:`Target.call`) and as source text
-(:meth:`Target.call_text`), so a reproducer calls ``fn`` exactly as the checker did.
+same call twice: as Python objects (:meth:`Target.parts`, :meth:`Target.invoke`) and as
+source text (:meth:`Target.call_text`), so a reproducer calls ``fn`` exactly as the checker
+did. How the signature is read (inputs by name, a flag that is not a mask, a required
+``scaling``): :func:`attnkit.check.adapt.read_call`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from .adapt import Framework
+from .adapt import Call, Framework, unwrap
 
-__all__ = ["Target"]
+__all__ = ["Target", "additive_fill"]
+
+
+def additive_fill(framework: Framework, dtype: str) -> float:
+    """The value an additive mask puts at a masked key: the most negative finite number of
+    ``dtype`` (what transformers builds its masks with)."""
+    if framework.name == "torch":
+        return float(framework.torch.finfo(getattr(framework.torch, dtype)).min)
+    return float(np.finfo(np.dtype(dtype)).min)
 
 
 @dataclass
@@ -25,11 +37,17 @@ class Target:
         fn: the function.
         check: ``"softmax"``, ``"masked-softmax"`` or ``"attention"``.
         framework: NumPy or PyTorch.
-        convention: ``"valid_lens"``, ``"masked"``, ``"keep"``, ``"sdpa"`` or ``"none"``.
+        convention: ``"valid_lens"``, ``"masked"``, ``"keep"``, ``"sdpa"``, ``"additive"``
+            or ``"none"``.
         heads: attention inputs carry a head axis, ``(B, H, T, D)``.
         mask_default: the mask argument may be left out (it has a default).
         spec: a ``load_target`` string for reproducers, or None.
         name: what the report calls it.
+        call: how the signature says to call it (inputs by name, the mask's name, the
+            required parameters that are filled).
+        out_layout: ``"bhtd"``, or ``"bthd"`` when ``fn`` returns its output as
+            ``(B, Tq, H, Dv)`` (transformers' eager attention): it is transposed back.
+        causal: ``fn`` applies a causal mask itself (declared with ``causal=True``).
     """
 
     fn: Any
@@ -40,52 +58,86 @@ class Target:
     mask_default: bool = True
     spec: str | None = None
     name: str = "fn"
+    call: Call = field(default_factory=Call)
+    out_layout: str = "bhtd"
+    causal: bool = False
 
     @property
     def inputs(self) -> tuple[str, ...]:
         return ("q", "k", "v") if self.check == "attention" else ("x",)
 
-    def _mask_arg(self, arrays: dict[str, np.ndarray], causal: bool) -> tuple[list, dict]:
-        """The extra positional and keyword arguments of the convention."""
-        conv = self.convention
+    def _mask_value(self, arrays: dict[str, np.ndarray], dtype: str) -> Any:
+        """The mask argument of the convention, or None to leave it out."""
+        conv, fw = self.convention, self.framework
+        if conv in ("none", "sdpa"):
+            return None
+        if "valid_lens" in arrays and conv == "valid_lens":
+            return fw.array(arrays["valid_lens"], "int64")
+        if "keep" in arrays and conv in ("masked", "keep", "additive"):
+            keep = arrays["keep"]
+        elif self.mask_default:
+            return None
+        else:  # a required mask argument, and nothing masked: the mask that masks nothing
+            x = arrays["x"] if "x" in arrays else arrays["q"]
+            Tk = arrays["k"].shape[-2] if "k" in arrays else x.shape[-1]
+            if conv == "valid_lens":
+                return fw.array(np.full(x.shape[0], Tk), "int64")
+            keep = np.ones(x.shape[:-2] + (x.shape[-2], Tk), dtype=bool)
+        if conv == "additive":
+            return fw.array(np.where(keep, 0.0, additive_fill(fw, dtype)), dtype)
+        return fw.array(~keep if conv == "masked" else keep, "bool")
+
+    def parts(self, arrays: dict[str, np.ndarray], dtype: str, causal: bool = False,
+              grad: bool = False) -> tuple[list, list, dict]:
+        """``(inputs, extra positional arguments, keyword arguments)`` for ``fn``: the
+        inputs in ``dtype``, then the mask and the filled parameters."""
         fw = self.framework
-        if conv == "sdpa":
-            kw: dict = {}
+        inputs = [fw.array(arrays[n], dtype, requires_grad=grad) for n in self.inputs]
+        extra: list = []
+        kw: dict = {}
+        if self.convention == "sdpa":
             if "keep" in arrays and not causal:
                 kw["attn_mask"] = fw.array(arrays["keep"], "bool")
             if causal:
                 kw["is_causal"] = True
-            return [], kw
-        if conv == "none":
-            return [], {}
-        if "valid_lens" in arrays and conv == "valid_lens":
-            return [fw.array(arrays["valid_lens"], "int64")], {}
-        if "keep" in arrays and conv in ("masked", "keep"):
-            keep = arrays["keep"]
-            return [fw.array(~keep if conv == "masked" else keep, "bool")], {}
-        if self.mask_default:
-            return [], {}
-        # A required mask argument, and nothing masked: pass the mask that masks nothing.
-        x = arrays["x"] if "x" in arrays else arrays["q"]
-        Tk = (arrays["k"] if "k" in arrays else x).shape[-2 if "k" in arrays else -1]
-        if conv == "valid_lens":
-            return [fw.array(np.full(x.shape[0], Tk), "int64")], {}
-        Tq = x.shape[-2]
-        keep = np.ones(x.shape[:-2] + (Tq, Tk), dtype=bool)
-        return [fw.array(~keep if conv == "masked" else keep, "bool")], {}
+        mask = self._mask_value(arrays, dtype)
+        if mask is not None:
+            if self.call.mask_keyword and self.call.mask_name:
+                kw[self.call.mask_name] = mask
+            else:
+                extra.append(mask)
+        for name, how in self.call.fixed.items():
+            kw[name] = self._fixed_value(arrays, how)
+        return inputs, extra, kw
 
-    def arguments(self, arrays: dict[str, np.ndarray], dtype: str, causal: bool = False,
-                  grad: bool = False) -> tuple[list, dict]:
-        """``(args, kwargs)`` for ``fn``: the inputs in ``dtype``, then the mask."""
-        args = [self.framework.array(arrays[n], dtype, requires_grad=grad) for n in self.inputs]
-        extra, kw = self._mask_arg(arrays, causal)
-        return args + extra, kw
+    def _fixed_value(self, arrays: dict[str, np.ndarray], how: str) -> Any:
+        if how == "module":
+            return SimpleNamespace(training=False, num_key_value_groups=1, is_causal=False)
+        if how == "scale":
+            return 1.0 / math.sqrt(arrays["q"].shape[-1]) if "q" in arrays else 1.0
+        return {"zero": 0.0, "false": False, "true": True}[how]
+
+    def invoke(self, inputs: list, extra: list, kw: dict) -> Any:
+        """Call ``fn``: the inputs by position or by name, then ``extra`` and ``kw``."""
+        if self.call.input_names:
+            return self.fn(*extra, **dict(zip(self.call.input_names, inputs)), **kw)
+        return self.fn(*inputs, *extra, **kw)
+
+    def output(self, result: Any) -> tuple[Any, Any]:
+        """``(out, weights or None)`` of a result, ``out`` in the ``(B, H, Tq, Dv)`` layout
+        the oracle gives."""
+        out, weights = unwrap(result)
+        if self.out_layout == "bthd" and getattr(out, "ndim", 0) == 4:
+            out = out.transpose(1, 2) if hasattr(out, "detach") else np.swapaxes(out, 1, 2)
+        return out, weights
 
     # -- the same call as text ------------------------------------------------------------
     def header(self, oracle_import: str) -> list[str]:
         load = (f"fn = load_target({self.spec!r})" if self.spec
                 else f"fn = ...  # {self.name}: your function here")
-        return self.framework.imports() + [
+        stand_in = (["from types import SimpleNamespace"]
+                    if "module" in self.call.fixed.values() else [])
+        return stand_in + self.framework.imports() + [
             "from attnkit.check import load_target", oracle_import, "", load]
 
     def convert_lines(self, dtype: str, grad: bool = False) -> list[str]:
@@ -96,35 +148,67 @@ class Target:
         conv = fw.convert_text("a", dtype, grad)
         return [f"{', '.join(big)} = ({conv} for a in ({', '.join(self.inputs)}))"]
 
-    def call_text(self, arrays: dict[str, np.ndarray], causal: bool = False) -> str:
-        parts = [n.upper() for n in self.inputs]
+    def _mask_text(self, arrays: dict[str, np.ndarray], dtype: str) -> str | None:
         conv, fw = self.convention, self.framework
 
         def arr(expr: str) -> str:
             return f"torch.from_numpy({expr})" if fw.name == "torch" else expr
 
-        if conv == "sdpa":
+        if conv in ("none", "sdpa"):
+            return None
+        if conv == "valid_lens" and "valid_lens" in arrays:
+            return arr("valid_lens")
+        x = "K" if self.check == "attention" else "X"
+        if "keep" in arrays and conv in ("masked", "keep", "additive"):
+            keep = "keep"
+        elif self.mask_default:
+            return None
+        elif conv == "valid_lens":
+            return arr(f"np.full({self.inputs[0].upper()}.shape[0], {x}.shape[-2])")
+        else:
+            keep = ("np.ones(Q.shape[:-1] + K.shape[-2:-1], dtype=bool)"
+                    if self.check == "attention" else "np.ones(X.shape, dtype=bool)")
+        if conv == "additive":
+            if fw.name == "torch":
+                return (f"torch.from_numpy(np.where({keep}, 0.0, torch.finfo(torch.{dtype}).min))"
+                        f".to(torch.{dtype})")
+            return f"np.where({keep}, 0.0, np.finfo(np.{dtype}).min).astype(np.{dtype})"
+        if conv == "masked":
+            return arr(f"~{keep}" if keep == "keep" else keep.replace("np.ones", "np.zeros"))
+        return arr(keep)
+
+    def call_text(self, arrays: dict[str, np.ndarray], causal: bool = False,
+                  dtype: str = "float32") -> str:
+        big = [n.upper() for n in self.inputs]
+        parts = ([f"{n}={b}" for n, b in zip(self.call.input_names, big)]
+                 if self.call.input_names else big)
+        fw = self.framework
+        if self.convention == "sdpa":
             if "keep" in arrays and not causal:
-                parts.append(f"attn_mask={arr('keep')}")
+                parts.append("attn_mask=" + ("torch.from_numpy(keep)" if fw.name == "torch"
+                                             else "keep"))
             if causal:
                 parts.append("is_causal=True")
-        elif conv == "valid_lens" and "valid_lens" in arrays:
-            parts.append(arr("valid_lens"))
-        elif conv in ("masked", "keep") and "keep" in arrays:
-            parts.append(arr("~keep" if conv == "masked" else "keep"))
-        elif conv != "none" and not self.mask_default:
-            x = "K" if self.check == "attention" else "X"
-            if conv == "valid_lens":
-                parts.append(arr(f"np.full({parts[0]}.shape[0], {x}.shape[-2])"))
+        mask = self._mask_text(arrays, dtype)
+        if mask is not None:
+            if self.call.mask_keyword and self.call.mask_name:
+                parts.append(f"{self.call.mask_name}={mask}")
+            elif self.call.input_names:  # invoke() passes it first, the inputs by name
+                parts.insert(0, mask)
             else:
-                ones = (f"np.{'zeros' if conv == 'masked' else 'ones'}"
-                        f"(Q.shape[:-1] + K.shape[-2:-1], dtype=bool)"
-                        if self.check == "attention"
-                        else f"np.{'zeros' if conv == 'masked' else 'ones'}(X.shape, dtype=bool)")
-                parts.append(arr(ones))
+                parts.append(mask)
+        for name, how in self.call.fixed.items():
+            value = self._fixed_value(arrays, how)
+            parts.append(f"{name}=SimpleNamespace(training=False, num_key_value_groups=1, "
+                         f"is_causal=False)" if how == "module" else f"{name}={value!r}")
         return f"fn({', '.join(parts)})"
 
-    def got_lines(self, arrays: dict[str, np.ndarray], causal: bool = False) -> list[str]:
-        return [f"result = {self.call_text(arrays, causal)}",
-                "out = result[0] if isinstance(result, (tuple, list)) else result",
-                f"got = {self.framework.to_float64_text('out')}"]
+    def got_lines(self, arrays: dict[str, np.ndarray], causal: bool = False,
+                  dtype: str = "float32") -> list[str]:
+        lines = [f"result = {self.call_text(arrays, causal, dtype)}",
+                 "out = result[0] if isinstance(result, (tuple, list)) else result"]
+        if self.out_layout == "bthd":
+            lines.append("out = out.transpose(1, 2)  # fn returns (B, Tq, H, Dv)"
+                         if self.framework.name == "torch"
+                         else "out = np.swapaxes(out, 1, 2)  # fn returns (B, Tq, H, Dv)")
+        return lines + [f"got = {self.framework.to_float64_text('out')}"]

@@ -2,8 +2,9 @@
 oracle, case by case (the judging itself: :mod:`attnkit.check.judge`).
 
 Before the cases run, the function is probed: NumPy or PyTorch (it is called with arrays,
-then tensors), ``(B, H, T, D)`` or ``(B, T, D)`` inputs, and, for a ``mask`` argument whose
-name does not say its polarity, which keys it ignores when given a mask.
+then tensors), ``(B, H, T, D)`` or ``(B, T, D)`` inputs, an output laid out ``(B, Tq, H, Dv)``,
+and, for a ``mask`` argument whose name does not say its polarity, which keys it ignores
+when given a bool mask or an additive float one.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .adapt import CONVENTIONS, Framework, mask_parameter, target_spec, unwrap
+from .adapt import CONVENTIONS, Call, Framework, read_call, target_spec, unwrap
 from .calls import Target
 from .cases import Case, attention_cases, masked_softmax_cases, softmax_cases
 from .judge import Run, first_line
@@ -26,15 +27,16 @@ __all__ = ["check_attention", "check_masked_softmax", "check_softmax"]
 
 
 # -- detection --------------------------------------------------------------------------------
-def _probe(fn: Any, check: str, convention: str | None, mask_default: bool,
-           spec: str | None, name: str) -> tuple[Target | None, list[str]]:
+def _probe(fn: Any, check: str, convention: str | None, call: Call, spec: str | None,
+           name: str, causal: bool) -> tuple[Target | None, list[str]]:
     """Find the framework (and, for attention, the layout) ``fn`` runs with."""
     frameworks = ["numpy"] + (["torch"] if importlib.util.find_spec("torch") else [])
     errors = []
     for fw_name in frameworks:
         fw = Framework(fw_name)
         for heads in ((True, False) if check == "attention" else (True,)):
-            t = Target(fn, check, fw, convention or "keep", heads, mask_default, spec, name)
+            t = Target(fn, check, fw, convention or "keep", heads, call.mask_default, spec,
+                       name, call=call, causal=causal)
             mask = None
             if check == "masked-softmax":
                 mask = "lens" if convention == "valid_lens" else "random"
@@ -55,52 +57,88 @@ def _probe(fn: Any, check: str, convention: str | None, mask_default: bool,
             want_shape = run.want(a, run.keep(a))["out"].shape
             if tuple(out.shape) == want_shape:
                 return t, errors
+            if heads and tuple(out.shape) == (want_shape[0], want_shape[2], want_shape[1],
+                                              want_shape[3]):
+                t.out_layout = "bthd"  # (B, Tq, H, Dv): transformers' eager attention
+                return t, errors
             errors.append(f"{fw_name}: output shape {tuple(out.shape)}, expected {want_shape}")
     return None, errors
 
 
-def _polarity_probe(run: Run) -> str | None:
-    """``"masked"`` or ``"keep"``: given a mask that is True on the last two keys, which
-    keys does ``fn`` ignore? None when neither reading holds."""
+def _convention_probe(run: Run) -> str | None:
+    """``"masked"``, ``"keep"`` or ``"additive"``: which reading of a mask does ``fn``
+    follow? None when none holds.
+
+    Keys 3 and 4 of every row are flagged. For each reading, the keys it says ``fn``
+    ignores get random changes, a different one per key (to q/k/v's keys and values, or to
+    a softmax's scores): a function that ignores them gives the same output. (Changing
+    them all by one amount would not do: a softmax over those keys cannot see it.)
+    """
     t = run.t
     a = run.arrays(Case("probe", sizes=(2, 3 if t.heads else 0, 4, 5, 8, 8)
                         if t.check == "attention" else (2, 0, 4, 5, 0, 0)))
     x = a["q"] if "q" in a else a["x"]
     flag = np.zeros(x.shape[:-1] + (5,), dtype=bool)
     flag[..., 3:] = True
-    t.convention = "keep"  # pass the flag as it is
-    for polarity, ignored in (("masked", flag), ("keep", ~flag)):
+    g = np.random.default_rng(7)
+    for reading, ignored in (("masked", flag), ("keep", ~flag), ("additive", flag)):
+        t.convention = "additive" if reading == "additive" else "keep"  # the flag as it is
         outs = []
-        for bump in (0.0, 3.0):
-            b = dict(a, keep=flag)
+        for change in (0.0, 1.0):
+            b = dict(a, keep=~flag if reading == "additive" else flag)
             if t.check == "attention":
-                b["v"] = a["v"] + bump * ignored[..., 0, :, None]
-                b["k"] = a["k"] + bump * ignored[..., 0, :, None]
+                at_key = ignored[..., 0, :, None]
+                b["k"] = a["k"] + change * at_key * 2 * g.standard_normal(a["k"].shape)
+                b["v"] = a["v"] + change * at_key * 2 * g.standard_normal(a["v"].shape)
             else:
-                b["x"] = a["x"] + bump * ignored
+                b["x"] = a["x"] + change * ignored * 2 * g.standard_normal(a["x"].shape)
             result, error, _ = run.call(b, Case("probe"), "float32")
             if error is not None:
-                return None
-            out = run.fw.float64(unwrap(result)[0])
-            outs.append(out if t.check == "attention" else np.where(ignored, 0.0, out))
-        if np.isfinite(outs[0]).all() and np.allclose(outs[0], outs[1], atol=1e-6):
-            return polarity
+                break
+            try:
+                outs.append(run.fw.float64(t.output(result)[0]))
+            except Exception:
+                break
+        if len(outs) == 2 and np.isfinite(outs[0]).all() and outs[0].shape == outs[1].shape \
+                and np.allclose(outs[0], outs[1], atol=1e-5):
+            return reading
     return None
 
 
-def _check(fn: Any, check: str, convention: str) -> Report:
+_FILLED = {"scale": "1/sqrt(Dk)", "module": "a stand-in (training=False, num_key_value_groups=1)",
+           "zero": "0.0", "false": "False", "true": "True"}
+
+
+def _check(fn: Any, check: str, convention: str, causal: bool = False) -> Report:
     # The user's code may overflow on purpose of the cases: its warnings are findings here.
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
-        return _check_quietly(fn, check, convention)
+        return _check_quietly(fn, check, convention, causal)
 
 
-def _check_quietly(fn: Any, check: str, convention: str) -> Report:
+def _call_failed(fn: Any, call: Call, errors: list[str]) -> Finding:
+    tried = "; ".join(errors) or "no call was made"
+    hints = []
+    if call.unfilled:
+        hints.append(f"it needs {', '.join(call.unfilled)}, which the check cannot fill: "
+                     f"wrap it, e.g. lambda q, k, v: fn(q, k, v, {call.unfilled[0]}=...)")
+    if isinstance(fn, type):
+        hints.append("a class was given: pass an instance (or check it with multi-head)")
+    hints.append("or declare the mask with --convention / convention=")
+    return Finding("call-failed", "fn could not be called with any input layout ((B, H, T, D) "
+                   "or (B, T, D), NumPy or PyTorch): " + "; ".join(hints),
+                   "tried: " + tried)
+
+
+def _check_quietly(fn: Any, check: str, convention: str, causal: bool) -> Report:
     t0 = time.perf_counter()
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+    if not callable(fn) and callable(getattr(fn, "forward", None)):
+        fn = fn.forward  # a layer object with forward() and no __call__ (NumPy libraries)
     n_inputs = 3 if check == "attention" else 1
-    _, mask_default, guessed = mask_parameter(fn, n_inputs)
+    call = read_call(fn, n_inputs)
+    guessed = call.guessed
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     spec = target_spec(fn)
     report = Report(check, spec or name)
@@ -112,22 +150,35 @@ def _check_quietly(fn: Any, check: str, convention: str) -> Report:
             conv = "none"
     if check == "masked-softmax" and conv == "none":
         raise ValueError("check_masked_softmax: fn takes no mask argument; "
-                         "pass convention='valid_lens', 'masked' or 'keep'")
-    target, errors = _probe(fn, check, conv, mask_default, spec, name)
+                         "pass convention='valid_lens', 'masked', 'keep' or 'additive'")
+    if causal and conv == "sdpa":
+        raise ValueError("causal=True declares a function that masks the future itself; the "
+                         "sdpa convention passes is_causal=True in its causal cases already")
+    target, errors = _probe(fn, check, conv, call, spec, name, causal)
     if target is None:
-        report.add(Finding("shape", "fn could not be called with any input layout: "
-                           + "; ".join(errors)))
+        report.add(_call_failed(fn, call, errors))
         report.seconds = time.perf_counter() - t0
         return report
     run = Run(target)
     if conv is None:
-        found = _polarity_probe(run)
+        found = _convention_probe(run)
         conv, how = (found, "from behaviour") if found else ("keep", "assumed")
         target.convention = conv
     report.framework = target.framework.name
     report.convention = f"{conv} ({how})"
+    if call.mask_name and conv != "none" and call.mask_keyword:
+        report.convention += f", passed as {call.mask_name}="
+    if call.flags:
+        report.convention += f"; {', '.join(call.flags)} left at default (not a mask)"
+    if call.fixed:
+        report.convention += "; " + ", ".join(
+            f"{k}={_FILLED.get(v, v)}" for k, v in call.fixed.items())
     if check == "attention":
         report.layout = "(B, H, T, D)" if target.heads else "(B, T, D)"
+        if target.out_layout == "bthd":
+            report.layout += ", output (B, Tq, H, Dv) (transposed back to judge it)"
+        if causal:
+            report.causality = "declared causal: judged against bottom-right causal attention"
     torch_fn = target.framework.name == "torch"
     if check == "attention":
         mask = None if conv == "none" else ("lens" if conv == "valid_lens" else "mask")
@@ -175,13 +226,13 @@ def check_masked_softmax(fn: Any, convention: str = "auto") -> Report:
     Args:
         fn: a NumPy or PyTorch function.
         convention: ``"auto"`` (from the argument's name; a mask's polarity from
-            behaviour), ``"valid_lens"``, ``"masked"`` (True = masked) or ``"keep"``
-            (True = may attend).
+            behaviour), ``"valid_lens"``, ``"masked"`` (True = masked), ``"keep"``
+            (True = may attend) or ``"additive"`` (0 or ``finfo.min``, added).
     """
     return _check(fn, "masked-softmax", convention)
 
 
-def check_attention(fn: Any, convention: str = "auto") -> Report:
+def check_attention(fn: Any, convention: str = "auto", causal: bool = False) -> Report:
     """Judge a scaled dot-product attention ``fn(q, k, v[, mask])`` against the float64
     oracle (:func:`attnkit.testing.reference_attention`).
 
@@ -189,10 +240,14 @@ def check_attention(fn: Any, convention: str = "auto") -> Report:
         fn: a NumPy or PyTorch function (or an ``nn.Module`` without parameters), taking
             ``(B, H, T, D)`` or ``(B, T, D)`` inputs (detected), returning ``out`` or
             ``(out, weights)``.
-        convention: ``"auto"``, ``"valid_lens"``, ``"masked"``, ``"keep"``, ``"sdpa"`` or
+        convention: ``"auto"``, ``"valid_lens"``, ``"masked"``, ``"keep"``, ``"sdpa"``,
+            ``"additive"`` (a float mask added to the scores: 0 or ``finfo.min``) or
             ``"none"`` (see :mod:`attnkit.check.adapt`).
+        causal: ``fn`` masks the future itself (query ``i`` sees keys
+            ``j <= i + Tk - Tq``): it is judged against causal attention, and one that lets
+            a query see later keys gets ``causal-leak``.
 
     Returns:
         A :class:`Report`; ``report.ok`` is False when any finding is an error.
     """
-    return _check(fn, "attention", convention)
+    return _check(fn, "attention", convention, causal)

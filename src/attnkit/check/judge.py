@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from .adapt import unwrap
 from .calls import Target
 from .cases import Case, attention_setup, run_setup, softmax_setup
 from .oracle import Baseline, bound_of, keep_of, oracle_attention, oracle_softmax, rule_error
@@ -48,13 +47,19 @@ class Run:
         return {k: (self.fw.rounded(a, case.dtype) if k in self.t.inputs else a)
                 for k, a in raw.items()}
 
-    def keep(self, a: dict[str, np.ndarray]) -> np.ndarray | None:
-        """The case's keep-mask, full shape ``(..., Tq, Tk)``; None for a plain softmax."""
+    def keep(self, a: dict[str, np.ndarray], causal: bool | None = None) -> np.ndarray | None:
+        """The case's keep-mask, full shape ``(..., Tq, Tk)``; None for a plain softmax.
+        A function declared causal (``causal``, default: the target's) also keeps only keys
+        ``j <= i + Tk - Tq`` (bottom-right, as attnkit)."""
         if self.t.check == "softmax":
             return None
         x = a["q"] if "q" in a else a["x"]
+        Tq = x.shape[-2]
         Tk = a["k"].shape[-2] if "k" in a else x.shape[-1]
-        return keep_of(a, x.shape[:-2], x.shape[-2], Tk)
+        keep = keep_of(a, x.shape[:-2], Tq, Tk)
+        if self.t.causal if causal is None else causal:
+            keep = keep & np.tril(np.ones((Tq, Tk), dtype=bool), k=Tk - Tq)
+        return keep
 
     def want(self, a: dict, keep: np.ndarray | None, scale: float | None = None,
              grads: bool = False) -> dict:
@@ -77,15 +82,16 @@ class Run:
     # -- calling --------------------------------------------------------------------------
     def call(self, a: dict, case: Case, dtype: str, grad: bool = False) -> tuple[Any, Any, list]:
         """``(result or None, exception or None, [(name, before, after)])``."""
-        args, kw = self.t.arguments(a, dtype, case.causal, grad)
-        before = [self.fw.snapshot(x) for x in args] + [self.fw.snapshot(x) for x in kw.values()]
+        inputs, extra, kw = self.t.parts(a, dtype, case.causal, grad)
+        given = list(zip(self.t.inputs, inputs)) + [("mask", x) for x in extra] + [
+            (k, x) for k, x in kw.items() if hasattr(x, "shape")]
+        before = [self.fw.snapshot(x) for _, x in given]
         try:
-            result = self.t.fn(*args, **kw)
+            result = self.t.invoke(inputs, extra, kw)
             error = None
         except Exception as err:  # the user's code may raise anything
             result, error = None, err
-        names = list(self.t.inputs) + ["mask"] * (len(args) - len(self.t.inputs)) + list(kw)
-        return result, error, list(zip(names, before, args + list(kw.values())))
+        return result, error, [(n, b, x) for (n, x), b in zip(given, before)]
 
     def twin_finite(self, a: dict, case: Case) -> bool:
         """The same inputs in float32: no exception, finite where the oracle is."""
@@ -93,7 +99,7 @@ class Run:
         if error is not None:
             return False
         try:
-            out = self.fw.float64(unwrap(result)[0])
+            out = self.fw.float64(self.t.output(result)[0])
         except Exception:
             return False
         return bool(np.isfinite(out).all())
@@ -130,7 +136,7 @@ class Run:
                     f"{type(error).__name__}", raises=True))
             return verdicts
         try:
-            out, weights = unwrap(result)
+            out, weights = self.t.output(result)
             got = self.fw.float64(out)
         except Exception as err:
             return verdicts + [Verdict("shape", f"fn returned {type(result).__name__}, not an "
@@ -195,7 +201,10 @@ class Run:
                                       name) is None:
             row_out = got[empty]
             uniform = self.uniform_rows(a, got, empty)
-            what = ("a uniform row (a large negative fill like -1e9 leaves every score of "
+            what = ("a uniform row (an additive finfo.min mask, as transformers' eager "
+                    "attention takes, leaves every score of the row equal)"
+                    if uniform and self.t.convention == "additive" else
+                    "a uniform row (a large negative fill like -1e9 leaves every score of "
                     "the row equal)" if uniform else "neither 0 nor NaN")
             return Verdict("fully-masked-row",
                             f"a query with no allowed key gets {what}; attnkit, SDPA and "
@@ -220,8 +229,23 @@ class Run:
         bound = bound_of(ref, base, 2.0)
         if self.t.check == "attention":
             Tq, Tk, Dk, Dv = a["q"].shape[-2], a["k"].shape[-2], a["q"].shape[-1], a["v"].shape[-1]
-            if case.causal and Tq != Tk:
+            if self.t.causal and Tq > 1 and self.fits(a, self.keep(a, causal=False), None,
+                                                      case, got):
+                return Verdict("causal-leak",
+                                "declared causal, the function lets a query see later keys: "
+                                "its output is that of attention with no causal mask (apply "
+                                "the causal mask, keys j <= i + Tk - Tq)", err, bound=bound,
+                                leak=True)
+            if not self.t.causal and not case.causal and Tq > 1 and self.fits(
+                    a, self.keep(a, causal=True), None, case, got):
+                return Verdict("inaccurate",
+                                "fn masks the future (it behaves as causal attention, query i "
+                                "sees keys j <= i + Tk - Tq) but was not declared causal: "
+                                "pass causal=True (--causal)", err, bound=bound)
+            if (case.causal or self.t.causal) and Tq != Tk:
                 top_left = np.tril(np.ones((Tq, Tk), dtype=bool))
+                if self.t.causal:
+                    top_left = top_left & self.keep(a, causal=False)
                 if self.fits(a, top_left, None, case, got):
                     return Verdict("causal-alignment",
                                     "is_causal is aligned top-left (query i sees keys j <= i), as "
@@ -261,17 +285,18 @@ class Run:
         want = self.want(a, keep, scale)["out"]
         base = self.base(a, keep, case.dtype, scale)["out"]
         finite = np.isfinite(base)
+        if keep is not None:  # rows with no allowed key are fully-masked-row's business
+            rows = np.broadcast_to(keep, want.shape[:-1] + keep.shape[-1:]).any(-1)
+            finite = finite & rows[..., None]
         return rule_error(got[finite], want[finite], base[finite], 2.0, "alt") is None
 
     def judge_grads(self, case: Case, a: dict, keep: Any, want: dict) -> Verdict | None:
         torch = self.fw.torch
         cot = "d_out" if self.t.check == "attention" else "d_y"
-        leaves, kw = self.t.arguments(a, case.dtype, case.causal, grad=True)
-        n = len(self.t.inputs)
+        leaves, extra, kw = self.t.parts(a, case.dtype, case.causal, grad=True)
         # Clones, as inputs that come out of a projection: an in-place op on them is the
         # caller's business (mutates-input), not the gradient's.
-        args = [x.clone() for x in leaves[:n]] + leaves[n:]
-        res_out = unwrap(self.t.fn(*args, **kw))[0]
+        res_out = self.t.output(self.t.invoke([x.clone() for x in leaves], extra, kw))[0]
         if not isinstance(res_out, torch.Tensor) or res_out.grad_fn is None:
             return Verdict("gradient", "fn's output is not differentiable (no grad_fn): "
                             "it leaves autograd (NumPy, .detach(), .item()) or builds a new "

@@ -29,34 +29,78 @@ def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
+class NoMaskLayout(Exception):
+    """The module took none of the mask layouts the check knows."""
+
+
+KEY_ONLY = ("bt", "b1t", "b11t")  # a mask per key, not per query: (B, Tk), (B, 1, Tk)...
+SHAPES = {"tt": "(Tq, Tk)", "btt": "(B, Tq, Tk)", "b1tt": "(B, 1, Tq, Tk)",
+          "bt": "(B, Tk)", "b1t": "(B, 1, Tk)", "b11t": "(B, 1, 1, Tk)"}
+
+
 class Harness:
+    """How the module under check is called (see the module docstring), and its probes.
+
+    Attributes:
+        self_only: ``forward`` takes one input (``m(x)``, ``m(x, mask=...)``).
+        mask_name: the mask parameter, passed by keyword; None when there is none.
+        input_names: q/k/v passed by these names, or None (by position).
+        batch_first: inputs ``(B, T, E)``; False: ``(T, B, E)`` (the ``batch_first``
+            attribute, else found by trying).
+        convention: ``valid_lens``, ``masked``, ``keep``, ``additive`` or ``none``.
+        layout: of the mask: ``tt``, ``btt``, ``b1tt`` or, per key, ``bt``, ``b1t``,
+            ``b11t`` (:data:`SHAPES`); None until a mask was passed.
+    """
+
     def __init__(self, factory: Any, m: nn.Module, spec: str | None, name: str,
-                 self_only: bool, mask_name: str | None) -> None:
+                 self_only: bool, mask_name: str | None,
+                 input_names: tuple[str, ...] | None = None) -> None:
         self.factory, self.m, self.spec, self.name = factory, m, spec, name
-        self.self_only, self.mask_name = self_only, mask_name
+        self.self_only, self.mask_name, self.input_names = self_only, mask_name, input_names
         self.batch_first = bool(getattr(m, "batch_first", True))
         self.numpy = not isinstance(m, nn.Module)
         self.mask_optional = True  # forward's mask has a default
         self.convention = "none"
-        self.layout: str | None = None  # of the mask: "btt", "tt" or "b1tt"
+        self.layout: str | None = None
+        self.tried_layouts: list[str] = []
+        self.prefer_key_only = False  # a key padding mask by its name: (B, Tk) first
+        self.behaves_causal: bool | None = None  # found by causality()
         self.mutation: Finding | None = None
         self.broken = False
 
+    @property
+    def key_only(self) -> bool:
+        """The mask says which keys each batch row may attend, not which per query: the
+        probes mask keys (lengths) rather than queries."""
+        return self.convention == "valid_lens" or self.layout in KEY_ONLY
+
     # -- calling --------------------------------------------------------------------------
     def _mask(self, keep: torch.Tensor | None, lens: torch.Tensor | None, layout: str,
-              Tq: int, Tk: int) -> dict:
+              Bn: int, Tq: int, Tk: int, dtype: torch.dtype = torch.float32) -> dict:
         if self.convention == "none" or self.mask_name is None:
             return {}
         if keep is None and lens is None and not self.mask_optional:
             # A required mask, and nothing to mask: the mask that masks nothing.
-            keep, lens = torch.ones(Tq, Tk, dtype=torch.bool), torch.full((B,), Tk)
+            keep, lens = torch.ones(Tq, Tk, dtype=torch.bool), torch.full((Bn,), Tk)
         if self.convention == "valid_lens":
             return {} if lens is None else {self.mask_name: lens}
-        if keep is None:
+        if layout in KEY_ONLY:
+            if lens is not None and lens.shape[0] == Bn:
+                per_key = torch.arange(Tk)[None, :] < lens[:, None]
+            elif keep is not None:
+                per_key = keep[-1].expand(Bn, Tk)  # the probes' masks are the same per query
+            else:
+                return {}
+            m = {"bt": per_key, "b1t": per_key[:, None], "b11t": per_key[:, None, None]}[layout]
+        elif keep is None:
             return {}
-        m = ~keep if self.convention == "masked" else keep
-        m = {"tt": m, "btt": m.expand(B, *m.shape), "b1tt": m[None, None]}[layout]
-        return {self.mask_name: m.clone()}
+        else:
+            m = {"tt": keep, "btt": keep.expand(Bn, *keep.shape),
+                 "b1tt": keep[None, None]}[layout]
+        if self.convention == "additive":  # in the inputs' dtype, as a model builds it
+            fill = torch.finfo(dtype).min if dtype.is_floating_point else -1e30
+            return {self.mask_name: torch.zeros(m.shape, dtype=dtype).masked_fill(~m, fill)}
+        return {self.mask_name: (~m if self.convention == "masked" else m).clone()}
 
     def eval(self, m: Any) -> Any:
         """``m.eval()`` for a module (a NumPy class has no training mode)."""
@@ -65,22 +109,27 @@ class Harness:
     def call(self, m: nn.Module, xq: torch.Tensor, xkv: torch.Tensor | None = None, *,
              keep: torch.Tensor | None = None, lens: torch.Tensor | None = None) -> torch.Tensor:
         """The batch-first output of ``m`` on batch-first inputs (raises what ``m`` raises)."""
-        Tq, Tk = xq.shape[1], (xq if xkv is None else xkv).shape[1]
-        if self.layout is None and self.convention in ("masked", "keep") and (
-                keep is not None or not self.mask_optional):
-            self.layout = self._find_layout(m, xq, xkv, keep)
-        kw = self._mask(keep, lens, self.layout or "tt", Tq, Tk)
+        Bn, Tq, Tk = xq.shape[0], xq.shape[1], (xq if xkv is None else xkv).shape[1]
+        if self.layout is None and self.convention in ("masked", "keep", "additive") and (
+                keep is not None or lens is not None or not self.mask_optional):
+            self.layout = self._find_layout(m, xq, xkv, keep, lens)
+        kw = self._mask(keep, lens, self.layout or "tt", Bn, Tq, Tk, xq.dtype)
         xs = [xq] if self.self_only else [xq, xkv if xkv is not None else xq,
                                           xkv if xkv is not None else xq]
         if not self.batch_first:
             xs = [x.transpose(0, 1) for x in xs]
         before = [x.detach().clone() for x in xs] + [v.clone() for v in kw.values()]
         if self.numpy:  # views: a write into an array shows in the tensor
-            out = unwrap_out(m(*(x.detach().numpy() for x in xs),
-                               **{k: v.numpy() for k, v in kw.items()}))
-            out = torch.from_numpy(np.array(out))
+            arrays = [x.detach().numpy() for x in xs]
+            named = {k: v.numpy() for k, v in kw.items()}
         else:
-            out = unwrap_out(m(*xs, **kw))
+            arrays, named = list(xs), dict(kw)
+        if self.input_names:
+            named.update(zip(self.input_names, arrays))
+            arrays = []
+        out = unwrap_out(m(*arrays, **named))
+        if self.numpy:
+            out = torch.from_numpy(np.array(out))
         for i, (b, a) in enumerate(zip(before, xs + list(kw.values()))):
             if self.mutation is None and not torch.equal(b, a.detach()):
                 what = (["query", "key", "value"] if not self.self_only else ["x"])[i] \
@@ -93,16 +142,58 @@ class Harness:
                         "assert torch.equal(x, before), 'the module wrote into its input'"]))
         return out.transpose(0, 1) if not self.batch_first else out
 
-    def _find_layout(self, m: nn.Module, xq: torch.Tensor, xkv: Any, keep: Any) -> str:
-        for layout in ("btt", "tt", "b1tt"):
+    def find_batch_first(self) -> None:
+        """Without a ``batch_first`` attribute, try: with inputs ``(4, 4, E)``, rows of the
+        batch axis are independent (changing one changes no other's output)."""
+        if hasattr(self.m, "batch_first"):
+            return
+        x = _rand(4, 4, E, seed=2)
+        m = self.eval(self.m)
+
+        def independent(axis: int) -> bool:
+            for changed, watched in ((1, 0), (0, 1)):
+                y = x.clone()
+                y.select(axis, changed).add_(_rand(4, E, seed=3))
+                xs, ys = ([x], [y]) if self.self_only else ([x, x, x], [y, y, y])
+                if self.numpy:
+                    xs, ys = [t.numpy() for t in xs], [t.numpy() for t in ys]
+                if self.input_names:
+                    a = m(**dict(zip(self.input_names, xs)))
+                    b = m(**dict(zip(self.input_names, ys)))
+                else:
+                    a, b = m(*xs), m(*ys)
+                a, b = torch.as_tensor(unwrap_out(a)), torch.as_tensor(unwrap_out(b))
+                if not torch.allclose(a.select(axis, watched).float(),
+                                      b.select(axis, watched).float(), atol=1e-5):
+                    return False
+            return True
+
+        try:
+            with torch.no_grad():
+                if not independent(0) and independent(1):
+                    self.batch_first = False
+        except Exception:
+            return  # the module needs a mask, or more: keep the default
+
+    def _find_layout(self, m: nn.Module, xq: torch.Tensor, xkv: Any, keep: Any,
+                     lens: Any = None) -> str:
+        """The first mask layout ``m`` takes and answers with the right shape; raises
+        :class:`NoMaskLayout` when none fits."""
+        self.tried_layouts = []
+        layouts = ("btt", "tt", "b1tt")
+        for layout in (KEY_ONLY + layouts) if self.prefer_key_only else (layouts + KEY_ONLY):
             self.layout = layout
             try:
-                out = self.call(m, xq, xkv, keep=keep)
-            except Exception:
+                out = self.call(m, xq, xkv, keep=keep, lens=lens)
+            except Exception as err:
+                self.tried_layouts.append(f"{SHAPES[layout]}: {type(err).__name__}: "
+                                          f"{(str(err).splitlines() or [''])[0][:100]}")
                 continue
-            if tuple(out.shape) == (B, xq.shape[1], E):
+            if tuple(out.shape) == (xq.shape[0], xq.shape[1], E):
                 return layout
-        return "tt"
+            self.tried_layouts.append(f"{SHAPES[layout]}: output shape {tuple(out.shape)}")
+        self.layout = None
+        raise NoMaskLayout("; ".join(self.tried_layouts))
 
     # -- reproducer text ------------------------------------------------------------------
     def repro(self, body: list[str], dtype: str | None = None, dropout: bool = False) -> str:
@@ -131,6 +222,10 @@ class Harness:
                       "**{k: v.numpy() for k, v in mask.items()})",
                       "    return torch.from_numpy(np.array(out[0] if isinstance(out, tuple) "
                       "else out))", ""]
+        elif self.input_names:
+            lines += [f"    out = m(**dict(zip({self.input_names!r}, "
+                      f"(t{tr} for t in inputs))), **mask)",
+                      f"    return (out[0] if isinstance(out, tuple) else out){tr}", ""]
         else:
             lines += [f"    out = m(*(t{tr} for t in inputs), **mask)" if tr else
                       "    out = m(*inputs, **mask)",
@@ -140,45 +235,114 @@ class Harness:
     def _nothing_masked_text(self) -> str:
         if self.convention == "valid_lens":
             return f"torch.full(({B},), Tk)"
-        fill = "zeros" if self.convention == "masked" else "ones"
-        shape = {"tt": "Tq, Tk", "btt": f"{B}, Tq, Tk", "b1tt": f"{B}, 1, Tq, Tk"}[
+        shape = {"tt": "Tq, Tk", "btt": f"{B}, Tq, Tk", "b1tt": f"{B}, 1, Tq, Tk",
+                 "bt": f"{B}, Tk", "b1t": f"{B}, 1, Tk", "b11t": f"{B}, 1, 1, Tk"}[
             self.layout or "tt"]
+        if self.convention == "additive":
+            return f"torch.zeros({shape}, dtype=inputs[0].dtype)"
+        fill = "zeros" if self.convention == "masked" else "ones"
         return f"torch.{fill}({shape}, dtype=torch.bool)"
 
     def mask_text(self, keep_lines: list[str], lens: str | None = None) -> tuple[list[str], str]:
         """Lines making the mask the module takes, and the keyword text that passes it."""
         if self.convention == "valid_lens":
             return [f"valid_lens = torch.tensor({lens})"], f"{self.mask_name}=valid_lens"
-        flip = "~keep" if self.convention == "masked" else "keep"
-        shaped = {"tt": flip, "btt": f"({flip}).expand({B}, -1, -1)",
-                  "b1tt": f"({flip})[None, None]"}[self.layout or "tt"]
+        if self.layout in KEY_ONLY and lens is None:
+            keep_lines = keep_lines + [f"keep = keep[-1].expand({B}, -1)  # per key: the same "
+                                       f"for every query"]
+            shaped = {"bt": "keep", "b1t": "keep[:, None]", "b11t": "keep[:, None, None]"}[
+                self.layout]
+        elif self.layout in KEY_ONLY:
+            keep_lines = [f"keep = torch.arange({T})[None, :] < torch.tensor({lens})[:, None]"
+                          f"  # keys j < {lens}[b] count"]
+            shaped = {"bt": "keep", "b1t": "keep[:, None]", "b11t": "keep[:, None, None]"}[
+                self.layout]
+        else:
+            shaped = {"tt": "keep", "btt": f"keep.expand({B}, -1, -1)",
+                      "b1tt": "keep[None, None]"}[self.layout or "tt"]
+        if self.convention == "additive":
+            return keep_lines + [
+                f"mask = torch.zeros({shaped}.shape, dtype=x.dtype).masked_fill(~{shaped}, "
+                f"torch.finfo(x.dtype).min)  # additive: 0 = may attend"], f"{self.mask_name}=mask"
+        flip = f"~{shaped}" if self.convention == "masked" else shaped
         note = "True = masked" if self.convention == "masked" else "True = may attend"
-        return keep_lines + [f"mask = {shaped}  # {note}"], f"{self.mask_name}=mask"
+        return keep_lines + [f"mask = {flip}  # {note}"], f"{self.mask_name}=mask"
+
+    def call_words(self) -> str:
+        """How the module is called, in words (for the report)."""
+        inputs = ("x" if self.self_only else ", ".join(
+            f"{n}=" for n in self.input_names) if self.input_names else "query, key, value")
+        mask = (f", {self.mask_name}=..." if self.mask_name and self.convention != "none"
+                else "")
+        return f"m({inputs}{mask}) on {'(B, T, E)' if self.batch_first else '(T, B, E)'} inputs"
 
     def args_text(self, x: str, kv: str | None = None) -> str:
         return x if self.self_only else f"{x}, {kv or x}, {kv or x}"
 
     # -- probes ---------------------------------------------------------------------------
     def polarity(self) -> str | None:
-        """Given a mask True on the last two keys, which keys does the module ignore?"""
+        """``"masked"``, ``"keep"`` or ``"additive"``: given a mask flagging keys 0 and 1,
+        which keys does the module ignore? For each reading, the keys it says are ignored
+        get a random change, a different one per key (one shared change would not do: a
+        softmax over those keys cannot see it). Raises :class:`NoMaskLayout` when the
+        module takes no mask layout the check knows."""
         x, kv = _rand(B, T, E), _rand(B, T, E, seed=1)
+        noise = 2 * _rand(B, T, E, seed=5)
+        # The first keys are flagged: a causal module's early rows see no later key, so the
+        # rows compared for each reading are ones a causal module lets see the changed keys.
         flag = torch.zeros(T, T, dtype=torch.bool)
-        flag[:, 3:] = True
-        self.convention = "keep"  # pass the flag as it is
+        flag[:, :2] = True
+        no_layout = None
+        for reading, cols in (("masked", slice(0, 2)), ("keep", slice(2, None)),
+                              ("additive", slice(0, 2))):
+            self.convention = "additive" if reading == "additive" else "keep"
+            self.layout = None
+            keep = ~flag if reading == "additive" else flag
+            changed = kv.clone()
+            changed[:, cols] += noise[:, cols]
+            try:
+                a = self.call(self.eval(self.m), kv if self.self_only else x, kv, keep=keep)
+                b = self.call(self.m, changed if self.self_only else x, changed, keep=keep)
+            except NoMaskLayout as err:
+                no_layout = err
+                continue
+            except Exception:
+                continue
+            if self.self_only:  # the queries are the keys: compare unchanged rows only
+                other = slice(2, None) if cols.start == 0 else slice(0, 2)
+                a, b = a[:, other], b[:, other]
+            if torch.isfinite(a).all() and torch.allclose(a, b, atol=1e-5):
+                return reading
+        self.layout = None
+        if no_layout is not None:
+            raise no_layout
+        return None
+
+    def causality(self) -> bool | None:
+        """Does a change at positions 3 and 4 leave the outputs at 0..2 alone (self-attention:
+        ``m(x)``, or ``m(x, x, x)``)? None when the module cannot be called so."""
+        x = _rand(B, T, E, seed=6)
+        y = x.clone()
+        y[:, 3:] += 2 * _rand(B, 2, E, seed=7)
         try:
-            for polarity, cols in (("masked", slice(3, None)), ("keep", slice(0, 3))):
-                bumped = kv.clone()
-                bumped[:, cols] += 3.0
-                a = self.call(self.eval(self.m), x, kv, keep=flag)
-                b = self.call(self.m, x, bumped, keep=flag)
-                if self.self_only:  # the queries are the keys: compare untouched rows only
-                    other = slice(0, 3) if cols.start == 3 else slice(3, None)
-                    a, b = a[:, other], b[:, other]
-                if torch.isfinite(a).all() and torch.allclose(a, b, atol=1e-5):
-                    return polarity
+            with torch.no_grad():
+                a, b = self.call(self.eval(self.m), x), self.call(self.m, y)
         except Exception:
             return None
-        return None
+        self.behaves_causal = bool(torch.allclose(a[:, :3], b[:, :3], atol=1e-5))
+        return self.behaves_causal
+
+    def causal_leak(self) -> Finding:
+        """The error finding for a module declared causal whose early outputs see later
+        positions."""
+        msg = ("declared causal, the module lets position i see later positions: changing "
+               "x at positions 3 and 4 changes the outputs at 0..2 (apply the causal mask, "
+               "e.g. scores.masked_fill(~torch.tril(...), -inf), before the softmax)")
+        return Finding("causal-leak", msg, "outputs at positions 0..2 moved",
+                       reproducer=self.repro([
+            "y = x.clone()", "y[:, 3:] += 1.0  # change only the later positions",
+            f"a, b = run({self.args_text('x')}), run({self.args_text('y')})",
+            f"assert torch.allclose(a[:, :3], b[:, :3], atol=1e-5), {msg!r}"]))
 
     def unregistered(self) -> list[Finding]:
         registered = {id(p) for p in self.m.parameters()}
@@ -222,9 +386,15 @@ class Harness:
                 out = self.call(self.eval(self.m), xq, xkv)
             except Exception as err:
                 self.broken = Tq == Tk
-                msg = f"the module raises on query {(B, Tq, E)}, key/value {(B, Tk, E)}: " \
-                      f"{type(err).__name__}: {str(err).splitlines()[0][:150] if str(err) else ''}"
-                found.append(Finding("shape", msg, type(err).__name__, reproducer=self.repro([
+                first = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:150]}"
+                msg = f"the module raises on query {(B, Tq, E)}, key/value {(B, Tk, E)}: {first}"
+                code = "shape"
+                if self.broken:  # not even the plainest call: the check could not call it
+                    code, msg = "call-failed", (
+                        f"the module could not be called as {self.call_words()}: {first}; "
+                        f"declare the mask with --convention, or wrap the module in a factory "
+                        f"whose forward takes (query, key, value) or (x)")
+                found.append(Finding(code, msg, type(err).__name__, reproducer=self.repro([
                     f"kv = torch.randn({B}, {Tk}, {E})" if Tk != T or Tq != T else "kv = x",
                     f"q = torch.randn({B}, {Tq}, {E})" if Tq != T else "q = x",
                     f"out = run({self.args_text('q', 'kv')})"])))
@@ -261,34 +431,45 @@ class Harness:
     def masks(self) -> list[Finding]:
         x, kv = _rand(B, T, E), _rand(B, T, E, seed=1)
         m = self.eval(self.m)
+        # Self-attention masks keys 0 and 1 and watches rows 2..4, whose own tokens do not
+        # change and which a causal module lets see those keys (lengths mask the last keys).
+        early = self.self_only and self.convention != "valid_lens"
+        masked_cols, kept_cols = (slice(0, 2), slice(2, None)) if early \
+            else (slice(3, None), slice(0, 3))
+        cols_text = "[:, :2]" if early else "[:, 3:]"
         keep = torch.ones(T, T, dtype=torch.bool)
-        keep[:, 3:] = False
-        lens = torch.tensor([3, 3])
-        rows = slice(0, 3) if self.self_only else slice(None)
+        keep[:, masked_cols] = False
+        lens = None if early else torch.tensor([3, 3])
+        rows = kept_cols if self.self_only else slice(None)
+        noise = 2 * _rand(B, T, E, seed=8)
         bumped = kv.clone()
-        bumped[:, 3:] += 3.0
+        bumped[:, masked_cols] += noise[:, masked_cols]  # a different change per key
         xq = kv if self.self_only else x
         bq = bumped if self.self_only else x
         a = self.call(m, xq, kv, keep=keep, lens=lens)
         b = self.call(m, bq, bumped, keep=keep, lens=lens)
+        words = "keys 0 and 1 are masked" if early else "keys 3 and 4 are masked"
         kl, kwt = self.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",
-                                  "keep[:, 3:] = False  # keys 3 and 4 are masked"], "[3, 3]")
+                                  f"keep{cols_text} = False  # {words}"],
+                                 None if early else "[3, 3]")
         kvq = "kv" if self.self_only else "x"
+        n_masked = 2
         body = kl + ["kv = torch.randn(2, 5, 16)", "bumped = kv.clone()",
-                     "bumped[:, 3:] += 3.0  # change only the masked keys",
+                     f"bumped{cols_text} += 2 * torch.randn(2, {n_masked}, 16)"
+                     f"  # change only the masked keys",
                      f"a = run({self.args_text(kvq, 'kv')}, {kwt})",
                      f"b = run({self.args_text('bumped' if self.self_only else 'x', 'bumped')},"
                      f" {kwt})"]
-        rows_text = "[:, :3]" if self.self_only else ""
+        rows_text = ("[:, 2:]" if early else "[:, :3]") if self.self_only else ""
         if not torch.allclose(a[:, rows], b[:, rows], atol=1e-5):
             code, msg = "inaccurate", "values at masked keys change the output: the mask is " \
                 "ignored or misapplied"
-            if self.convention != "valid_lens":
-                flip = torch.ones(T, T, dtype=torch.bool)
-                flip[:, 3:] = False
+            # The other reading is tested on rows that cannot see the changed keys; a causal
+            # self-attention module's early rows see none of them, whatever it reads.
+            if self.convention != "valid_lens" and not (self.self_only and self.behaves_causal):
                 c_ = kv.clone()
-                c_[:, :3] += 3.0
-                rows2 = slice(3, None) if self.self_only else slice(None)
+                c_[:, kept_cols] += noise[:, kept_cols]
+                rows2 = masked_cols if self.self_only else slice(None)
                 a2 = self.call(m, xq, kv, keep=keep)
                 b2 = self.call(m, c_ if self.self_only else x, c_, keep=keep)
                 if torch.allclose(a2[:, rows2], b2[:, rows2], atol=1e-5):
@@ -309,11 +490,11 @@ class Harness:
         bumped[:, 1:] += 3.0
         a = self.call(m, xq, kv, keep=keep, lens=lens)
         b = self.call(m, bq if not self.self_only else bumped, bumped, keep=keep, lens=lens)
-        row = (slice(0, 1), slice(None)) if self.convention == "valid_lens" \
+        row = (slice(0, 1), slice(None)) if self.key_only \
             else (slice(None), slice(0, 1))
         kl, kwt = self.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",
                                   "keep[0] = False  # query 0 may attend no key"], f"[0, {T}]")
-        sel = "[:1]" if self.convention == "valid_lens" else "[:, :1]"
+        sel = "[:1]" if self.key_only else "[:, :1]"
         body = kl + ["kv = torch.randn(2, 5, 16)", "bumped = kv.clone()",
                      "bumped[:, 1:] += 3.0",
                      f"a = run({self.args_text(kvq, 'kv')}, {kwt})",
@@ -325,8 +506,11 @@ class Harness:
                             reproducer=self.repro(body + [
                                 f"assert torch.isfinite(a{sel}).all(), {msg!r}"]))]
         if not torch.allclose(a[row], b[row], atol=1e-5):
-            msg = ("a query with no allowed key still averages the values (a -1e9 fill leaves "
-                   "a uniform row); attnkit, SDPA and flash-attn give attention output 0")
+            why = ("an additive finfo.min mask leaves a uniform row, as transformers' eager "
+                   "attention does" if self.convention == "additive"
+                   else "a -1e9 fill leaves a uniform row")
+            msg = (f"a query with no allowed key still averages the values ({why}); attnkit, "
+                   f"SDPA and flash-attn give attention output 0")
             return [Finding("fully-masked-row", msg, "its output moves with the values",
                             reproducer=self.repro(body + [
                                 f"assert torch.allclose(a{sel}, b{sel}), {msg!r}"]))]

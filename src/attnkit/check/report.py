@@ -17,6 +17,7 @@ ERROR, WARNING = "error", "warning"
 
 # code -> (severity, what it means), in the order a report lists them.
 CODES: dict[str, tuple[str, str]] = {
+    "call-failed": (ERROR, "the target could not be called with any input layout"),
     "shape": (ERROR, "wrong output shape"),
     "nan-or-inf": (ERROR, "NaN or inf where the oracle is finite"),
     "float16-overflow": (ERROR, "fails or goes non-finite in half precision only"),
@@ -29,6 +30,7 @@ CODES: dict[str, tuple[str, str]] = {
     "no-gradient": (ERROR, "a parameter that never gets a gradient"),
     "state-dict": (ERROR, "state_dict does not round-trip the module"),
     "dropout-in-eval": (ERROR, "dropout still active after eval()"),
+    "causal-leak": (ERROR, "declared causal, a query sees later positions"),
     "fully-masked-row": (WARNING, "a row with no allowed key is not 0"),
     "causal-alignment": (WARNING, "causal mask aligned top-left, not bottom-right"),
 }
@@ -76,6 +78,8 @@ class Report:
         convention: the calling convention used (``"valid_lens"``, ``"masked"``,
             ``"keep"``, ``"sdpa"``, ``"none"``), and how it was chosen.
         layout: the input layout used, e.g. ``"(B, H, T, D)"``.
+        causality: for self-attention, whether later positions change earlier outputs
+            (``"behaves as causal"`` or ``"bidirectional"``), and the intent if declared.
         findings: at most one per code, errors first.
         cases: the names of the cases run.
         seconds: wall time of the check.
@@ -86,6 +90,7 @@ class Report:
     framework: str = ""
     convention: str = ""
     layout: str = ""
+    causality: str = ""
     findings: list[Finding] = field(default_factory=list)
     cases: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -124,12 +129,13 @@ class Report:
             f"  framework {self.framework or 'not found'}, "
             f"convention {self.convention or 'not found'}"
             + (f", layout {self.layout}" if self.layout else ""),
+            *([f"  causality: {self.causality}"] if self.causality else []),
             f"  {len(self.cases)} cases in {self.seconds:.2f} s",
         ]
         if self.check == "attention" and self.convention.startswith("none"):
             lines.append("  masks, empty rows and causal alignment were not tested: no mask "
                          "argument was recognised (declare one with --convention "
-                         "valid_lens, masked, keep or sdpa)")
+                         "valid_lens, masked, keep, sdpa or additive)")
         if not self.findings:
             lines.append("  no findings: every case agrees with the oracle")
         else:

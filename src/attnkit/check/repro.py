@@ -18,6 +18,9 @@ def _oracle_text(run: Any, case: Any, keep_expr: str = "keep", scale: str = "",
                  grads: bool = False) -> tuple[str, str]:
     """``(import line, expression)`` of the oracle's answer for ``case``."""
     t = run.t
+    causal = "True" if t.causal else ""
+    if keep_expr in ("no-causal", "top-left"):  # a declared-causal function, read otherwise
+        causal, keep_expr = ("" if keep_expr == "no-causal" else "'top_left'"), "keep"
     if t.check == "attention":
         if case.mask in ("lens", "lens-empty"):
             opts = ", valid_lens=valid_lens"
@@ -25,6 +28,7 @@ def _oracle_text(run: Any, case: Any, keep_expr: str = "keep", scale: str = "",
             opts = f", mask={keep_expr}"
         else:
             opts = ""
+        opts += f", causal={causal}" if causal else ""
         opts += f", scale={scale}" if scale else ""
         opts += ", d_out=d_out" if grads else ""
         return ("from attnkit.testing import reference_attention",
@@ -50,8 +54,7 @@ def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
     equal = "torch.equal" if fw.name == "torch" else "np.array_equal"
     if grads:
         want = oracle + (".out" if t.check == "attention" else "")
-        lines.append(f"result = {t.call_text(arrays, case.causal)}")
-        lines.append("out = result[0] if isinstance(result, (tuple, list)) else result")
+        lines += t.got_lines(arrays, case.causal, case.dtype)[:-1]
         if d.get("grad") is None:
             cot = "d_out" if t.check == "attention" else "d_y"
             lines += [f"assert out.grad_fn is not None, {verdict.message!r}",
@@ -75,7 +78,7 @@ def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
     if code == "mutates-input":
         lines.append(f"before = [a.{'clone' if fw.name == 'torch' else 'copy'}() "
                      f"for a in ({', '.join(big)}{',' if len(big) == 1 else ''})]")
-    lines += t.got_lines(arrays, case.causal)
+    lines += t.got_lines(arrays, case.causal, case.dtype)
     if code == "mutates-input":
         lines.append(f"changed = [n for n, a, b in zip({t.inputs!r}, ({', '.join(big)}"
                      f"{',' if len(big) == 1 else ''}), before) if not {equal}(a, b)]")
@@ -100,8 +103,13 @@ def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
         elif code == "mask-polarity" and case.mask:
             _, alt = _oracle_text(run, case, keep_expr="~keep")
             lines.append(f"print('error with the mask inverted:', np.abs(got - {alt}{tail}).max())")
+        elif code == "causal-leak":
+            _, alt = _oracle_text(run, case, keep_expr="no-causal")
+            lines.append(f"print('error against attention with no causal mask:', "
+                         f"np.abs(got - {alt}{tail}).max())")
         elif code == "causal-alignment":
-            _, alt = _oracle_text(run, case, keep_expr="np.tril(np.ones_like(keep))")
+            _, alt = _oracle_text(run, case, keep_expr="top-left" if t.causal
+                                  else "np.tril(np.ones_like(keep))")
             lines.append(f"print('error against top-left causal:', "
                          f"np.abs(got - {alt}{tail}).max())")
         lines += ["err = np.abs(got - want).max()",
