@@ -1,0 +1,154 @@
+"""The words of a report in each language: one catalogue, English and Chinese.
+
+English is what the checks write as they go: each :class:`~attnkit.check.report.Finding`
+carries a one-line English diagnosis composed on the spot (with its shapes and figures),
+and :data:`~attnkit.check.report.CODES` gives every code its English title. This module
+adds, for every code, a Chinese title and a Chinese diagnosis that says what the code
+means and what to do, and the Chinese words of the report around the findings. The
+measured figures, the case and the reproducer are printed as they are in both languages;
+codes never change with the language.
+
+Chinese terms follow the Chinese edition of d2l (zh.d2l.ai): 查询、键、值, 注意力汇聚,
+掩蔽softmax, 有效长度, 缩放点积注意力, 多头注意力, 暂退法 (dropout).
+"""
+
+from __future__ import annotations
+
+__all__ = ["LANGUAGES", "ZH_CODES", "ZH_WORDS", "check_language"]
+
+LANGUAGES = ("en", "zh")
+
+# code -> (title, diagnosis and what to do). Every key of CODES has an entry (tested).
+ZH_CODES: dict[str, tuple[str, str]] = {
+    "shape": (
+        "输出形状不对",
+        "输出的形状与预期不符（预期形状见“实测”一栏）。多头注意力中最常见的原因是拆分或合并多个"
+        "头时把 view 和 transpose 的顺序写错了。",
+    ),
+    "nan-or-inf": (
+        "出现 NaN 或 inf",
+        "参考实现给出有限值的地方，输出里出现了 NaN 或 inf。常见原因：softmax 没"
+        "有先减去每行的最大值，exp 上溢；或者某一行的键全部被掩蔽，算出了 0/0。",
+    ),
+    "float16-overflow": (
+        "半精度下溢出",
+        "float32 下一切正常，换成 float16/bfloat16 就报错或出现非有限值"
+        "。常见原因是用 -1e9 这类大负数填充被掩蔽的位置，而 float16 能表示的最大值"
+        "只有 65504。改用 -inf，并单独处理整行都被掩蔽的情况；或者用 torch.fi"
+        "nfo(dtype).min。",
+    ),
+    "mask-polarity": (
+        "掩码的含义读反了",
+        "掩码被按相反的含义使用了：本该掩蔽的键参与了注意力汇聚，本该参与的键反而被掩蔽。先确认约"
+        "定：attnkit、SDPA 和 JAX 中 True 表示“可以关注”；nn.Mult"
+        "iheadAttention 中 True 表示“掩蔽”。",
+    ),
+    "wrong-scale": (
+        "缩放不对",
+        "注意力分数没有除以 sqrt(d)（d 为查询和键的维度），或者除以了别的数。缩放点积注"
+        "意力的评分函数是 q·k / sqrt(d)。",
+    ),
+    "inaccurate": (
+        "误差超出规则",
+        "与 float64 参考实现相比，误差超过了同精度朴素实现误差的 2 倍（梯度为 3 倍"
+        "或 5 倍）。先核对公式，再看是否有不必要的精度损失。",
+    ),
+    "mutates-input": (
+        "改写了传入的张量",
+        "函数或模块原地写入了调用者传入的张量（例如 masked_fill_、mul_、x[ma"
+        "sk] = ...），调用者的数据被悄悄改掉了。先复制一份，或改用不带下划线的非原地版本"
+        "。",
+    ),
+    "gradient": (
+        "梯度不对",
+        "梯度与参考实现（或中心差分）不一致。手写的反向传播请逐项核对 softmax 的雅可比矩"
+        "阵；用自动微分的，检查是否有 detach 或原地操作切断了计算图。",
+    ),
+    "unregistered-parameter": (
+        "参数没有注册",
+        "有需要训练的张量没有注册为模块的参数，优化器、.to() 和 state_dict 都看"
+        "不到它。常见写法是把 nn.Linear 放进普通的 Python 列表；改用 nn.M"
+        "oduleList，或直接赋给 self 的属性。",
+    ),
+    "no-gradient": (
+        "参数没有梯度",
+        "反向传播之后，某个已注册参数的梯度仍是 None：它没有参与前向计算。检查是否有定义了却"
+        "没有用上的层。",
+    ),
+    "state-dict": (
+        "state_dict 不能还原模块",
+        "把 state_dict 载入一个新建的同类模块后，输出与原模块不同：有影响输出的状态没"
+        "有被保存（例如没有注册的张量，或应当用 register_buffer 保存的量）。",
+    ),
+    "dropout-in-eval": (
+        "eval() 之后暂退法仍在生效",
+        "调用 eval() 之后，两次相同的调用结果仍然不同：暂退法（dropout）没有随 s"
+        "elf.training 关闭。请使用 nn.Dropout 模块，或把 trainin"
+        "g=self.training 传给 F.dropout。",
+    ),
+    "fully-masked-row": (
+        "整行被掩蔽时输出不为 0",
+        "没有任何可关注的键的查询，输出不为 0（常见的是变成所有值的平均）。这是约定上的差别，未"
+        "必是错误；attnkit、SDPA（2.5 起）和 flash-attn 在这样的行上都"
+        "输出 0。",
+    ),
+    "causal-alignment": (
+        "因果掩码按左上角对齐",
+        "查询长度 Tq 与键长度 Tk 不同时，因果掩码按左上角对齐（torch.tril 的默"
+        "认写法），而不是右下角。用 KV 缓存逐词解码时，最后一个查询应当能看到全部的键。这是一"
+        "种约定（SDPA 的 is_causal 也按左上角对齐），请确认它正是你想要的。",
+    ),
+    "call-failed": (
+        "无法调用目标",
+        "检查器没能调用这个目标，下面列出了尝试过的调用方式和异常的第一行。可以传入一个实例，写一"
+        "个工厂函数 make(E, H)，或用 --convention 指明掩码参数的约定。",
+    ),
+    "nondeterministic": (
+        "相同的两次调用结果不同",
+        "同样的输入调用两次，输出却不同：暂退法（dropout）还开着。先调用 .eval()，"
+        "或把 dropout 设为 0 再检查。",
+    ),
+    "causal-leak": (
+        "泄露了未来的信息",
+        "声明了因果注意力（--causal），但改动靠后的位置会改变靠前位置的输出：查询看到了它"
+        "之后的键。检查因果掩码是否真的作用在了注意力分数上。",
+    ),
+    "mask-mismatch": (
+        "收到的掩码与应有的不符",
+        "实现收到的掩码，与按模型配置和填充方式构造的掩码不一致：某个查询可以看到未来或填充位置的"
+        "键，或者看不到本该看到的键。",
+    ),
+}
+
+# The words of the report around the findings (str.format fields as in report.py).
+ZH_WORDS: dict[str, str] = {
+    "title": "attnkit 检查 {check}：{target}",
+    "framework": "框架",
+    "convention": "约定",
+    "layout": "布局",
+    "not found": "未识别",
+    "cases": "共 {n} 个用例，用时 {seconds:.2f} 秒",
+    "no findings": "没有发现问题：每个用例都与参考实现一致",
+    "severity": "级别",
+    "code": "代码",
+    "diagnosis": "诊断",
+    "error": "错误",
+    "warning": "警告",
+    "measured": "实测",
+    "case": "用例",
+    "reproducer": "复现 {code} 的代码：",
+    "ok": "通过",
+    "failed": "未通过",
+    "verdict": "{verdict}：{errors} 个错误，{warnings} 个警告",
+    "no mask": (
+        "没有识别出掩码参数，因此没有测试掩码、整行被掩蔽和因果对齐（可用 --conventio"
+        "n valid_lens、masked、keep 或 sdpa 声明）"
+    ),
+}
+
+
+def check_language(lang: str) -> str:
+    """Return ``lang`` if a report can be written in it, else raise ``ValueError``."""
+    if lang not in LANGUAGES:
+        raise ValueError(f"lang must be one of {LANGUAGES}, got {lang!r}")
+    return lang
