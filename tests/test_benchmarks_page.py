@@ -166,6 +166,19 @@ def test_the_old_markdown_log_becomes_records():
         page.check_record(json.loads(json.dumps(rec)))
 
 
+def test_importing_a_log_twice_appends_its_runs_once(tmp_path):
+    log = tmp_path / "old.md"
+    records = tmp_path / "results.jsonl"
+    log.write_text("# Benchmarks\n\n## Ring attention on CPU with gloo (CPU)\n\n"
+                   "- date: 2026-11-22 09:09 UTC\n- machine: m\n- versions: python 3\n"
+                   "- command: `python benchmarks/ring.py`\n\n| a | b |\n|---|---|\n"
+                   "| x | 1 |\n")
+    assert page.import_markdown(log, records) == 1
+    assert page.import_markdown(log, records) == 0
+    (rec,) = page.load_records(records)
+    assert rec["rows"] == [["x", 1]] and rec["notes"] == ""
+
+
 @pytest.mark.parametrize(("question", "date", "row", "column", "value"), [
     # figures as the appended log printed them before it became records
     ("numpy-vs-sdpa", "2026-11-22 08:32 UTC", (4096, "numpy flash"), "vs torch", 1.39),
