@@ -1,12 +1,15 @@
-"""Shared benchmark plumbing: timing, a printed table, and an entry appended to BENCHMARKS.md.
+"""Shared benchmark plumbing: timing, a printed table, and a record of each run.
 
 Every benchmark script reports ratios against a peer measured in the same run; this
-module records the context (date, machine, versions, exact command) next to the table.
+module records each table with its context (date, machine, versions, exact command) as one
+JSON line in ``benchmarks/results.jsonl`` (the history), then rebuilds ``BENCHMARKS.md``,
+the current state, from those records (``tools/benchmarks_page.py``).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import os
 import platform
 import shlex
@@ -17,7 +20,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
+RESULTS = ROOT / "benchmarks" / "results.jsonl"  # the history: one JSON line per table
+BENCHMARKS_MD = ROOT / "BENCHMARKS.md"  # the current state, built from RESULTS
+IMAGES = ROOT / "docs" / "img" / "benchmarks"  # its plots
 
 
 def median_time(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1) -> float:
@@ -55,13 +60,29 @@ def machine() -> str:
 
 
 def versions() -> str:
+    """``python X, numpy Y, torch Z, triton W`` (those installed), and transformers when
+    the script imported it."""
     parts = [f"python {platform.python_version()}"]
     for mod in ("numpy", "torch", "triton"):
         try:
             parts.append(f"{mod} {__import__(mod).__version__}")
         except ImportError:
             pass
+    if "transformers" in sys.modules:
+        parts.append(f"transformers {sys.modules['transformers'].__version__}")
     return ", ".join(parts)
+
+
+def page_tool():
+    """``tools/benchmarks_page.py`` as a module (the record format and the page builder)."""
+    name = "_attnkit_benchmarks_page"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "benchmarks_page.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -86,26 +107,29 @@ def report(
     *,
     notes: str = "",
     record: bool = True,
+    question: str | None = None,
 ) -> str:
-    """Print the table and, when ``record``, append it with its context to BENCHMARKS.md."""
+    """Print the table and, when ``record``, record it and rebuild the page.
+
+    The record (one JSON line appended to :data:`RESULTS`) holds ``question`` (None: read
+    off the title by ``tools/benchmarks_page.py``), the title, the date, :func:`machine`,
+    :func:`versions`, the exact command, the columns, the rows as values and the notes;
+    then :data:`BENCHMARKS_MD` and its plots are rebuilt from every record.
+
+    Returns:
+        The printed Markdown table.
+    """
     table = format_table(headers, rows)
     print(f"\n{title}\n{table}")
     if notes:
         print(notes)
     if record:
+        page = page_tool()
         command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        entry = (
-            f"\n## {title}\n\n- date: {stamp}\n- machine: {machine()}\n- versions: {versions()}\n"
-            f"- command: `{command}`\n\n{table}\n"
-        )
-        if notes:
-            entry += f"\n{notes}\n"
-        if not BENCHMARKS_MD.exists():
-            BENCHMARKS_MD.write_text(
-                "# Benchmarks\n\nAppended by the scripts under `benchmarks/`; ratios are "
-                "measured side by side in one run.\n"
-            )
-        with BENCHMARKS_MD.open("a") as f:
-            f.write(entry)
+        rec = page.make_record(question or page.question_of(title), title, stamp, machine(),
+                               versions(), command, headers, rows, notes)
+        page.append_record(rec, RESULTS)
+        page.write_page(RESULTS, BENCHMARKS_MD, IMAGES)
+        print(f"(recorded in {RESULTS.name}; {BENCHMARKS_MD.name} rebuilt)")
     return table

@@ -22,7 +22,7 @@ Attention FLOPs (forward, no mask): ``4 * B * H * T * T * D``.
 
 Usage::
 
-    python benchmarks/numpy_cpu.py            # T = 1024, 4096, 8192; appends to BENCHMARKS.md
+    python benchmarks/numpy_cpu.py            # T = 1024, 4096, 8192; records it (BENCHMARKS.md)
     python benchmarks/numpy_cpu.py --quick    # small sizes, prints only
     python benchmarks/numpy_cpu.py --threads 1 --sizes 1024 4096   # steadier ratios
 """

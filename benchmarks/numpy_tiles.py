@@ -8,7 +8,7 @@ alternating, a short pause before each so that the other side's threads go idle;
 
 Usage::
 
-    python benchmarks/numpy_tiles.py           # T = 1024, 2048, 4096; appends to BENCHMARKS.md
+    python benchmarks/numpy_tiles.py           # T = 1024, 2048, 4096; records it (BENCHMARKS.md)
     python benchmarks/numpy_tiles.py --quick   # T = 512, prints only
     python benchmarks/numpy_tiles.py --smoke   # T = 256, one round: checks that it runs
 """

@@ -10,7 +10,7 @@ tile. Goal: >= 3x.
 
 Usage::
 
-    python benchmarks/packed_cpu.py           # T=8192, appends to BENCHMARKS.md
+    python benchmarks/packed_cpu.py           # T=8192, records it (BENCHMARKS.md)
     python benchmarks/packed_cpu.py --quick   # T=1024, prints only
     python benchmarks/packed_cpu.py --smoke   # T=256, one round: checks that it runs
 """
@@ -112,7 +112,7 @@ def bench(T: int, H: int, D: int, repeats: int, record: bool) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="T=1024, print only (no BENCHMARKS.md entry)")
+                        help="T=1024, print only (nothing recorded)")
     parser.add_argument("--smoke", action="store_true",
                         help="T=256, one round, print only: checks that the script runs")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")

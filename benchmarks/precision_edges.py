@@ -9,7 +9,7 @@ absolute. The first table is the bound of PyTorch's fused CPU kernel behind
 
 Usage::
 
-    python benchmarks/precision_edges.py           # appends both tables to BENCHMARKS.md
+    python benchmarks/precision_edges.py           # records both tables (BENCHMARKS.md)
     python benchmarks/precision_edges.py --quick   # prints only
 """
 

@@ -1,6 +1,6 @@
 """Ring attention: work per rank (zigzag vs contiguous), bytes per step, and CPU/gloo timing.
 
-    python benchmarks/ring.py            # real sizes, appends to BENCHMARKS.md
+    python benchmarks/ring.py            # real sizes, records it (BENCHMARKS.md)
     python benchmarks/ring.py --quick    # small sizes, prints only
 
 Three tables:

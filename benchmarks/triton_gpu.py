@@ -17,7 +17,8 @@ Four tables, each measured side by side in one run with ``triton.testing.do_benc
 4. The ceilings: measured bf16 matmul TFLOP/s and copy bandwidth.
 
 ``--quick`` runs a small subset and records nothing; without CUDA it prints one line and
-exits 0. Without ``--quick`` the tables are appended to BENCHMARKS.md.
+exits 0. Without ``--quick`` the tables are recorded (benchmarks/results.jsonl) and
+BENCHMARKS.md is rebuilt.
 """
 
 from __future__ import annotations

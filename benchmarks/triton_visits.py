@@ -12,7 +12,7 @@ tuned tiles, or on the CPU under ``TRITON_INTERPRET=1`` (set here when there is 
 with the interpreter's 16 x 16 tiles; the tile sizes used are printed. Timings of the
 variants on a GPU are in ``benchmarks/triton_gpu.py``.
 
-    python benchmarks/triton_visits.py            # appends to BENCHMARKS.md
+    python benchmarks/triton_visits.py            # records it (BENCHMARKS.md)
     python benchmarks/triton_visits.py --quick    # prints only
     python benchmarks/triton_visits.py --smoke    # one size, prints only: checks that it runs
 """

@@ -2,8 +2,9 @@
 with this interpreter, echo its table, and summarise which failed or were skipped.
 
 The benchmarks themselves are scripts under ``benchmarks/`` in attnkit's source repository
-(they append their results, with the exact command, to ``BENCHMARKS.md`` beside
-them). They are not part of the installed package, so a ``pip install`` has none to run;
+(they record each table, with the exact command, in ``benchmarks/results.jsonl`` and
+rebuild ``BENCHMARKS.md`` from those records; ``--quick`` and ``--smoke`` record nothing).
+They are not part of the installed package, so a ``pip install`` has none to run;
 :func:`missing_benchmarks_message` says where they were looked for and what to do.
 
 A script whose optional dependency (torch, triton, transformers, matplotlib) is not

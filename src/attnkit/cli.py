@@ -335,14 +335,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run every script under the benchmarks/ folder of attnkit's source "
                     "repository with this interpreter (the scripts are not part of a pip "
                     "install: run from a clone, or pass --dir). --quick: small sizes, "
-                    "nothing appended to BENCHMARKS.md. A script whose extra is not "
+                    "nothing recorded. A script whose extra is not "
                     "installed is skipped with one line naming it. Exits non-zero when a "
                     "script fails.",
     )
     size = bench.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="small sizes, no BENCHMARKS.md")
+    size.add_argument("--quick", action="store_true", help="small sizes, nothing recorded")
     size.add_argument("--smoke", action="store_true",
-                      help="the smallest sizes, one round, no BENCHMARKS.md: checks that "
+                      help="the smallest sizes, one round, nothing recorded: checks that "
                            "every script runs (its numbers mean nothing)")
     bench.add_argument("--dir", default=None, help="benchmark folder (default: the repo's)")
     bench.add_argument("--only", nargs="+", metavar="NAME", default=None,

@@ -126,14 +126,16 @@ def test_find_benchmarks_in_a_source_checkout():
 def test_every_benchmark_runs_at_smoke_sizes(capsys):
     """Every script of the repository's benchmarks/ at its smallest sizes (``--smoke``):
     each exits 0, or is skipped with one line where its extra is not installed, and none
-    writes to BENCHMARKS.md. A library change that breaks a benchmark fails here."""
+    records a run (benchmarks/results.jsonl) or rewrites BENCHMARKS.md or its plots. A
+    library change that breaks a benchmark fails here."""
     folder = runner.find_benchmarks()
-    record = folder.parent / "BENCHMARKS.md"
-    before = record.read_bytes() if record.exists() else None
+    kept = [folder / "results.jsonl", folder.parent / "BENCHMARKS.md",
+            *sorted((folder.parent / "docs" / "img" / "benchmarks").glob("*.png"))]
+    before = [p.read_bytes() if p.exists() else None for p in kept]
     rc = main(["bench", "--smoke", "--timeout", "180"])
     out = capsys.readouterr().out
     assert rc == 0, out[-4000:]
     for script in runner.select_scripts(folder):
         assert (f"== {script.name}: ok in" in out
                 or f"== {script.name}: skipped, needs" in out), (script.name, out[-4000:])
-    assert (record.read_bytes() if record.exists() else None) == before
+    assert [p.read_bytes() if p.exists() else None for p in kept] == before

@@ -312,6 +312,10 @@ def attend_backward(
         d_w = np.where(cache.keep, d_w, 0.0)
     row_term = np.sum(d_w * w, axis=-1, keepdims=True)  # (..., H, Tq, 1)
     d_scores = w * (d_w - row_term)
+    if cache.keep is not None and not np.isfinite(row_term).all():
+        # A row that attended a NaN/inf has a non-finite row term: its masked entries are
+        # selected away (gradient 0), not 0 * nan, or every key would get a NaN dK.
+        d_scores = np.where(cache.keep, d_scores, 0.0)
     d_sinks = None
     if cache.sink_weight is not None:
         H = w.shape[-3] if w.ndim >= 3 else 1

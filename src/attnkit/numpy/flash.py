@@ -423,8 +423,9 @@ def flash_attention_backward(
             p, tanh = _probabilities(prob, qi, kT[..., j0:j1], keep, hi_i, lo_i)
             dp = do_i @ vT_mm[..., j0:j1]
             ds = p * (dp - d_i[..., None])
-            if nan_rows:  # a row attending a NaN value: its NaN D stays on its own keys
-                ds = np.where(p != 0, ds, 0.0)
+            if nan_rows and keep is not None:  # a row that attended a NaN/inf: its masked
+                p = np.where(keep, p, 0.0)  # keys stay selected away, never 0 * nan (from
+                ds = np.where(keep, ds, 0.0)  # exp(-inf - nan lse) or 0 * (dP - nan D))
             if tanh is not None:
                 ds = ds * (1.0 - tanh * tanh)  # through the cap; masked entries have p = 0
             dq_i += ds @ k_mm[..., j0:j1, :]

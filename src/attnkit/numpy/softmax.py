@@ -94,6 +94,8 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     s = np.sum(e, axis=axis, keepdims=True)
     # s == 0 only for rows with no allowed entry; `!= 0` (not `> 0`) lets NaN through.
     out = np.divide(e, s, out=np.zeros_like(e), where=s != 0)
+    if np.isnan(s).any():  # a NaN row: its -inf (excluded) entries stay 0, not 0 / nan
+        out = np.where(np.isneginf(xc), 0.0, out)
     return out.astype(result_dtype(x.dtype), copy=False)
 
 
