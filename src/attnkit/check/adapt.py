@@ -5,7 +5,7 @@ Conventions (what the argument after the inputs means):
 
 ==============  ==========================================================================
 ``valid_lens``  ``fn(q, k, v, valid_lens)``: keys ``j < valid_lens[b]`` are valid (d2l)
-``masked``      ``fn(q, k, v, mask)``: bool, True = masked out (the notes' convention)
+``masked``      ``fn(q, k, v, mask)``: bool, True = masked out (masked_fill(mask, ...) code)
 ``keep``        ``fn(q, k, v, mask)``: bool, True = may attend (JAX, attnkit)
 ``sdpa``        ``fn(q, k, v, attn_mask=None, is_causal=False)``: bool True = may attend
 ``none``        ``fn(q, k, v)``: no mask argument

@@ -6,7 +6,7 @@ correct one must do, since its projections are its own.
 checked, smallest evidence first:
 
 - every tensor that trains is registered (``unregistered-parameter``: a plain list of
-  ``nn.Linear``, seed 002), and every registered parameter gets a gradient (``no-gradient``);
+  ``nn.Linear``), and every registered parameter gets a gradient (``no-gradient``);
 - output shape ``(B, Tq, E)`` for ``Tq != Tk`` both ways (``shape``); finite output at
   logits ~1e3 and ~1e4 (``nan-or-inf``); nothing written into the inputs (``mutates-input``);
 - masks: values at masked keys change nothing (else ``mask-polarity`` when the other
