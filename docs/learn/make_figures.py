@@ -548,7 +548,7 @@ def kv_cache() -> Figure:
 def trained() -> Figure:
     from attnkit.numpy.train import train_reverse
 
-    result = train_reverse(steps=100, eval_size=200, log=None)  # as the block of chapter 8
+    result = train_reverse(steps=150, eval_size=200, log=None)  # as the block of chapter 8
     digits = [str(d) for d in result.tokens]
     fig = Figure(figsize=(10, 3.4), layout="constrained")
     ax0, ax1, ax2 = fig.subplots(1, 3, width_ratios=[1.2, 1, 1])
