@@ -11,7 +11,7 @@ LOCK := requirements.lock
 INSTALL := PIP_CONSTRAINT=$(LOCK) $(PIP) install --progress-bar on
 PIP_TOOLS := pip-tools==7.6.2
 
-.PHONY: demo test lint bench lock test-compat clean browser
+.PHONY: demo test lint bench lock notebooks test-compat clean browser
 
 $(PY):
 	@echo ">> creating $(VENV) with $$($(PYTHON) --version)"
@@ -47,7 +47,12 @@ test: $(VENV)/.stamp-test browser
 	$(PY) -m pytest -q
 
 lint: $(VENV)/.stamp-test
-	$(PY) -m ruff check src tests benchmarks examples
+	$(PY) -m ruff check src tests benchmarks examples tools docs/learn
+
+# The tutorial's notebooks (docs/learn/**/NN-*.ipynb), remade from the chapters by jupytext.
+# Run it after editing a chapter and commit the notebooks (tests/learn checks they match).
+notebooks: $(VENV)/.stamp-test
+	$(PY) tools/notebooks.py
 
 bench: $(VENV)/.stamp-test
 	$(PY) -m attnkit bench --quick

@@ -27,6 +27,14 @@ import attnkit.numpy as an
 HERE = Path(__file__).resolve().parent
 GREY = "#c8c8c8"  # excluded cells, as attnkit.viz draws them
 HATCH = "#7a7a7a"
+# Readable where the pages show the figures: a page column is about PAGE_PX wide and a
+# wider image is scaled down to it, so every text must be at least MIN_TEXT_PX pixels high
+# after that scaling (tests/test_learn_figures.py measures each figure).
+DPI = 110
+PAGE_PX = 980
+MIN_TEXT_PX = 9.0
+SMALL, LABEL, TITLE = 8, 9, 10  # points: tick labels, numbers in cells, legends / axis
+#                                 labels, captions / titles
 FIGURES: dict[str, Callable[[], Figure]] = {}
 
 
@@ -38,16 +46,33 @@ def figure(name: str) -> Callable[[Callable[[], Figure]], Callable[[], Figure]]:
     return register
 
 
+def text_on_page(fig: Figure) -> tuple[int, float, str]:
+    """``(width in pixels, height in pixels of the smallest text as a page shows it, that
+    text)`` for ``fig`` saved at DPI and shown at most PAGE_PX wide. Draws the figure first,
+    so tick labels and the constrained layout exist."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    FigureCanvasAgg(fig).draw()
+    width = round(fig.get_figwidth() * DPI)
+    shown = min(1.0, PAGE_PX / width)
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()
+             and t.get_figure(root=True) is fig]
+    smallest = min(texts, key=lambda t: t.get_fontsize())
+    return width, smallest.get_fontsize() * DPI / 72 * shown, smallest.get_text()
+
+
 def caption(fig: Figure, text: str) -> None:
     """A note under the panels, inside the image, for what could be misread."""
-    fig.text(0.5, 0.01, text, ha="center", va="bottom", fontsize=8, style="italic",
+    fig.text(0.5, 0.01, text, ha="center", va="bottom", fontsize=LABEL, style="italic",
              color="#444444", wrap=True)
 
 
 def heat(ax, w, keep=None, title="", q_labels=None, k_labels=None, annotate=False,
          vmax=None, xlabel="keys", ylabel="queries"):
     """A weight matrix: Reds for allowed cells, grey hatched for excluded ones (False in
-    ``keep``), NaN drawn black with its value written."""
+    ``keep``), NaN drawn black with its value written. ``annotate``: True writes every
+    cell's value, "allowed" only those of the cells that are not excluded."""
     w = np.asarray(w, dtype=float)
     excluded = np.zeros(w.shape, bool) if keep is None else ~np.broadcast_to(keep, w.shape)
     shown = np.ma.masked_array(np.where(np.isnan(w), 0, w), mask=excluded)
@@ -63,17 +88,19 @@ def heat(ax, w, keep=None, title="", q_labels=None, k_labels=None, annotate=Fals
         for i in range(w.shape[0]):
             for j in range(w.shape[1]):
                 val = w[i, j]
+                if annotate == "allowed" and excluded[i, j]:
+                    continue
                 dark = np.isnan(val) or (not excluded[i, j] and val > 0.6 * top)
                 ax.text(j, i, "nan" if np.isnan(val) else f"{val:.2f}".lstrip("0") or "0",
-                        ha="center", va="center", fontsize=7,
+                        ha="center", va="center", fontsize=SMALL,
                         color="white" if dark else "black")
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel(xlabel, fontsize=8)
-    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title, fontsize=TITLE)
+    ax.set_xlabel(xlabel, fontsize=LABEL)
+    ax.set_ylabel(ylabel, fontsize=LABEL)
     Tq, Tk = w.shape
-    ax.set_xticks(range(Tk), k_labels if k_labels is not None else range(Tk), fontsize=7,
+    ax.set_xticks(range(Tk), k_labels if k_labels is not None else range(Tk), fontsize=SMALL,
                   rotation=90 if k_labels is not None and max(map(len, k_labels)) > 2 else 0)
-    ax.set_yticks(range(Tq), q_labels if q_labels is not None else range(Tq), fontsize=7)
+    ax.set_yticks(range(Tq), q_labels if q_labels is not None else range(Tq), fontsize=SMALL)
     return image
 
 
@@ -89,12 +116,15 @@ def readme_padded_batch() -> Figure:
     out, w = an.scaled_dot_product_attention(x, x, x, valid_lens=valid_lens)
     tokens = [["the", "cat", "sat", "<pad>", "<pad>"], ["a", "dog", "ran", "home", "fast"]]
     keep = an.sequence_mask(valid_lens, 5)[:, None, :]  # (B, 1, Tk)
-    fig = Figure(figsize=(7.2, 3.6), layout="constrained")
+    fig = Figure(figsize=(7.2, 3.9), layout="constrained")
     axes = fig.subplots(1, 2)
     for b in range(2):
         image = heat(axes[b], w[b], keep[b], f"sentence {b}: valid_len = {valid_lens[b]}",
                      tokens[b], tokens[b], annotate=True, vmax=1)
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
+    # The words are labels only: x is random, so the pattern inside the valid keys is chance.
+    fig.suptitle("x = random vectors, untrained: the words are labels, not inputs",
+                 fontsize=TITLE, weight="bold")
     fig.get_layout_engine().set(rect=(0, 0.09, 1, 0.91))
     caption(fig, "Each row sums to 1 over the valid keys; padding keys (hatched) get exactly 0.\n"
             "valid_lens masks keys only: the <pad> queries of sentence 0 still get rows.")
@@ -120,31 +150,37 @@ def softmax_numerics() -> Figure:
     logits = c[:, None] * base
     stable = an.softmax(logits)[:, -1]
     ax.plot(c, stable, color="black", lw=2, label="max trick (any dtype)")
-    for dtype, color, name in ((np.float64, "tab:blue", "float64"),
-                               (np.float16, "tab:red", "float16")):
+    for dtype, color, name, text_y in ((np.float64, "tab:blue", "float64", 0.42),
+                                       (np.float16, "tab:red", "float16", 0.62)):
         y = naive(logits, dtype)
-        # Broken: NaN (inf / inf), or a sum that overflowed while the entry did not (0).
         ok = ~np.isnan(y) & (np.abs(y - stable) < 0.05)
         first = c[~ok][0]
         keep = c < first
         ax.plot(c[keep], y[keep], "--" if dtype == np.float64 else ":", color=color, lw=2,
-                label=f"naive exp/sum, {name}: past the line x = what it returns")
-        # Past the line: what the naive softmax really returns, 0 or NaN (drawn at -0.08).
-        past = c[~keep][::8]
-        got = np.nan_to_num(naive(past[:, None] * base, dtype), nan=-0.08)
-        ax.plot(past, got, "x", ms=4, color=color)
+                label=f"naive exp / sum, {name}")
+        # Past the line the naive softmax returns a wrong number (0: the sum overflowed
+        # first) or no number (NaN = inf / inf). Numbers are drawn where they are; NaN is
+        # not a value, so it gets no point: a hatched band marks the c where it comes out.
+        wrong = ~keep & ~np.isnan(y)
+        ax.plot(c[wrong], y[wrong], "x", ms=6, mew=1.5, color=color)
+        nan_from = c[np.isnan(y)][0]
+        ax.axvspan(nan_from, c[-1], facecolor=color, alpha=0.10, hatch="//", edgecolor=color,
+                   lw=0)
         ax.axvline(first, color=color, lw=0.8, ls=":")
-        ax.annotate(f"{name}: 0 or NaN from c = {first:.1f}\n(exp(4c) > {np.finfo(dtype).max:.3g})",
-                    (first, 0.5 if dtype == np.float64 else 0.62), xytext=(6, 0),
-                    textcoords="offset points", fontsize=7, color=color)
+        note = (f"{name}: from c = {nan_from:.1f}\nNaN (no value: band)" if first == nan_from
+                else f"{name}: 0 at c = {first:.2f} (x),\nNaN from c = {nan_from:.1f} (band)")
+        x_text, ha = (first / 1.15, "right") if dtype == np.float64 else (first * 1.15, "left")
+        ax.text(x_text, text_y, f"{note}\nexp(4c) > {np.finfo(dtype).max:.3g}", fontsize=SMALL,
+                color=color, ha=ha, va="center")
     ax.set_xscale("log")
-    ax.set_xlabel("c   (logits = c * [1, 2, 3, 4])", fontsize=8)
-    ax.set_ylabel("weight of the largest logit", fontsize=8)
-    ax.set_ylim(-0.15, 1.25)
+    ax.set_xlim(c[0], c[-1])
+    ax.set_xlabel("c   (logits = c * [1, 2, 3, 4])", fontsize=LABEL)
+    ax.set_ylabel("weight of the largest logit", fontsize=LABEL)
+    ax.set_ylim(-0.05, 1.25)
     ax.axhline(0, color="0.7", lw=0.5)
-    ax.text(0.06, -0.08, "NaN", fontsize=7, va="center", color="0.3")
-    ax.legend(fontsize=7, loc="upper left")
-    ax.set_title("overflow: past a point the naive softmax returns 0 or NaN", fontsize=9)
+    ax.tick_params(labelsize=SMALL)
+    ax.legend(fontsize=SMALL, loc="upper left")
+    ax.set_title("overflow: past a point the naive softmax returns 0 or NaN", fontsize=TITLE)
 
     # Right: filling masked scores in float16 (row 0: two keys masked, row 1: all masked).
     scores = np.array([[2.0, 1.0, 0.5, 0.0], [1.0, 2.0, 3.0, 4.0]])
@@ -160,16 +196,16 @@ def softmax_numerics() -> Figure:
         fp16_fill = np.float16(-1e9)  # -inf: float16 stops at 65504
     axes = right.subplots(3, 1)
     rows = [(filled_softmax(fp16_fill),
-             "fill -1e9 in float16: it becomes -inf,\nthe empty row is NaN"),
+             "fill -1e9 in float16: it becomes\n-inf, the empty row is NaN"),
             (filled_softmax(np.float16(-1e4)),
-             "fill -1e4: the empty row becomes\na uniform average of what it may not see"),
+             "fill -1e4: the empty row is uniform\nover the keys it may not see"),
             (an.masked_softmax(scores, mask=keep),
              "attnkit.numpy.masked_softmax:\nthe empty row is 0")]
     for ax, (w, title) in zip(axes, rows):
         heat(ax, w, keep, "", annotate=True, vmax=1, xlabel="", ylabel="")
-        ax.set_yticks([0, 1], ["2 masked", "all masked"], fontsize=7)
-        ax.set_title(title, fontsize=8, loc="left")
-    axes[-1].set_xlabel("keys (hatched = masked)", fontsize=8)
+        ax.set_yticks([0, 1], ["2 masked", "all masked"], fontsize=SMALL)
+        ax.set_title(title, fontsize=LABEL, loc="left")
+    axes[-1].set_xlabel("keys (hatched = masked)", fontsize=LABEL)
     return fig
 
 
@@ -190,17 +226,18 @@ def masks() -> Figure:
             an.segment_ids_from_padding_mask(np.array([[0, 0, 1, 1, 1]])), (1, 5, 5))[0],
          "causal & left padding\n(segment_ids, pad = -1)", "queries"),
     ]
-    fig = Figure(figsize=(12.5, 3.3), layout="constrained")
-    axes = fig.subplots(1, len(panels))
-    for ax, (keep, title, ylabel) in zip(axes, panels):
+    fig = Figure(figsize=(8.9, 5.6), layout="constrained")
+    axes = fig.subplots(2, 3)
+    for ax, (keep, title, ylabel) in zip(axes.flat, panels):
         w = an.masked_softmax(np.zeros(keep.shape), mask=keep)
-        image = heat(ax, w, keep, title, annotate=False, vmax=1, ylabel=ylabel)
-    fig.colorbar(image, ax=axes, shrink=0.8, label="weight (equal scores)")
-    fig.get_layout_engine().set(rect=(0, 0.11, 1, 0.89))
-    caption(fig, "Every score is 0 here, so an allowed key's weight is "
-            "1 / (allowed keys in its row). "
-            "Hatched = may not attend. A row with no allowed key (query 0 of the second "
-            "panel, queries 0-1 of the last:\npadding) gets weight 0 everywhere and output 0.")
+        # The shades of 1/3, 1/4 and 1/5 are hard to tell apart: the numbers are written.
+        image = heat(ax, w, keep, title, annotate="allowed", vmax=1, ylabel=ylabel)
+    fig.colorbar(image, ax=axes, shrink=0.6, label="weight (equal scores)")
+    fig.get_layout_engine().set(rect=(0, 0.1, 1, 0.9))
+    caption(fig, "Every score is 0 here, so an allowed key's weight is 1 / (allowed keys in "
+            "its row).\nHatched = may not attend. A row with no allowed key (query 0 of the "
+            "second panel,\nqueries 0-1 of the last: padding) gets weight 0 everywhere and "
+            "output 0.")
     return fig
 
 
@@ -224,18 +261,18 @@ def score_functions() -> Figure:
     same_k = np.ones((1, 8, D))
     _, w_flat = an.additive_attention(q, same_k, v, w_q, w_k, w_v, valid_lens=lens)
 
-    fig = Figure(figsize=(11, 5.6), layout="constrained")
+    fig = Figure(figsize=(10, 6.2), layout="constrained")
     top, bottom = fig.subfigures(2, 1, height_ratios=[1, 1.05])
     axes = top.subplots(1, 4)
-    panels = [(w_add[0], "additive  w_v . tanh(q W_q + k W_k)\n(random, untrained W's)"),
-              (w_dot[0], "scaled dot product  q . k / sqrt(6)"),
-              (w_raw[0], "dot product, no 1/sqrt(d)"),
-              (w_flat[0], "d2l's demo: all 8 keys = ones\n(any score function: uniform)")]
+    panels = [(w_add[0], "additive w_v . tanh(qW_q + kW_k)\nrandom, untrained W's"),
+              (w_dot[0], "scaled dot product\nq . k / sqrt(6)"),
+              (w_raw[0], "dot product\nno 1 / sqrt(d)"),
+              (w_flat[0], "d2l's demo: all 8 keys = ones\nuniform, any score function")]
     for ax, (w, title) in zip(axes, panels):
         image = heat(ax, w, keep[0], title, vmax=1)
     top.colorbar(image, ax=axes, shrink=0.8, label="weight")
     top.suptitle("the same 4 queries and 8 keys (D = 6), valid_len = 6, under each score function",
-                 fontsize=9)
+                 fontsize=TITLE)
 
     # Why 1/sqrt(d): raw dot products of random unit-variance vectors grow like sqrt(d).
     ax1, ax2 = bottom.subplots(1, 2)
@@ -254,19 +291,20 @@ def score_functions() -> Figure:
     ax1.plot(dims, np.array(std_raw) / np.sqrt(dims), "s-", label="std of q . k / sqrt(d)")
     ax1.set_xscale("log", base=2)
     ax1.set_yscale("log", base=2)
-    ax1.set_xlabel("head dim d (q, k entries ~ N(0, 1))", fontsize=8)
-    ax1.legend(fontsize=7)
-    ax1.set_title("raw scores spread like sqrt(d)", fontsize=9)
+    ax1.set_xlabel("head dim d (q, k entries ~ N(0, 1))", fontsize=LABEL)
+    ax1.set_ylabel("std over 256 x 32 scores", fontsize=LABEL)
+    ax1.legend(fontsize=SMALL)
+    ax1.set_title("raw scores spread like sqrt(d)", fontsize=TITLE)
     ax2.plot(dims, top_raw, "o-", label="softmax(q . k)")
     ax2.plot(dims, top_scaled, "s-", label="softmax(q . k / sqrt(d))")
     ax2.axhline(1 / 32, color="grey", ls=":", lw=0.8)
-    ax2.text(2, 1 / 32 + 0.02, "uniform (1/32)", fontsize=7, color="grey")
+    ax2.text(2, 1 / 32 + 0.02, "uniform (1/32)", fontsize=SMALL, color="grey")
     ax2.set_xscale("log", base=2)
     ax2.set_ylim(0, 1.02)
-    ax2.set_xlabel("head dim d", fontsize=8)
-    ax2.set_ylabel("mean largest weight (32 keys)", fontsize=8)
-    ax2.legend(fontsize=7)
-    ax2.set_title("unscaled, the softmax saturates to one key", fontsize=9)
+    ax2.set_xlabel("head dim d", fontsize=LABEL)
+    ax2.set_ylabel("mean largest weight (32 keys)", fontsize=LABEL)
+    ax2.legend(fontsize=SMALL)
+    ax2.set_title("unscaled, the softmax saturates to one key", fontsize=TITLE)
     fig.get_layout_engine().set(rect=(0, 0.05, 1, 0.95))
     caption(fig, "Top: the additive panel uses random weights (no training): "
             "its pattern is chance. "
@@ -280,36 +318,75 @@ def score_functions() -> Figure:
 @figure("04_heads.png")
 def heads() -> Figure:
     H, E, Dk = 8, 64, 8
-    fig = Figure(figsize=(10, 3.4), layout="constrained")
-    axes = fig.subplots(1, 3)
+    fig = Figure(figsize=(9.5, 5.9), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1, 1.55])
+
+    # Top: the split into heads and the merge back, on one token's E = 64 numbers.
+    ax = top.subplots()
+    ax.set_xlim(-0.3, 33.3)
+    ax.set_ylim(0, 3.1)
+    ax.axis("off")
+
+    def bar(x0, y, gap, label_heads):
+        for h in range(H):
+            x = x0 + h * (1 + gap)
+            ax.add_patch(Rectangle((x, y), 1, 0.7, facecolor=f"C{h}", alpha=0.45,
+                                   edgecolor="k", lw=0.8))
+            ax.text(x + 0.5, y + 0.35, f"h{h}" if label_heads else str(h), ha="center",
+                    va="center", fontsize=SMALL)
+        return x0, x0 + H * (1 + gap) - gap
+
+    a0, a1 = bar(0, 1.2, 0.0, True)
+    b0, b1 = bar(12.2, 1.2, 0.35, True)
+    c0, c1 = bar(25.2, 1.2, 0.0, True)
+    ax.text((a0 + a1) / 2, 2.1, "q = Linear(x): (B, T, E=64)\none token's 64 numbers",
+            ha="center", va="bottom", fontsize=LABEL)
+    ax.text((b0 + b1) / 2, 2.1, "(B, H=8, T, Dk=8): head h gets\nits own 8 numbers of each token",
+            ha="center", va="bottom", fontsize=LABEL)
+    ax.text((b0 + b1) / 2, 1.0, "attention runs in each head on its own", ha="center",
+            va="top", fontsize=LABEL, style="italic")
+    ax.text((c0 + c1) / 2, 2.1, "(B, T, E=64): the heads' outputs\nside by side, then out_proj",
+            ha="center", va="bottom", fontsize=LABEL)
+    for (x0, x1), code in (((a1, b0), ".view(B, T, H, Dk)\n.transpose(1, 2)"),
+                           ((b1, c0), ".transpose(1, 2)\n.contiguous()\n.view(B, T, E)")):
+        ax.annotate("", (x1 - 0.15, 1.55), (x0 + 0.15, 1.55),
+                    arrowprops={"arrowstyle": "->", "lw": 1.5})
+        ax.text((x0 + x1) / 2, 1.1, code, ha="center", va="top", fontsize=SMALL,
+                family="monospace")
+    ax.set_title("split into heads, then merge: the same 64 numbers, regrouped (E = H x Dk)",
+                 fontsize=TITLE)
+
+    # Bottom: how many key/value heads the query heads share.
+    axes = bottom.subplots(1, 3)
     for ax, (Hkv, name) in zip(axes, ((8, "multi-head (MHA)"), (2, "grouped-query (GQA)"),
                                       (1, "multi-query (MQA)"))):
         G = H // Hkv
         colors = [f"C{g}" for g in range(Hkv)]
         for h in range(H):
-            ax.add_patch(FancyBboxPatch((h - 0.35, 1.7), 0.7, 0.5, boxstyle="round,pad=0.02",
+            ax.add_patch(FancyBboxPatch((h - 0.38, 1.7), 0.76, 0.5, boxstyle="round,pad=0.02",
                                         facecolor=colors[h // G], alpha=0.35, edgecolor="k"))
-            ax.text(h, 1.95, f"q{h}", ha="center", va="center", fontsize=7)
+            ax.text(h, 1.95, f"q{h}", ha="center", va="center", fontsize=SMALL)
+        # Every key/value head is Dk wide, as every query head: the boxes are the same size.
         centers = [(g + 0.5) * G - 0.5 for g in range(Hkv)]
         for g, x in enumerate(centers):
-            width = max(0.7, G * 0.9)
-            ax.add_patch(FancyBboxPatch((x - width / 2, 0.1), width, 0.5,
-                                        boxstyle="round,pad=0.02", facecolor=colors[g],
-                                        alpha=0.6, edgecolor="k"))
-            ax.text(x, 0.35, f"k{g} v{g}", ha="center", va="center", fontsize=7)
+            ax.add_patch(FancyBboxPatch((x - 0.38, 0.1), 0.76, 0.5, boxstyle="round,pad=0.02",
+                                        facecolor=colors[g], alpha=0.6, edgecolor="k"))
+            ax.text(x, 0.35, f"k{g}\nv{g}", ha="center", va="center", fontsize=SMALL,
+                    linespacing=0.9)
             for h in range(g * G, (g + 1) * G):
                 ax.plot([h, x], [1.7, 0.6], color=colors[g], lw=0.8)
         kv_params = 2 * E * Hkv * Dk
-        ax.text(3.5, -0.45, f"H = {H}, Hkv = {Hkv}, G = H // Hkv = {G}\n"
-                f"K/V projection weights: 2 x {E} x {Hkv * Dk} = {kv_params}\n"
-                f"KV cache per token and layer: 2 x {Hkv} x {Dk} = {2 * Hkv * Dk} numbers",
-                ha="center", va="top", fontsize=7.5)
-        ax.set_xlim(-0.8, H - 0.2)
-        ax.set_ylim(-1.5, 2.4)
+        ax.text(3.5, -0.3, f"H = {H}, Hkv = {Hkv}, G = H // Hkv = {G}\n"
+                f"K/V weights: 2 x {E} x {Hkv * Dk} = {kv_params}\n"
+                f"KV cache per token, layer:\n2 x {Hkv} x {Dk} = {2 * Hkv * Dk} numbers",
+                ha="center", va="top", fontsize=SMALL)
+        ax.set_xlim(-0.6, H - 0.4)
+        ax.set_ylim(-2.1, 2.3)
         ax.axis("off")
-        ax.set_title(name, fontsize=9)
-    caption(fig, "Query head h reads key/value head h // G. E = 64, Dk = 8: the query side "
-            "and the output are the same size in all three.")
+        ax.set_title(name, fontsize=TITLE)
+    caption(fig, "Query head h reads key/value head h // G; every head is Dk = 8 wide. "
+            "E = 64: the query side and the output are the same size in all three.")
+    fig.get_layout_engine().set(rect=(0, 0.05, 1, 0.95))
     return fig
 
 
@@ -327,11 +404,11 @@ def gradients() -> Figure:
     image = ax1.imshow(J, cmap="RdBu_r", norm=TwoSlopeNorm(0, -lim, lim))
     for i in range(5):
         for j in range(5):
-            ax1.text(j, i, f"{J[i, j]:.2f}", ha="center", va="center", fontsize=7,
+            ax1.text(j, i, f"{J[i, j]:.2f}", ha="center", va="center", fontsize=SMALL,
                      color="white" if abs(J[i, j]) > 0.6 * lim else "black")
-    ax1.set_xticks(range(5), [f"x{j}={x[j]:g}" for j in range(5)], fontsize=7, rotation=45)
-    ax1.set_yticks(range(5), [f"y{i}={y[i]:.2f}" for i in range(5)], fontsize=7)
-    ax1.set_title("softmax Jacobian dy_i/dx_j = y_i (1[i=j] - y_j)\nrows sum to 0", fontsize=9)
+    ax1.set_xticks(range(5), [f"x{j}={x[j]:g}" for j in range(5)], fontsize=SMALL, rotation=45)
+    ax1.set_yticks(range(5), [f"y{i}={y[i]:.2f}" for i in range(5)], fontsize=SMALL)
+    ax1.set_title("softmax Jacobian dy_i/dx_j = y_i (1[i=j] - y_j)\nrows sum to 0", fontsize=TITLE)
     fig.colorbar(image, ax=ax1, shrink=0.8)
 
     # Finite differences of attention: error against the hand-written pullback vs the step.
@@ -351,11 +428,11 @@ def gradients() -> Figure:
     ax2.loglog(eps, forward, label="forward difference (f(x+e) - f(x)) / e")
     ax2.loglog(eps, central, label="central difference (f(x+e) - f(x-e)) / 2e")
     ax2.axhline(1e-6, color="grey", ls=":", lw=0.8)
-    ax2.text(2e-9, 1.4e-6, "attnkit's test bar: 1e-6", fontsize=7, color="grey")
-    ax2.set_xlabel("step e (float64)", fontsize=8)
-    ax2.set_ylabel("relative error vs the hand-written dQ", fontsize=8)
-    ax2.legend(fontsize=7, loc="lower left")
-    ax2.set_title("checking dQ of attention: rounding (left) vs truncation (right)", fontsize=9)
+    ax2.text(2e-9, 1.4e-6, "attnkit's test bar: 1e-6", fontsize=SMALL, color="grey")
+    ax2.set_xlabel("step e (float64)", fontsize=LABEL)
+    ax2.set_ylabel("relative error vs the hand-written dQ", fontsize=LABEL)
+    ax2.legend(fontsize=SMALL, loc="lower left")
+    ax2.set_title("checking dQ of attention: rounding (left) vs truncation (right)", fontsize=TITLE)
     return fig
 
 
@@ -368,7 +445,11 @@ def flash() -> Figure:
     keep = an.causal_mask(T, T)
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
-    ax1.imshow(np.where(keep, 1.0, 0.0), cmap="Greys", vmin=0, vmax=2.5, aspect="equal")
+    # Cells as every figure draws them: allowed white, masked grey and hatched.
+    ax1.imshow(np.ones(keep.shape), cmap="Greys", vmin=0, vmax=1e9, aspect="equal")
+    for i, j in zip(*np.nonzero(~keep)):
+        ax1.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=GREY, edgecolor=HATCH,
+                                hatch="///", linewidth=0))
     counts = {"full": 0, "diag": 0, "skip": 0}
     for i0 in range(0, T, bq):
         for j0 in range(0, T, bk):
@@ -383,14 +464,14 @@ def flash() -> Figure:
             ax1.add_patch(Rectangle((j0 - 0.5, i0 - 0.5), bk, bq, facecolor=color, alpha=0.3,
                                     edgecolor="k", lw=1))
             ax1.text(j0 + bk / 2 - 0.5, i0 + bq / 2 - 0.5, label, ha="center", va="center",
-                     fontsize=8)
+                     fontsize=LABEL, bbox={"facecolor": "white", "lw": 0, "pad": 1})
     ax1.set_xticks(range(0, T, bk))
     ax1.set_yticks(range(0, T, bq))
-    ax1.set_xlabel("keys (tiles of 4)", fontsize=8)
-    ax1.set_ylabel("queries (tiles of 4)", fontsize=8)
+    ax1.set_xlabel("keys (tiles of 4)", fontsize=LABEL)
+    ax1.set_ylabel("queries (tiles of 4)", fontsize=LABEL)
     ax1.set_title(f"causal, T = 16: {counts['full']} green tiles need no mask, {counts['diag']} "
-                  f"orange ones a mask,\n{counts['skip']} white ones are never computed "
-                  "(darker cells = allowed)", fontsize=9)
+                  f"orange ones a mask,\n{counts['skip']} skipped ones are never computed "
+                  "(hatched cells = masked)", fontsize=TITLE)
 
     # One query row, keys arriving in blocks: the running max and log-normaliser.
     rng = np.random.default_rng(6)
@@ -405,11 +486,11 @@ def flash() -> Figure:
     ax2.axhline(an.logsumexp(s), color="k", ls=":", lw=1, label="logsumexp of the whole row")
     ax2.annotate("block 5 holds a score of 9.0: m jumps,\nand the sums kept so far are "
                  "multiplied\nby exp(m_old - m_new) before adding the block",
-                 (5, 7.0), xytext=(1.0, 7.4), fontsize=7, arrowprops={"arrowstyle": "->"})
-    ax2.set_xlabel("key blocks seen (8 keys each)", fontsize=8)
-    ax2.set_ylabel("natural-log units", fontsize=8)
-    ax2.legend(fontsize=7, loc="center right")
-    ax2.set_title("online softmax of one row of 64 scores", fontsize=9)
+                 (5, 7.0), xytext=(1.0, 7.4), fontsize=SMALL, arrowprops={"arrowstyle": "->"})
+    ax2.set_xlabel("key blocks seen (8 keys each)", fontsize=LABEL)
+    ax2.set_ylabel("natural-log units", fontsize=LABEL)
+    ax2.legend(fontsize=SMALL, loc="center right")
+    ax2.set_title("online softmax of one row of 64 scores", fontsize=TITLE)
     return fig
 
 
@@ -450,7 +531,7 @@ def kv_cache() -> Figure:
                      labels[b], labels[b], xlabel="cache slots (keys)",
                      ylabel="queries: prefill, then 3 steps")
         axes[b].axhline(P - 0.5, color="tab:blue", lw=1.5)
-        axes[b].text(P + steps - 0.6, P - 0.4, "decoding steps", fontsize=7, color="tab:blue",
+        axes[b].text(P + steps - 0.6, P - 0.4, "decoding steps", fontsize=SMALL, color="tab:blue",
                      ha="right", va="top", bbox={"facecolor": "white", "lw": 0, "pad": 1})
     fig.colorbar(image, ax=axes, shrink=0.8, label="weight, mean over 4 heads")
     fig.get_layout_engine().set(rect=(0, 0.08, 1, 0.92))
@@ -467,15 +548,15 @@ def kv_cache() -> Figure:
 def trained() -> Figure:
     from attnkit.numpy.train import train_reverse
 
-    result = train_reverse(steps=150, eval_size=200, log=None)
+    result = train_reverse(steps=150, eval_size=200, log=None)  # as the block of chapter 8
     digits = [str(d) for d in result.tokens]
     fig = Figure(figsize=(10, 3.4), layout="constrained")
     ax0, ax1, ax2 = fig.subplots(1, 3, width_ratios=[1.2, 1, 1])
     ax0.plot(result.loss)
     ax0.set_yscale("log")
-    ax0.set_xlabel("step", fontsize=8)
-    ax0.set_ylabel("cross-entropy", fontsize=8)
-    ax0.set_title(f"training (NumPy only): held-out accuracy {result.accuracy:.3f}", fontsize=9)
+    ax0.set_xlabel("step", fontsize=LABEL)
+    ax0.set_ylabel("cross-entropy", fontsize=LABEL)
+    ax0.set_title(f"training (NumPy only): held-out accuracy {result.accuracy:.3f}", fontsize=TITLE)
     for h, ax in enumerate((ax1, ax2)):
         image = heat(ax, result.attention[h], None, f"trained head {h}",
                      [str(t) for t in range(len(digits))], digits, vmax=1,
@@ -498,9 +579,13 @@ def main(argv: list[str] | None = None) -> int:
         names = [n for n in names if n.removesuffix(".png") in args.only]
     for name in names:
         fig = FIGURES[name]()
+        width, px, text = text_on_page(fig)
+        if px < MIN_TEXT_PX:
+            raise SystemExit(f"{name}: {text!r} would be {px:.1f} px high on a {PAGE_PX} px "
+                             f"page (figure {width} px wide); at least {MIN_TEXT_PX} px")
         path = os.path.join(args.out, name)
-        fig.savefig(path, dpi=110)
-        print("wrote", path)
+        fig.savefig(path, dpi=DPI)
+        print(f"wrote {path} ({width} px wide, smallest text {px:.1f} px on the page)")
     return 0
 
 

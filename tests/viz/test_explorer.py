@@ -4,6 +4,7 @@ Python, as the page's script decodes it), the size limit, .npz files and `attnki
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 import subprocess
@@ -196,6 +197,24 @@ def test_repr_html_is_an_iframe_of_the_page(rng):
     assert rep.startswith("<iframe") and 'srcdoc="' in rep
     assert "<script" not in rep  # the page is escaped inside the attribute
     assert "&lt;script" in rep and 'title="t &amp; t"' in rep
+
+
+def test_repr_html_carries_the_weights_and_the_mask(rng):
+    """What a notebook shows inline is the whole page: the same tokens, weights and mask as
+    the saved file, in a frame wide enough to use."""
+    keep = an.causal_mask(3, 3)
+    w = attention(rng, (2, 3, 3), keep=keep)
+    ex = explore(w, ["x", "<y>", "z"], mask=keep, title="inline")
+    rep = ex._repr_html_()
+    srcdoc = re.search(r'srcdoc="([^"]*)"', rep).group(1)
+    page = html.unescape(srcdoc)
+    assert page == ex.html()
+    data = page_data(page)
+    assert data["qTokens"] == ["x", "<y>", "z"]
+    for h in range(2):
+        np.testing.assert_allclose(decode_head(data, 0, h), w[h], atol=2e-3)
+        assert np.array_equal(decode_mask(data, 0, h), keep)
+    assert re.search(r"width:\s*100%", rep) and re.search(r"height:\s*[4-9]\d\dpx", rep)
 
 
 def test_import_needs_no_matplotlib_or_torch():
