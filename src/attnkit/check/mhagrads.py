@@ -5,7 +5,6 @@ trip, and dropout under ``eval()``. Each takes the :class:`attnkit.check.mhaprob
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
@@ -50,7 +49,7 @@ def _inputs(h: Any, dtype: torch.dtype, grad: bool) -> list[torch.Tensor]:
 
 
 def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
-    m = copy.deepcopy(h.m).eval()
+    m = h.fresh().eval()
     dropout_knobs(m, 0.0)
     xs = _inputs(h, torch.float32, True)
     cot = torch.randn(B, T, E, generator=torch.Generator().manual_seed(4))
@@ -80,7 +79,8 @@ def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
     # The module's float64 gradient along one random direction, against central
     # differences of its own float64 forward: a hand-written backward that is wrong
     # disagrees by O(1); float64 differences agree to ~1e-8.
-    m64 = copy.deepcopy(m).double()
+    m64 = h.fresh().eval().double()
+    dropout_knobs(m64, 0.0)
     params = [p for p in m64.parameters() if p.requires_grad]
     xs64 = _inputs(h, torch.float64, True)
     g = torch.Generator().manual_seed(5)
@@ -118,13 +118,12 @@ def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
 
 
 def state_dict(h: Any) -> list[Finding]:
-    m1 = copy.deepcopy(h.m)
+    m1 = h.fresh()
     with torch.no_grad():
         g = torch.Generator().manual_seed(7)
         for p in m1.parameters():
             p.add_(0.1 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    torch.manual_seed(1)
-    m2 = h.factory(16, 4)
+    m2 = h.fresh(seed=1)  # other initial values, which the state dict must overwrite
     try:
         m2.load_state_dict(m1.state_dict())
     except Exception as err:
@@ -140,7 +139,7 @@ def state_dict(h: Any) -> list[Finding]:
         return []
     saved = set(m1.state_dict())
     extra = [f"{path + '.' if path else ''}{attr}" for path, mod in m1.named_modules()
-             for attr, v in vars(mod).items() if isinstance(v, torch.Tensor)
+             for attr, v in vars(mod).items() if isinstance(v, torch.Tensor) and v.is_leaf
              and not attr.startswith("_") and f"{path + '.' if path else ''}{attr}" not in saved]
     hint = (f": tensors kept as plain attributes ({', '.join(extra[:4])}) are not saved; "
             f"register them with register_buffer (.to() and .half() miss them too)"
@@ -151,7 +150,8 @@ def state_dict(h: Any) -> list[Finding]:
                         "with torch.no_grad():",
                         "    for p in m.parameters():",
                         "        p.add_(0.1 * torch.randn_like(p))  # as if trained",
-                        "m2 = factory(16, 4)", "m2.load_state_dict(m.state_dict())",
+                        "torch.manual_seed(1)", f"m2 = {h.built.expr or 'factory(16, 4)'}",
+                        "m2.load_state_dict(m.state_dict())",
                         "m.eval(), m2.eval()",
                         f"a, b = run({h.args_text('x')}), m2({h.args_text('x')})",
                         "b = b[0] if isinstance(b, tuple) else b",
@@ -159,15 +159,19 @@ def state_dict(h: Any) -> list[Finding]:
 
 
 def dropout(h: Any) -> list[Finding]:
-    m = copy.deepcopy(h.m)
+    m = h.fresh()
     knobs = dropout_knobs(m, 0.5)
     h.eval(m)
     x = _inputs(h, torch.float32, False)
-    torch.manual_seed(11)
-    a = h.call(m, *x)
-    torch.manual_seed(12)
-    b = h.call(m, *x)
-    m0 = copy.deepcopy(h.m)
+    seed, h.seed = h.seed, None  # two calls, two different draws
+    try:
+        torch.manual_seed(11)
+        a = h.call(m, *x)
+        torch.manual_seed(12)
+        b = h.call(m, *x)
+    finally:
+        h.seed = seed
+    m0 = h.fresh()
     dropout_knobs(m0, 0.0)
     c = h.call(h.eval(m0), *x)
     if torch.equal(a, b) and torch.allclose(a, c, atol=1e-6):

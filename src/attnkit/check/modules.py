@@ -21,7 +21,6 @@ checked, smallest evidence first:
 
 from __future__ import annotations
 
-import copy
 import inspect
 import time
 import warnings
@@ -29,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from .adapt import CONVENTIONS, LENS_NAMES, target_spec
+from .adapt import CONVENTIONS, LENS_NAMES, origin_of, target_spec
+from .build import BuildError, build_module
+from .judge import first_line
 from .report import Finding, Report
 
 __all__ = ["check_multi_head"]
@@ -54,49 +55,84 @@ def _signature(m: Any) -> tuple[bool, str | None, bool]:
 
 
 def check_multi_head(factory: Any, convention: str = "auto") -> Report:
-    """Judge the multi-head attention module that ``factory(embed_dim, num_heads)`` builds.
+    """Judge the multi-head attention module that ``factory`` builds.
 
     Args:
-        factory: a class or function; ``factory(16, 4)`` must build the module.
+        factory: a class (built at width 16 with 4 heads from its constructor's parameter
+            names, see :mod:`attnkit.check.build`), a factory function
+            (``factory(16, 4)``, or by parameter names), or an instance.
         convention: how the mask argument reads: ``"auto"`` (``valid_lens`` by name, a
             mask's polarity from behaviour), ``"valid_lens"``, ``"masked"`` (True = masked,
             as ``nn.MultiheadAttention``'s ``attn_mask``), ``"keep"`` (True = may attend),
             ``"none"`` (no mask).
 
     Returns:
-        A :class:`Report` (see :mod:`attnkit.check.modules` for what is checked).
+        A :class:`Report` (see :mod:`attnkit.check.modules` for what is checked). Whatever
+        the module does, a report: a constructor or a call that raises is ``call-failed``.
     """
-    # The module may overflow on the cases: its warnings are findings here.
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return _check_multi_head(factory, convention)
-
-
-def _check_multi_head(factory: Any, convention: str) -> Report:
-    t0 = time.perf_counter()
     if convention not in CONVENTIONS or convention == "sdpa":
         raise ValueError(f"convention must be one of auto, valid_lens, masked, keep, none; "
                          f"got {convention!r}")
+    spec = target_spec(factory)
+    name = getattr(factory, "__qualname__", None) or type(factory).__name__
+    report = Report("multi-head", spec or name)
+    t0 = time.perf_counter()
+    # The module may overflow on the cases: its warnings are findings here.
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            _check_multi_head(factory, convention, report, spec, name)
+        except Exception as err:  # the user's module may raise anything, anywhere
+            report.add(Finding(
+                "call-failed", f"the check stopped: the module raised {type(err).__name__}: "
+                f"{first_line(err)}", type(err).__name__,
+                case=report.cases[-1] if report.cases else ""))
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _failed_call(err: BaseException, what: str, fix: str) -> Finding:
+    return Finding("call-failed", f"{what} raised {type(err).__name__}: {first_line(err)}; "
+                   f"{fix}", type(err).__name__)
+
+
+def _check_multi_head(factory: Any, convention: str, report: Report, spec: str | None,
+                      name: str) -> None:
     import torch
     from torch import nn
 
     from .mhagrads import dropout, dropout_knobs, gradients, state_dict  # torch: imported here
-    from .mhaprobe import Harness
+    from .mhaprobe import B, E, T, Harness
 
-    spec = target_spec(factory)
-    name = getattr(factory, "__qualname__", None) or type(factory).__name__
-    torch.manual_seed(0)
-    m = factory(16, 4)
+    origin = origin_of(factory)
+    report.origin = origin
+    try:
+        built = build_module(factory, E, 4, spec)
+    except BuildError as err:
+        report.add(Finding("call-failed", str(err), "not built"))
+        return
+    except Exception as err:
+        tried = _tried(factory)
+        report.add(_failed_call(err, f"building the module{tried}",
+                                "if the arguments are wrong for it, write a factory: "
+                                "def make(E, H): return YourClass(...) and check file.py:make"))
+        return
+    report.origin = "; ".join(x for x in (origin, built.how) if x)
+    m = built.obj
     is_module = isinstance(m, nn.Module)
-    if not (is_module or callable(m)):
-        raise TypeError(f"factory(16, 4) built {type(m).__name__}, which cannot be called")
-    report = Report("multi-head", spec or name, framework="torch" if is_module else "numpy")
+    if not callable(m):
+        report.add(Finding("call-failed", f"{built.how} gives a {type(m).__name__}, which "
+                           f"cannot be called: pass the class, an instance or a factory "
+                           f"that returns the module", "not callable"))
+        return
+    report.framework = "torch" if is_module else "numpy"
     self_only, mask_name, optional = _signature(m)
-    h = Harness(factory, m, spec, name, self_only, mask_name)
+    h = Harness(built, m, spec, name, self_only, mask_name)
     h.mask_optional = optional
-    # Every probe but the dropout one runs on a copy with its dropout at 0, so that a
-    # dropout bug shows as dropout-in-eval only.
-    h.m = copy.deepcopy(m)
+    # Every probe but the dropout one runs on a fresh module with its dropout at 0, so that
+    # a dropout bug shows as dropout-in-eval only. Fresh modules are built again (or copied
+    # without the tensors a forward left on them), never deep-copied while in use.
+    h.m = h.fresh()
     dropout_knobs(h.m, 0.0)
     conv, how = convention, "declared"
     if convention == "auto":
@@ -119,21 +155,38 @@ def _check_multi_head(factory: Any, convention: str) -> Report:
             f.case = f.case or case
             report.add(f)
 
+    # The first call: a module that cannot be called at all is not a shape bug.
+    try:
+        x = torch.randn(B, T, E, generator=torch.Generator().manual_seed(0))
+        h.call(h.eval(h.m), x, None if self_only else x)
+    except Exception as err:
+        args = "m(x)" if self_only else "m(query, key, value)"
+        mask = f" (a mask goes as {mask_name}=)" if mask_name and conv != "none" else ""
+        report.add(_failed_call(
+            err, f"calling the module as {args} on {(B, T, E)} inputs{mask}",
+            "check that forward takes the inputs positionally, batch first; declare the "
+            "mask with --convention (none if forward's extra argument is not a mask), or "
+            "write a factory that wraps the module"))
+        return
     unregistered = h.unregistered() if is_module else []
     if is_module:
         add(unregistered, "registration: every trained tensor is a registered parameter")
     add(h.shapes(), "shapes: Tq == Tk, Tq < Tk, Tq > Tk")
     if h.broken:
-        report.seconds = time.perf_counter() - t0
-        return report
+        return
     add(h.large_logits(), "logits ~1e3 and ~1e4 (inputs scaled by 30 and 100)")
     if conv != "none":
-        add(h.masks(), "masked keys change nothing; a query with no allowed key")
+        try:
+            found = h.masks()
+        except Exception as err:
+            found = [_failed_call(err, "calling the module with a mask",
+                                  "declare how it reads its mask with --convention "
+                                  "(none if it takes no attention mask)")]
+        add(found, "masked keys change nothing; a query with no allowed key")
     if not is_module:  # a NumPy class: no dtype moves, autograd or state_dict to check
-        h.m = m
+        h.m = built.obj
         add(dropout(h), "the same call twice gives the same output")
-        report.seconds = time.perf_counter() - t0
-        return report
+        return
     # .half()/.double() and state_dict miss unregistered tensors and plain tensor
     # attributes: what follows from those is not reported twice.
     lost = bool(unregistered)
@@ -146,8 +199,12 @@ def _check_multi_head(factory: Any, convention: str) -> Report:
             add(h.half(dtype), f"{dtype} copy of the module")
     add(gradients(h, finite_differences=not lost),
         "gradients: every parameter gets one; float64 central differences")
-    h.m = m
+    h.m = built.obj
     add(dropout(h), "eval(): dropout off (dropout set to 0.5 where the module has it)")
-    report.seconds = time.perf_counter() - t0
-    return report
 
+
+def _tried(factory: Any) -> str:
+    try:
+        return f" {getattr(factory, '__name__', 'factory')}{inspect.signature(factory)}"
+    except (TypeError, ValueError):
+        return ""
