@@ -226,16 +226,27 @@ def cmd_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from attnkit.check import CHECKS, load_target
+    import contextlib
 
-    try:
-        target = load_target(args.target)
-    except (ValueError, ImportError) as err:
-        parser.error(f"TARGET {args.target}: {err}")
-    try:
-        report = CHECKS[args.kind](target, convention=args.convention)
-    except (ValueError, TypeError) as err:  # a convention the check does not take
-        parser.error(str(err))
+    from attnkit.check import CHECKS, Finding, Report, load_target
+    from attnkit.check.adapt import TargetLoadError
+
+    # Whatever the user's code prints (at import, per call) goes to stderr: stdout carries
+    # the report alone, so --json is one JSON document.
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            target = load_target(args.target)
+        except (ValueError, ImportError) as err:
+            parser.error(f"TARGET {args.target}: {err}")
+        except TargetLoadError as err:
+            report = Report(args.kind, args.target)
+            report.add(Finding("call-failed", f"{err}; fix it, or point TARGET at a file "
+                               f"that runs on its own", "not loaded"))
+        else:
+            try:
+                report = CHECKS[args.kind](target, convention=args.convention)
+            except (ValueError, TypeError) as err:  # a convention the check does not take
+                parser.error(str(err))
     print(report.to_json() if args.json else report.table())
     return 0 if report.ok else 1
 
@@ -365,10 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "Exit status 1 when any finding is an error. See docs/check.md.",
     )
     check.add_argument("kind", choices=("softmax", "masked-softmax", "attention", "multi-head"),
-                       help="what TARGET is (multi-head: TARGET(embed_dim, num_heads) builds "
-                            "the module)")
+                       help="what TARGET is (multi-head: a class, built from its constructor's "
+                            "parameter names, or a factory: TARGET(embed_dim, num_heads))")
     check.add_argument("target", metavar="TARGET",
-                       help="path/to/file.py:name or package.module:name")
+                       help="path/to/file.py:name, notes.ipynb:name or package.module:name "
+                            "(a function, an instance, a bound method such as "
+                            "file.py:layer.forward, a class or a factory)")
     check.add_argument("--convention", default="auto",
                        choices=("auto", "valid_lens", "masked", "keep", "sdpa", "none"),
                        help="the mask argument: valid_lens (d2l), masked (True = masked), keep "

@@ -150,7 +150,7 @@ class _Args:
 def _config_class(fn: Any, param: inspect.Parameter) -> Any:
     """The class a config parameter wants: its annotation, else a dataclass in the target's
     module whose fields name a width and a head count."""
-    ann = param.annotation
+    ann = None if param.annotation is param.empty else param.annotation
     module = sys.modules.get(getattr(fn, "__module__", "") or "")
     if isinstance(ann, str) and module is not None:
         ann = vars(module).get(ann.split(".")[-1].strip("'\""), None)
@@ -193,8 +193,9 @@ def _arguments(fn: Any, width: int | None, heads: int | None, spec: str | None,
             out.add(p, lambda: LENGTH, str(LENGTH))
         elif role == "bias":
             out.add(p, lambda: True, "True")
-        elif depth == 0 and (p.name.lower() in CONFIG_NAMES or inspect.isclass(p.annotation)
-                             or isinstance(p.annotation, str) and p.annotation[:1].isupper()):
+        elif depth == 0 and (p.name.lower() in CONFIG_NAMES or (
+                p.annotation is not p.empty and inspect.isclass(p.annotation))
+                or isinstance(p.annotation, str) and p.annotation[:1].isupper()):
             cls = _config_class(fn, p)
             if cls is None:
                 raise BuildError(f"{_signature_text(fn)} takes a config object ({p.name}) and "

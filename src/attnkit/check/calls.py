@@ -30,6 +30,8 @@ class Target:
         mask_default: the mask argument may be left out (it has a default).
         spec: a ``load_target`` string for reproducers, or None.
         name: what the report calls it.
+        load: source lines that bind ``fn`` in a reproducer, when ``load_target(spec)``
+            alone does not give it (a class the checker built: ``fn = Cls(dropout=0.0)``).
     """
 
     fn: Any
@@ -40,6 +42,7 @@ class Target:
     mask_default: bool = True
     spec: str | None = None
     name: str = "fn"
+    load: str = ""
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -83,10 +86,10 @@ class Target:
 
     # -- the same call as text ------------------------------------------------------------
     def header(self, oracle_import: str) -> list[str]:
-        load = (f"fn = load_target({self.spec!r})" if self.spec
-                else f"fn = ...  # {self.name}: your function here")
+        load = self.load or (f"fn = load_target({self.spec!r})" if self.spec
+                             else f"fn = ...  # {self.name}: your function here")
         return self.framework.imports() + [
-            "from attnkit.check import load_target", oracle_import, "", load]
+            "from attnkit.check import load_target", oracle_import, "", *load.splitlines()]
 
     def convert_lines(self, dtype: str, grad: bool = False) -> list[str]:
         fw = self.framework

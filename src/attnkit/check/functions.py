@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .adapt import CONVENTIONS, Framework, mask_parameter, target_spec, unwrap
+from .adapt import CONVENTIONS, Framework, mask_parameter, origin_of, target_spec, unwrap
+from .build import BuildError, build_callable
 from .calls import Target
 from .cases import Case, attention_cases, masked_softmax_cases, softmax_cases
 from .judge import Run, first_line
@@ -27,14 +28,14 @@ __all__ = ["check_attention", "check_masked_softmax", "check_softmax"]
 
 # -- detection --------------------------------------------------------------------------------
 def _probe(fn: Any, check: str, convention: str | None, mask_default: bool,
-           spec: str | None, name: str) -> tuple[Target | None, list[str]]:
+           spec: str | None, name: str, load: str = "") -> tuple[Target | None, list[str]]:
     """Find the framework (and, for attention, the layout) ``fn`` runs with."""
     frameworks = ["numpy"] + (["torch"] if importlib.util.find_spec("torch") else [])
     errors = []
     for fw_name in frameworks:
         fw = Framework(fw_name)
         for heads in ((True, False) if check == "attention" else (True,)):
-            t = Target(fn, check, fw, convention or "keep", heads, mask_default, spec, name)
+            t = Target(fn, check, fw, convention or "keep", heads, mask_default, spec, name, load)
             mask = None
             if check == "masked-softmax":
                 mask = "lens" if convention == "valid_lens" else "random"
@@ -89,21 +90,108 @@ def _polarity_probe(run: Run) -> str | None:
 
 
 def _check(fn: Any, check: str, convention: str) -> Report:
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    spec = target_spec(fn)
+    report = Report(check, spec or name, origin=origin_of(fn))
+    t0 = time.perf_counter()
     # The user's code may overflow on purpose of the cases: its warnings are findings here.
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
-        return _check_quietly(fn, check, convention)
+        try:
+            _check_quietly(fn, check, convention, report, spec, name)
+        except ValueError as err:
+            if "takes no mask argument" in str(err):
+                raise  # the convention does not fit the check: a bad argument
+            report.add(_stopped(err, report))
+        except Exception as err:  # the user's function may raise anything, anywhere
+            report.add(_stopped(err, report))
+    report.seconds = time.perf_counter() - t0
+    return report
 
 
-def _check_quietly(fn: Any, check: str, convention: str) -> Report:
-    t0 = time.perf_counter()
-    if convention not in CONVENTIONS:
-        raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+def _stopped(err: BaseException, report: Report) -> Finding:
+    return Finding("call-failed", f"the check stopped: fn raised {type(err).__name__}: "
+                   f"{first_line(err)}", type(err).__name__,
+                   case=report.cases[-1] if report.cases else "")
+
+
+def _call_failed(fn: Any, check: str, errors: list[str]) -> Finding:
+    args = "fn(q, k, v[, mask])" if check == "attention" else (
+        "fn(x, mask)" if check == "masked-softmax" else "fn(x)")
+    if check == "attention":
+        layouts = "NumPy arrays and PyTorch tensors, (B, H, T, D) and (B, T, D)"
+    else:
+        layouts = "NumPy arrays and PyTorch tensors"
+    fix = ("the check calls it as " + args + ": take the inputs positionally (not keyword-"
+           "only), declare the mask with --convention, or wrap it: "
+           "def fn(q, k, v): return mine(...)")
+    if callable(getattr(fn, "forward", None)):
+        fix = "pass an instance, or a function that calls it; " + fix
+    first = errors[0] if errors else "no output"
+    return Finding("call-failed", f"fn could not be called with {layouts}: {first}; {fix}",
+                   f"{len(errors)} call(s) tried: " + "; ".join(errors))
+
+
+def _nondeterministic(run: Run, fn: Any, case: Case) -> Finding | None:
+    """Two identical calls, with different random seeds: do they differ?"""
+    outs = []
+    for seed in (1, 2):
+        np.random.seed(seed)
+        if run.fw.name == "torch":
+            run.fw.torch.manual_seed(seed)
+        a = run.arrays(case)
+        result, error, _ = run.call(a, case, case.dtype)
+        if error is not None:
+            return None  # the cases say what goes wrong
+        try:
+            outs.append(run.fw.float64(unwrap(result)[0]))
+        except Exception:
+            return None
+    if outs[0].shape == outs[1].shape and np.array_equal(outs[0], outs[1], equal_nan=True):
+        return None
+    train = bool(getattr(fn, "training", False)) or bool(
+        getattr(getattr(fn, "__self__", None), "training", False))
+    msg = ("two identical calls give different outputs: dropout is on: call `.eval()` or pass "
+           "dropout 0" + (" (fn is a module left in train mode)" if train else
+                          " (F.dropout's training argument defaults to True: pass "
+                          "training=self.training)"))
+    t = run.t
+    arrays = run.arrays(case)
+    lines = t.header("") + run.setup(case).splitlines() + t.convert_lines(case.dtype)
+    lines = [ln for ln in lines if ln]
+    lines += t.got_lines(arrays, case.causal) + ["first = got"]
+    lines += t.got_lines(arrays, case.causal)
+    lines += ["print('largest difference of two identical calls:', np.abs(got - first).max())",
+              f"assert np.array_equal(got, first), {msg!r}"]
+    diff = np.abs(outs[0] - outs[1])
+    return Finding("nondeterministic", msg,
+                   f"two identical calls differ by up to {float(np.nanmax(diff)):.3g}"
+                   if outs[0].shape == outs[1].shape else "two identical calls differ in shape",
+                   case.label(t.check != "attention"), "\n".join(lines))
+
+
+def _check_quietly(fn: Any, check: str, convention: str, report: Report, spec: str | None,
+                   name: str) -> None:
+    load = ""
+    try:
+        built = build_callable(fn, spec)
+    except BuildError as err:
+        report.add(Finding("call-failed", f"{name} is a class and the check needs something "
+                           f"to call: {err}", "not built"))
+        return
+    except Exception as err:
+        report.add(Finding("call-failed", f"{name} is a class; building it raised "
+                           f"{type(err).__name__}: {first_line(err)}; pass an instance or a "
+                           f"function instead", type(err).__name__))
+        return
+    if built is not None:
+        report.origin = "; ".join(x for x in (report.origin, built.how) if x)
+        load = "\n".join(built.load_lines + [f"fn = {built.expr}"]) if built.expr else ""
+        fn = built.obj
     n_inputs = 3 if check == "attention" else 1
     _, mask_default, guessed = mask_parameter(fn, n_inputs)
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    spec = target_spec(fn)
-    report = Report(check, spec or name)
     how = "declared"
     conv = convention
     if convention == "auto":
@@ -113,12 +201,14 @@ def _check_quietly(fn: Any, check: str, convention: str) -> Report:
     if check == "masked-softmax" and conv == "none":
         raise ValueError("check_masked_softmax: fn takes no mask argument; "
                          "pass convention='valid_lens', 'masked' or 'keep'")
-    target, errors = _probe(fn, check, conv, mask_default, spec, name)
+    target, errors = _probe(fn, check, conv, mask_default, spec, name, load)
     if target is None:
-        report.add(Finding("shape", "fn could not be called with any input layout: "
-                           + "; ".join(errors)))
-        report.seconds = time.perf_counter() - t0
-        return report
+        if any("output shape" in e for e in errors):
+            report.add(Finding("shape", "fn could not be called with any input layout: "
+                               + "; ".join(errors)))
+        else:
+            report.add(_call_failed(fn, check, errors))
+        return
     run = Run(target)
     if conv is None:
         found = _polarity_probe(run)
@@ -136,6 +226,11 @@ def _check_quietly(fn: Any, check: str, convention: str) -> Report:
         cases = softmax_cases(torch_fn)
     else:
         cases = masked_softmax_cases(conv == "valid_lens", torch_fn)
+    random = _nondeterministic(run, fn, cases[0])
+    if random is not None:  # every comparison below would be noise
+        report.cases.append(cases[0].label(check != "attention"))
+        report.add(random)
+        return
     for case in cases:
         report.cases.append(case.label(check != "attention"))
         for verdict in run.judge(case):
@@ -150,8 +245,6 @@ def _check_quietly(fn: Any, check: str, convention: str) -> Report:
                         break
             report.add(Finding(v.code, v.message, v.measured, used.label(check != "attention"),
                                function_reproducer(run, used, v)))
-    report.seconds = time.perf_counter() - t0
-    return report
 
 
 def check_softmax(fn: Any, convention: str = "auto") -> Report:
