@@ -26,8 +26,9 @@ import copy
 import dataclasses
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

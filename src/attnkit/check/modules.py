@@ -102,7 +102,7 @@ def _check_multi_head(factory: Any, convention: str, report: Report, spec: str |
     from torch import nn
 
     from .mhagrads import dropout, dropout_knobs, gradients, state_dict  # torch: imported here
-    from .mhaprobe import B, E, T, Harness
+    from .mhaprobe import B, E, Harness, T
 
     origin = origin_of(factory)
     report.origin = origin
