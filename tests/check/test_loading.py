@@ -68,6 +68,7 @@ BUILT = [
     ("cached.py:CachedFixed", "built as CachedFixed(h=4, d_model=16, dropout=0.0)"),
     ("cached.py:CachedWeightsList",
      "built as CachedWeightsList(num_hiddens=16, num_heads=4, dropout=0.0)"),
+    ("cached.py:LazyValidLens", "built as LazyValidLens(num_hiddens=16, num_heads=4, dropout=0.0)"),
 ]
 
 
@@ -97,6 +98,8 @@ def test_a_signature_no_rule_reads_gets_one_line_with_the_factory_form():
     ("orders.py:RaisesOnEveryInput", "NotImplementedError: forward is left for the exercise"),
 ])
 def test_a_module_that_cannot_be_built_or_called_is_call_failed_not_shape(spec, words):
+    """A constructor that raises, a keyword-only forward, a forward that always raises:
+    what was tried and the exception, as call-failed (they are not shape bugs)."""
     report = check_multi_head(target(spec))
     assert report.codes == ["call-failed"], report.table()
     assert words in report.findings[0].message
@@ -183,6 +186,12 @@ def test_reproducers_load_the_class_instance_or_bound_method_and_fail(spec):
              .replace(":unscaled", ":scaled"))
     proc = run_script(fixed)
     assert proc.returncode == 0, f"{fixed}\n{proc.stderr}"
+
+
+def test_an_attention_function_given_as_a_module_says_which_check_to_run():
+    report = check_multi_head(target("targets.py:attention_printing"))
+    assert report.codes == ["call-failed"], report.table()
+    assert "attnkit check attention" in report.findings[0].message
 
 
 def test_a_class_that_needs_arguments_for_a_function_check_is_call_failed():

@@ -39,15 +39,17 @@ WIDTH_NAMES = frozenset((
     "embed_size", "model_dim", "hidden_dim", "d_embed", "emb_dim", "emb_size", "embedding_dim",
     "embedding_size", "dim_model", "model_size", "d_hidden", "hidden", "hid_dim", "n_hidden",
     "input_dim", "in_dim", "in_features", "query_dim", "query_size", "key_size", "value_size",
-    "n_state", "nx", "width", "dmodel", "e", "embed", "features", "n_embed_dim", "d_in"))
+    "n_state", "nx", "width", "dmodel", "e", "embed", "features", "n_embed_dim", "d_in",
+    "dim_model", "model_dimension", "hidden_units", "units"))
 HEAD_NAMES = frozenset((
     "h", "heads", "num_heads", "n_head", "n_heads", "head_num", "num_head", "nhead", "nheads",
     "num_attention_heads", "attention_heads", "head_count", "heads_num", "n_attn_heads",
-    "num_attn_heads", "n_heads_q"))
+    "num_attn_heads", "n_heads_q", "nh", "n_h", "number_of_heads", "attn_heads"))
 PER_HEAD_NAMES = frozenset((
     "d_k", "d_v", "d_q", "dk", "dv", "head_size", "head_dim", "d_head", "dim_head",
     "dim_per_head", "d_kv", "attention_head_size", "size_per_head", "head_dims", "qk_dim",
-    "v_dim", "d_key", "d_value"))
+    "v_dim", "d_key", "d_value", "dim_key", "dim_value", "dim_k", "dim_v", "key_dim",
+    "value_dim"))
 LENGTH_NAMES = frozenset((
     "block_size", "max_len", "max_seq_len", "max_length", "max_seq_length", "context_length",
     "context_size", "n_positions", "n_ctx", "seq_len", "max_position_embeddings", "maxlen",
@@ -178,6 +180,10 @@ def _arguments(fn: Any, width: int | None, heads: int | None, spec: str | None,
     out = _Args()
     values = {"width": width, "heads": heads,
               "per_head": width // heads if width and heads else None, "dropout": 0.0}
+    roles = {_role(p.name) for p in params}
+    if "width" not in roles and "heads" in roles and "per_head" in roles:
+        # (head_size, num_heads) with no width: the size named is the whole width.
+        values["per_head"] = width
     unknown: list[inspect.Parameter] = []
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -225,6 +231,11 @@ def _arguments(fn: Any, width: int | None, heads: int | None, spec: str | None,
         out.roles |= {"width", "heads"}
         return out
     names = ", ".join(p.name for p in unknown)
+    qkv = {"q", "k", "v", "query", "key", "value", "queries", "keys", "values", "x", "scores"}
+    if multi_head and depth == 0 and {p.name.lower() for p in unknown} & qkv:
+        raise BuildError(f"{_signature_text(fn)} takes the inputs themselves: it is an "
+                         f"attention function, not a module or its factory; check it with "
+                         f"attnkit check attention (or masked-softmax, softmax)")
     raise BuildError(f"cannot build {_signature_text(fn)}: no rule for the required "
                      f"parameter(s) {names}; {_factory_hint(fn, spec, multi_head)}")
 

@@ -129,6 +129,11 @@ def _call_failed(fn: Any, check: str, errors: list[str]) -> Finding:
            "def fn(q, k, v): return mine(...)")
     if callable(getattr(fn, "forward", None)):
         fix = "pass an instance, or a function that calls it; " + fix
+    owner = getattr(fn, "__self__", fn)
+    if type(owner).__module__.startswith("torch") or any(
+            c.__module__.startswith("torch.nn") for c in type(owner).__mro__[1:]):
+        errors = [e for e in errors if e.startswith("torch")] + [
+            e for e in errors if not e.startswith("torch")]  # its own framework's error first
     first = errors[0] if errors else "no output"
     return Finding("call-failed", f"fn could not be called with {layouts}: {first}; {fix}",
                    f"{len(errors)} call(s) tried: " + "; ".join(errors))

@@ -51,9 +51,21 @@ class Harness:
         """A new module built as the checked one was (the same weights for the same
         ``seed``), in its constructor's train/dropout state: rebuilt, never a deep copy of
         a module that has run (its forward may have left non-leaf tensors on it)."""
-        if self.built.rebuild is None:
-            return safe_copy(self.built.obj)
-        return self.built.rebuild(seed)
+        m = safe_copy(self.built.obj) if self.built.rebuild is None else self.built.rebuild(seed)
+        if any(isinstance(p, nn.parameter.UninitializedParameter)
+               for p in getattr(m, "parameters", list)()):
+            # Lazy layers (nn.LazyLinear) get their shapes from a first call.
+            seed_before, self.seed = self.seed, seed
+            try:
+                with torch.no_grad():
+                    x = _rand(B, T, E)
+                    self.call(m, x, None if self.self_only else x)
+            except Exception:
+                pass  # the calls that follow say what is wrong
+            finally:
+                self.seed = seed_before
+                self.mutation = None
+        return m
 
     # -- calling --------------------------------------------------------------------------
     def _mask(self, keep: torch.Tensor | None, lens: torch.Tensor | None, layout: str,

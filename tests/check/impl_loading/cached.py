@@ -83,3 +83,28 @@ class CachedWeightsList(nn.Module):
 
 
 layer = CachedFill1e9(4, 16, dropout=0.0)  # an instance, ready to check
+
+
+class LazyValidLens(nn.Module):
+    """d2l-like: lazy projections (their shapes come from the first call), ``valid_lens``,
+    and the weights of the last call kept on ``self``; the fill fits every dtype."""
+
+    def __init__(self, num_hiddens, num_heads, dropout, bias=False):
+        super().__init__()
+        self.num_heads = num_heads
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.LazyLinear(num_hiddens, bias=bias)
+                                                  for _ in range(4))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, queries, keys, values, valid_lens):
+        B, Tq, _ = queries.shape
+        Tk = keys.shape[1]
+        q, k, v = (w(x).reshape(B, x.shape[1], self.num_heads, -1).transpose(1, 2)
+                   for w, x in ((self.W_q, queries), (self.W_k, keys), (self.W_v, values)))
+        s = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.shape[-1])
+        if valid_lens is not None:
+            keep = torch.arange(Tk) < valid_lens[:, None, None, None]
+            s = s.masked_fill(~keep, float("-inf"))
+        self.attention_weights = torch.softmax(s, dim=-1).nan_to_num(0.0).to(v.dtype)
+        out = (self.drop(self.attention_weights) @ v).transpose(1, 2).reshape(B, Tq, -1)
+        return self.W_o(out)
