@@ -121,6 +121,18 @@ def test_weights_cached_on_self_do_not_stop_the_probes_and_the_float16_bug_is_fo
         assert proc.returncode == 0, f"{fixed}\n{proc.stderr}"
 
 
+def test_a_reproducer_builds_the_config_object_as_the_check_did():
+    report = check_multi_head(target("orders.py:ConfigNaiveSoftmax"))
+    assert report.codes == ["nan-or-inf"], report.table()
+    assert report.origin == "built as ConfigNaiveSoftmax(config=TinyConfig(n_head=4, n_embd=16, " \
+                            "dropout=0.0))"
+    repro = report.findings[0].reproducer
+    assert "TinyConfig = load_target(" in repro
+    assert_reproducer_fails(repro)
+    proc = run_script(repro.replace("ConfigNaiveSoftmax", "ConfigCausal"))
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_an_instance_that_has_run_is_checked_without_a_deep_copy_of_its_state():
     layer = target("cached.py:layer")
     import torch
@@ -146,6 +158,13 @@ def test_dropout_left_on_is_nondeterministic_not_inaccurate(spec):
     report = check_attention(target(spec))
     assert report.codes == ["nondeterministic"], report.table()
     assert "dropout is on: call `.eval()` or pass dropout 0" in report.findings[0].message
+    assert_reproducer_fails(report.findings[0].reproducer)
+
+
+def test_a_numpy_class_whose_dropout_is_always_on_is_nondeterministic():
+    report = check_multi_head(target("numpy_random.py:DropoutAlways"))
+    assert report.codes == ["nondeterministic"], report.table()
+    assert report.seconds < 30
     assert_reproducer_fails(report.findings[0].reproducer)
 
 

@@ -105,7 +105,7 @@ def _check(fn: Any, check: str, convention: str) -> Report:
             if "takes no mask argument" in str(err):
                 raise  # the convention does not fit the check: a bad argument
             report.add(_stopped(err, report))
-        except Exception as err:  # the user's function may raise anything, anywhere
+        except (Exception, SystemExit) as err:  # the user's function may raise anything
             report.add(_stopped(err, report))
     report.seconds = time.perf_counter() - t0
     return report

@@ -178,10 +178,12 @@ def dropout(h: Any) -> list[Finding]:
         return []
     msg = ("after eval() the module still drops attention weights at random: pass "
            "training=self.training to F.dropout (or use an nn.Dropout submodule)")
-    if h.numpy:
-        msg = ("two identical calls give different outputs: the forward draws random numbers "
-               "(dropout, or weights drawn per call); keep them out of inference")
-    return [Finding("dropout-in-eval", msg,
+    code = "dropout-in-eval"
+    if h.numpy:  # no eval() to call: randomness in every call
+        code = "nondeterministic"
+        msg = ("two identical calls give different outputs: dropout is on: pass dropout 0, or "
+               "draw random numbers (dropout, weights drawn per call) only in training")
+    return [Finding(code, msg,
                     f"two eval() calls differ by {float((a - b).detach().abs().max()):.3g}",
                     reproducer=h.repro(knobs + ([] if h.numpy else ["m.eval()"]) + [
                         f"a, b = run({h.args_text('x')}), run({h.args_text('x')})",

@@ -82,7 +82,7 @@ def check_multi_head(factory: Any, convention: str = "auto") -> Report:
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
             _check_multi_head(factory, convention, report, spec, name)
-        except Exception as err:  # the user's module may raise anything, anywhere
+        except (Exception, SystemExit) as err:  # the user's module may raise anything
             report.add(Finding(
                 "call-failed", f"the check stopped: the module raised {type(err).__name__}: "
                 f"{first_line(err)}", type(err).__name__,

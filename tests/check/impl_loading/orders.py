@@ -176,3 +176,20 @@ class RaisesOnEveryInput(nn.Module):
 
     def forward(self, query, key, value):
         raise NotImplementedError("forward is left for the exercise")
+
+
+class ConfigNaiveSoftmax(nn.Module):
+    """``(config)``, with a softmax that forgets to subtract the row maximum."""
+
+    def __init__(self, config: TinyConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
+        e = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(C // self.n_head))
+        w = e / e.sum(-1, keepdim=True)
+        return self.proj((w @ v).transpose(1, 2).reshape(B, T, C))
