@@ -1,9 +1,12 @@
 """``check_multi_head(factory)``: a user's multi-head attention module, judged by what any
 correct one must do, since its projections are its own.
 
-``factory(embed_dim, num_heads)`` builds the module (an ``nn.Module``; the module is called
-``m(x)`` when ``forward`` takes one input, else ``m(query, key, value[, mask])``). What is
-checked, smallest evidence first:
+The module is built at width 16 with 4 heads: a class from its constructor's parameter
+names (:mod:`attnkit.check.build`), a factory as ``factory(16, 4)``; an instance is used as
+it is. A constructor or a first call that raises is ``call-failed``; every probe that needs a
+second module builds one again rather than deep-copying a module that has run. The module
+is called ``m(x)`` when ``forward`` takes one input, else ``m(query, key, value[, mask])``.
+What is checked, smallest evidence first:
 
 - every tensor that trains is registered (``unregistered-parameter``: a plain list of
   ``nn.Linear``, seed 002), and every registered parameter gets a gradient (``no-gradient``);
