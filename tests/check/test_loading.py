@@ -64,6 +64,8 @@ BUILT = [
      "built as HiddenRateHeadSize(hidden_size=16, dropout_rate=0.0, head_size=4)"),
     ("orders.py:ConfigCausal",
      "built as ConfigCausal(config=TinyConfig(n_head=4, n_embd=16, dropout=0.0))"),
+    ("orders.py:PlainConfigSelfAttention", "built as PlainConfigSelfAttention(config=PlainSettings("
+     "hidden_size=16, num_attention_heads=4, attention_probs_dropout_prob=0.0))"),
     ("orders.py:make", "built as make(E=16, H=4)"),
     ("cached.py:CachedFixed", "built as CachedFixed(h=4, d_model=16, dropout=0.0)"),
     ("cached.py:CachedWeightsList",
@@ -320,6 +322,7 @@ def test_a_notebook_function_checked_from_python_names_its_cell(tmp_path):
                  "    return e / e.sum(-1, keepdims=True)\n")])
     report = check_softmax(load_target(f"{tmp_path}/fixed.ipynb:softmax"))
     assert report.ok and report.findings == [], report.table()
+    assert report.seconds < 30
     assert report.origin == "defined in cell 2 of fixed.ipynb"
     with pytest.raises(ValueError, match="no code cell defines 'nothing'"):
         load_target(f"{tmp_path}/fixed.ipynb:nothing")

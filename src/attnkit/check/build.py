@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -161,12 +162,31 @@ def _config_class(fn: Any, param: inspect.Parameter) -> Any:
         return ann
     if module is None:
         return None
+    found = []
     for value in vars(module).values():
-        if inspect.isclass(value) and dataclasses.is_dataclass(value):
+        if not inspect.isclass(value) or value is fn or callable(getattr(value, "forward", None)):
+            continue
+        if dataclasses.is_dataclass(value):
             names = {f.name.lower() for f in dataclasses.fields(value)}
-            if names & WIDTH_NAMES and names & HEAD_NAMES:
-                return value
-    return None
+        elif value.__module__ == module.__name__:  # a plain config class of the same file
+            try:
+                names = {n.lower() for n in inspect.signature(value).parameters}
+            except (TypeError, ValueError):
+                continue
+        else:
+            continue
+        if names & WIDTH_NAMES and names & HEAD_NAMES:
+            found.append((names, value))
+    if not found:
+        return None
+    # Several config classes in one file: the one whose fields the constructor reads.
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        source = ""
+    read = {n.lower() for n in re.findall(rf"\b{re.escape(param.name)}\.(\w+)", source)}
+    return max(found, key=lambda f: (len(read & f[0]) - len(read - f[0]),
+                                     dataclasses.is_dataclass(f[1])))[1]
 
 
 def _arguments(fn: Any, width: int | None, heads: int | None, spec: str | None,

@@ -144,7 +144,8 @@ class Harness:
         tr = "" if self.batch_first else ".transpose(0, 1)"
         lines = (["import numpy as np"] if self.numpy else []) + [
             "import torch", "from attnkit.check import load_target", "", *load,
-            "torch.manual_seed(0)", f"m = {build}"]
+            "torch.manual_seed(0)"] + (["np.random.seed(0)"] if self.numpy else []) + [
+            f"m = {build}"]
         if not self.numpy and not dropout:
             if self._knobs is None:
                 self._knobs = dropout_knobs(self.fresh(), 0.0)

@@ -193,3 +193,28 @@ class ConfigNaiveSoftmax(nn.Module):
         e = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(C // self.n_head))
         w = e / e.sum(-1, keepdim=True)
         return self.proj((w @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class PlainSettings:
+    """A config class that is not a dataclass: its constructor names the fields."""
+
+    def __init__(self, vocab_size=1000, hidden_size=768, num_attention_heads=12,
+                 attention_probs_dropout_prob=0.1):
+        self.vocab_size, self.hidden_size = vocab_size, hidden_size
+        self.num_attention_heads = num_attention_heads
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+
+
+class PlainConfigSelfAttention(nn.Module):
+    """``(config)`` with a plain config class, called ``m(hidden_states)``."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.heads = config.num_attention_heads
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.drop = nn.Dropout(config.attention_probs_dropout_prob)
+
+    def forward(self, hidden_states):
+        B, T, E = hidden_states.shape
+        q, k, v = self.qkv(hidden_states).view(B, T, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        return (_attend(q, k, v, None, self.drop).transpose(1, 2).reshape(B, T, E),)
