@@ -245,6 +245,13 @@ def test_json_is_one_document_when_the_target_prints_at_import_and_per_call():
     assert_reproducer_fails(report["findings"][0]["reproducer"], cwd=IMPL)
 
 
+def test_json_is_one_document_when_the_target_writes_to_file_descriptor_1():
+    proc = command("check", "softmax", "targets.py:softmax_writes_to_fd1", "--json")
+    report = json.loads(proc.stdout)
+    assert [f["code"] for f in report["findings"]] == ["nan-or-inf"]
+    assert "written to fd 1" in proc.stderr
+
+
 @pytest.mark.parametrize("argv, words", [
     (["multi-head", "orders.py:RaisesInInit"], "this module needs a GPU build"),
     (["multi-head", "orders.py:NeedsVocabulary"], "def make(E, H)"),

@@ -87,3 +87,12 @@ class HardDropoutInEval(nn.Module):
         w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(E // self.h), dim=-1)
         w = F.dropout(w, 0.1, training=True)
         return self.out((w @ v).transpose(1, 2).reshape(B, T, E))
+
+
+def softmax_writes_to_fd1(x):
+    """Writes to file descriptor 1 directly (as C code or a child process would)."""
+    import os
+
+    os.write(1, b"written to fd 1\n")
+    e = np.exp(x)
+    return e / e.sum(-1, keepdims=True)
