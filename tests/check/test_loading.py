@@ -90,7 +90,8 @@ def test_a_signature_no_rule_reads_gets_one_line_with_the_factory_form():
     assert report.codes == ["call-failed"], report.table()
     msg = report.findings[0].message
     assert "NeedsVocabulary(d_model, num_heads, tokenizer)" in msg and "tokenizer" in msg
-    assert "def make(E, H): return NeedsVocabulary(" in msg and "orders.py:make" in msg
+    assert "def make(E, H): return NeedsVocabulary(E, H, tokenizer=...)" in msg
+    assert "attnkit check multi-head " in msg and "impl_loading/orders.py:make" in msg
     assert "\n" not in msg
 
 

@@ -112,12 +112,33 @@ def _signature_text(fn: Any) -> str:
         return f"{getattr(fn, '__name__', 'target')}(...)"
 
 
+def _factory_call(fn: Any) -> str:
+    """``MyMHA(H, E, vocab=...)``: the call a factory ``make(E, H)`` would make, each
+    required parameter filled by its name's rule, the others left for the user."""
+    name = getattr(fn, "__name__", "MyAttention")
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return f"{name}(...)"
+    fill = {"width": "E", "heads": "H", "per_head": "E // H", "dropout": "0.0"}
+    args: list[str] = []
+    keyword = False  # once one argument goes by name, the rest do too
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or (
+                p.default is not inspect.Parameter.empty and _role(p.name) not in fill):
+            continue
+        value = fill.get(_role(p.name) or "", "...")
+        keyword = keyword or p.kind is p.KEYWORD_ONLY or value in ("...", "0.0")
+        args.append(f"{p.name}={value}" if keyword else value)
+    return f"{name}({', '.join(args)})"
+
+
 def _factory_hint(fn: Any, spec: str | None, multi_head: bool) -> str:
     name = getattr(fn, "__name__", "MyAttention")
     where = (spec or "my_file.py:x").rsplit(":", 1)[0]
     if multi_head:
-        return (f"write a factory and check it instead: def make(E, H): return {name}(...E, H "
-                f"in your order...), then attnkit check multi-head {where}:make")
+        return (f"write a factory and check it instead: def make(E, H): return "
+                f"{_factory_call(fn)}, then attnkit check multi-head {where}:make")
     return (f"pass an instance or a function instead: layer = {name}(...) at the top of the "
             f"file, then attnkit check ... {where}:layer")
 
@@ -294,7 +315,7 @@ def build_module(target: Any, width: int, heads: int, spec: str | None) -> Built
         expr = f"{_name(target)}({a.text})"
         rebuild = _seeded(lambda: a.call(target))
         obj = rebuild()
-        return Built(obj, f"built as {expr}", expr if spec or a.loads else "",
+        return Built(obj, f"built as {expr}", expr if spec else "",
                      load + a.loads, rebuild)
     found = _width_of(target)
     if found in (None, width):
