@@ -334,3 +334,16 @@ def test_a_notebook_function_checked_from_python_names_its_cell(tmp_path):
     assert report.origin == "defined in cell 2 of fixed.ipynb"
     with pytest.raises(ValueError, match="no code cell defines 'nothing'"):
         load_target(f"{tmp_path}/fixed.ipynb:nothing")
+
+
+@pytest.mark.parametrize("check, spec", [
+    ("attention", "targets.py:math"),  # a module, not a function
+    ("attention", "targets.py:scaled.dropout"),  # a submodule that takes one input
+    ("multi-head", "targets.py:attention_raises"),
+    ("multi-head", "numpy_random.py:np"),
+])
+def test_whatever_the_target_is_the_command_reports_and_exits_1(check, spec):
+    proc = command("check", check, spec, "--json")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [f["code"] for f in report["findings"]] == ["call-failed"], report

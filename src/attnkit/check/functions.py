@@ -112,7 +112,7 @@ def _check(fn: Any, check: str, convention: str) -> Report:
 
 
 def _stopped(err: BaseException, report: Report) -> Finding:
-    return Finding("call-failed", f"the check stopped: fn raised {type(err).__name__}: "
+    return Finding("call-failed", f"the check stopped while running fn: {type(err).__name__}: "
                    f"{first_line(err)}", type(err).__name__,
                    case=report.cases[-1] if report.cases else "")
 
@@ -180,13 +180,18 @@ def _nondeterministic(run: Run, fn: Any, case: Case) -> Finding | None:
 def _check_quietly(fn: Any, check: str, convention: str, report: Report, spec: str | None,
                    name: str) -> None:
     load = ""
+    if not callable(fn):
+        report.add(Finding("call-failed", f"{report.target} is a {type(fn).__name__} object, "
+                           f"not something to call: name a function, an instance or a class",
+                           "not callable"))
+        return
     try:
         built = build_callable(fn, spec)
     except BuildError as err:
         report.add(Finding("call-failed", f"{name} is a class and the check needs something "
                            f"to call: {err}", "not built"))
         return
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         report.add(Finding("call-failed", f"{name} is a class; building it raised "
                            f"{type(err).__name__}: {first_line(err)}; pass an instance or a "
                            f"function instead", type(err).__name__))

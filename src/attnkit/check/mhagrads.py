@@ -69,7 +69,7 @@ def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
                                  f"out = run({h.args_text('x')})", "out.sum().backward()",
                                  f"p = m.get_parameter({none[0]!r})",
                                  f"assert p.grad is not None, {msg!r}"])))
-    grads = [x.grad for x in xs] + [p.grad for p in m.parameters() if p.grad is not None]
+    grads = [g for g in [x.grad for x in xs] + [p.grad for p in m.parameters()] if g is not None]
     if any(not torch.isfinite(g).all() for g in grads):
         found.append(Finding("gradient", "gradients hold NaN/inf for finite inputs",
                              "non-finite gradient"))
@@ -88,7 +88,8 @@ def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
     dirs_p = [torch.randn(p.shape, generator=g, dtype=torch.float64) for p in params]
     cot64 = cot.double()
     (h.call(m64, *xs64) * cot64).sum().backward()
-    analytic = sum(float((x.grad * d).sum()) for x, d in zip(xs64, dirs_x)) + sum(
+    analytic = sum(float((x.grad * d).sum()) for x, d in zip(xs64, dirs_x)
+                   if x.grad is not None) + sum(
         float((p.grad * d).sum()) for p, d in zip(params, dirs_p) if p.grad is not None)
     # eps 1e-3: modules that keep softmax statistics in float32 (as they should for half
     # inputs) stay in float32 there even as .double() copies; their rounding is then

@@ -87,8 +87,8 @@ def check_multi_head(factory: Any, convention: str = "auto") -> Report:
             _check_multi_head(factory, convention, report, spec, name)
         except (Exception, SystemExit) as err:  # the user's module may raise anything
             report.add(Finding(
-                "call-failed", f"the check stopped: the module raised {type(err).__name__}: "
-                f"{first_line(err)}", type(err).__name__,
+                "call-failed", f"the check stopped while running the module: "
+                f"{type(err).__name__}: {first_line(err)}", type(err).__name__,
                 case=report.cases[-1] if report.cases else ""))
     report.seconds = time.perf_counter() - t0
     return report
@@ -114,7 +114,7 @@ def _check_multi_head(factory: Any, convention: str, report: Report, spec: str |
     except BuildError as err:
         report.add(Finding("call-failed", str(err), "not built"))
         return
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         tried = _tried(factory)
         report.add(_failed_call(err, f"building the module{tried}",
                                 "if the arguments are wrong for it, write a factory: "
