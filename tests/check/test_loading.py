@@ -154,6 +154,13 @@ def test_an_instance_that_has_run_is_checked_without_a_deep_copy_of_its_state():
     assert all(torch.equal(before[k], v) for k, v in layer.state_dict().items())
 
 
+def test_an_instance_that_cannot_be_copied_is_checked_as_a_fresh_one_of_its_class():
+    report = check_multi_head(target("cached.py:locked"), convention="keep")
+    assert report.findings == [], report.table()
+    assert report.origin.startswith("built as HoldsLock(h=4, d_model=16, dropout=0.0), a fresh")
+    assert "cannot be copied" in report.origin
+
+
 # -- dropout --------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec", ["targets.py:in_train_mode",
                                   "targets.py:attention_always_dropout"])

@@ -157,6 +157,7 @@ def _run_notebook(where: str, name: str) -> tuple[Any, str]:
         return module, module.__dict__.get("__attnkit_origin__", "")
     module = types.ModuleType(module_name)
     module.__file__ = path
+    module.display = print  # IPython's display(), which notebooks call as a builtin
     sys.modules[module_name] = module
     folder = os.path.dirname(path)
     if folder not in sys.path:

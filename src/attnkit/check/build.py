@@ -318,11 +318,17 @@ def build_module(target: Any, width: int, heads: int, spec: str | None) -> Built
         return Built(obj, f"built as {expr}", expr if spec else "",
                      load + a.loads, rebuild)
     found = _width_of(target)
+    reason = f"the instance is {found} wide"
     if found in (None, width):
-        name = spec.rsplit(":", 1)[1] if spec else type(target).__name__
-        return Built(target, f"the instance {name}, as loaded", "copy.deepcopy(layer)"
-                     if spec else "", ["import copy", f"layer = load_target({spec!r})"]
-                     if spec else [], lambda seed=0: safe_copy(target))
+        try:
+            safe_copy(target)
+        except Exception as err:  # a lock, a file, a generator on self: build one afresh
+            reason = f"the instance cannot be copied: {type(err).__name__}"
+        else:
+            name = spec.rsplit(":", 1)[1] if spec else type(target).__name__
+            return Built(target, f"the instance {name}, as loaded", "copy.deepcopy(layer)"
+                         if spec else "", ["import copy", f"layer = load_target({spec!r})"]
+                         if spec else [], lambda seed=0: safe_copy(target))
     cls = type(target)
     cls_spec = _spec_of(cls)
     a = _arguments(cls, width, heads, cls_spec, multi_head=True)
@@ -331,7 +337,7 @@ def build_module(target: Any, width: int, heads: int, spec: str | None) -> Built
     obj = rebuild()
     loads = [f"{cls.__name__} = load_target({cls_spec!r})"] if cls_spec else []
     return Built(obj, f"built as {expr}, a fresh one of the instance's class (the check runs "
-                      f"at width {width}; the instance is {found} wide)",
+                      f"at width {width}; {reason})",
                  expr if cls_spec else "", loads + a.loads, rebuild)
 
 

@@ -108,3 +108,16 @@ class LazyValidLens(nn.Module):
         self.attention_weights = torch.softmax(s, dim=-1).nan_to_num(0.0).to(v.dtype)
         out = (self.drop(self.attention_weights) @ v).transpose(1, 2).reshape(B, Tq, -1)
         return self.W_o(out)
+
+
+class HoldsLock(CachedFixed):
+    """Keeps a lock on ``self``: the instance cannot be deep-copied."""
+
+    def __init__(self, h, d_model, dropout=0.1):
+        super().__init__(h, d_model, dropout)
+        import threading
+
+        self.lock = threading.Lock()
+
+
+locked = HoldsLock(4, 16, dropout=0.0)
