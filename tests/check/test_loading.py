@@ -354,3 +354,11 @@ def test_whatever_the_target_is_the_command_reports_and_exits_1(check, spec):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     report = json.loads(proc.stdout)
     assert [f["code"] for f in report["findings"]] == ["call-failed"], report
+
+
+def test_every_code_is_in_the_table_of_docs_check_md():
+    from attnkit.check import CODES
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "check.md").read_text()
+    missing = [code for code in CODES if f"| `{code}` |" not in text]
+    assert not missing, f"docs/check.md does not list {missing}"
