@@ -401,7 +401,9 @@ class Harness:
         return [Finding("float16-overflow", f"the module fails in {dtype} where float32 is "
                         f"fine ({problem}); a -1e9 fill does not fit in float16: use -inf or "
                         f"torch.finfo(dtype).min and softmax in float32", problem,
-                        reproducer=self.repro(body + [call, "assert torch.isfinite(out).all()"],
+                        reproducer=self.repro(body + [
+                            call, "print(out[0, :2])", f"assert torch.isfinite(out).all(), "
+                            f"'NaN/inf in {dtype} where float32 is finite'"],
                                               dtype=dtype))]
 
 
