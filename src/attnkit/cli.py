@@ -21,12 +21,13 @@ with a warning.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -226,20 +227,49 @@ def cmd_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                 timeout=args.timeout)
 
 
-def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from attnkit.check import CHECKS, load_target
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send what is printed to stdout to stderr instead: Python's ``print`` and, where the
+    process has real file descriptors, writes to fd 1 from C code or child processes."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
 
-    try:
-        target = load_target(args.target)
-    except (ValueError, ImportError) as err:
-        parser.error(f"TARGET {args.target}: {err}")
-    try:
-        if args.causal and args.kind not in ("attention", "multi-head"):
-            raise ValueError(f"--causal applies to attention and multi-head, not {args.kind}")
-        options = {"causal": True} if args.causal else {}
-        report = CHECKS[args.kind](target, convention=args.convention, **options)
-    except (ValueError, TypeError) as err:  # a convention the check does not take
-        parser.error(str(err))
+
+def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from attnkit.check import CHECKS, Finding, Report, load_target
+    from attnkit.check.adapt import TargetLoadError
+
+    if args.causal and args.kind not in ("attention", "multi-head"):
+        parser.error(f"--causal applies to attention and multi-head, not {args.kind}")
+    options = {"causal": True} if args.causal else {}
+    # Whatever the user's code prints (at import, per call) goes to stderr: stdout carries
+    # the report alone, so --json is one JSON document.
+    with _stdout_to_stderr():
+        try:
+            target = load_target(args.target)
+        except (ValueError, ImportError) as err:
+            parser.error(f"TARGET {args.target}: {err}")
+        except TargetLoadError as err:
+            report = Report(args.kind, args.target)
+            report.add(Finding("call-failed", f"{err}; fix it, or point TARGET at a file "
+                               f"that runs on its own", "not loaded"))
+        else:
+            try:
+                report = CHECKS[args.kind](target, convention=args.convention, **options)
+            except (ValueError, TypeError) as err:  # a convention the check does not take
+                parser.error(str(err))
     print(report.to_json() if args.json else report.table())
     return 0 if report.ok else 1
 
@@ -369,10 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "Exit status 1 when any finding is an error. See docs/check.md.",
     )
     check.add_argument("kind", choices=("softmax", "masked-softmax", "attention", "multi-head"),
-                       help="what TARGET is (multi-head: TARGET(embed_dim, num_heads) builds "
-                            "the module)")
+                       help="what TARGET is (multi-head: a class, built from its constructor's "
+                            "parameter names, or a factory: TARGET(embed_dim, num_heads))")
     check.add_argument("target", metavar="TARGET",
-                       help="path/to/file.py:name or package.module:name")
+                       help="path/to/file.py:name, notes.ipynb:name or package.module:name "
+                            "(a function, an instance, a bound method such as "
+                            "file.py:layer.forward, a class or a factory)")
     check.add_argument("--convention", default="auto",
                        choices=("auto", "valid_lens", "masked", "keep", "sdpa", "additive",
                                 "none"),

@@ -8,14 +8,15 @@ and say what is wrong in words.
     print(report)                                   # a table, and a reproducer per finding
     assert report.ok, report.codes
 
-The same from a shell: ``attnkit check attention my_file.py:my_attention``. Each finding
+The same from a shell: ``attnkit check attention my_file.py:my_attention`` (or
+``notes.ipynb:name``, ``file.py:layer.forward``, a class, a factory). Each finding
 has a stable code (:data:`CODES`), a one-line diagnosis, the measured error against the
 2x/3x/5x rule, and a reproducer that shows the bug when run as printed.
 """
 
 from __future__ import annotations
 
-from .adapt import CONVENTIONS, load_target
+from .adapt import CONVENTIONS, TargetLoadError, load_target
 from .functions import check_attention, check_masked_softmax, check_softmax
 from .modules import check_multi_head
 from .report import CODES, Finding, Report
@@ -33,6 +34,7 @@ __all__ = [
     "CONVENTIONS",
     "Finding",
     "Report",
+    "TargetLoadError",
     "check_attention",
     "check_masked_softmax",
     "check_multi_head",

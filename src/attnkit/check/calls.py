@@ -48,6 +48,8 @@ class Target:
         out_layout: ``"bhtd"``, or ``"bthd"`` when ``fn`` returns its output as
             ``(B, Tq, H, Dv)`` (transformers' eager attention): it is transposed back.
         causal: ``fn`` applies a causal mask itself (declared with ``causal=True``).
+        load: source lines that bind ``fn`` in a reproducer, when ``load_target(spec)``
+            alone does not give it (a class the checker built: ``fn = Cls(dropout=0.0)``).
     """
 
     fn: Any
@@ -61,6 +63,7 @@ class Target:
     call: Call = field(default_factory=Call)
     out_layout: str = "bhtd"
     causal: bool = False
+    load: str = ""
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -133,12 +136,12 @@ class Target:
 
     # -- the same call as text ------------------------------------------------------------
     def header(self, oracle_import: str) -> list[str]:
-        load = (f"fn = load_target({self.spec!r})" if self.spec
-                else f"fn = ...  # {self.name}: your function here")
+        load = self.load or (f"fn = load_target({self.spec!r})" if self.spec
+                             else f"fn = ...  # {self.name}: your function here")
         stand_in = (["from types import SimpleNamespace"]
                     if "module" in self.call.fixed.values() else [])
         return stand_in + self.framework.imports() + [
-            "from attnkit.check import load_target", oracle_import, "", load]
+            "from attnkit.check import load_target", oracle_import, "", *load.splitlines()]
 
     def convert_lines(self, dtype: str, grad: bool = False) -> list[str]:
         fw = self.framework

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .adapt import CONVENTIONS, Call, Framework, read_call, target_spec, unwrap
+from .adapt import CONVENTIONS, Call, Framework, origin_of, read_call, target_spec, unwrap
+from .build import BuildError, build_callable
 from .calls import Target
 from .cases import Case, attention_cases, masked_softmax_cases, softmax_cases
 from .judge import Run, first_line
@@ -28,7 +29,7 @@ __all__ = ["check_attention", "check_masked_softmax", "check_softmax"]
 
 # -- detection --------------------------------------------------------------------------------
 def _probe(fn: Any, check: str, convention: str | None, call: Call, spec: str | None,
-           name: str, causal: bool) -> tuple[Target | None, list[str]]:
+           name: str, causal: bool, load: str = "") -> tuple[Target | None, list[str]]:
     """Find the framework (and, for attention, the layout) ``fn`` runs with."""
     frameworks = ["numpy"] + (["torch"] if importlib.util.find_spec("torch") else [])
     errors = []
@@ -36,7 +37,7 @@ def _probe(fn: Any, check: str, convention: str | None, call: Call, spec: str | 
         fw = Framework(fw_name)
         for heads in ((True, False) if check == "attention" else (True,)):
             t = Target(fn, check, fw, convention or "keep", heads, call.mask_default, spec,
-                       name, call=call, causal=causal)
+                       name, load=load, call=call, causal=causal)
             mask = None
             if check == "masked-softmax":
                 mask = "lens" if convention == "valid_lens" else "random"
@@ -110,38 +111,124 @@ _FILLED = {"scale": "1/sqrt(Dk)", "module": "a stand-in (training=False, num_key
 
 
 def _check(fn: Any, check: str, convention: str, causal: bool = False) -> Report:
-    # The user's code may overflow on purpose of the cases: its warnings are findings here.
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return _check_quietly(fn, check, convention, causal)
-
-
-def _call_failed(fn: Any, call: Call, errors: list[str]) -> Finding:
-    tried = "; ".join(errors) or "no call was made"
-    hints = []
-    if call.unfilled:
-        hints.append(f"it needs {', '.join(call.unfilled)}, which the check cannot fill: "
-                     f"wrap it, e.g. lambda q, k, v: fn(q, k, v, {call.unfilled[0]}=...)")
-    if isinstance(fn, type):
-        hints.append("a class was given: pass an instance (or check it with multi-head)")
-    hints.append("or declare the mask with --convention / convention=")
-    return Finding("call-failed", "fn could not be called with any input layout ((B, H, T, D) "
-                   "or (B, T, D), NumPy or PyTorch): " + "; ".join(hints),
-                   "tried: " + tried)
-
-
-def _check_quietly(fn: Any, check: str, convention: str, causal: bool) -> Report:
-    t0 = time.perf_counter()
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
     if not callable(fn) and callable(getattr(fn, "forward", None)):
         fn = fn.forward  # a layer object with forward() and no __call__ (NumPy libraries)
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    spec = target_spec(fn)
+    report = Report(check, spec or name, origin=origin_of(fn))
+    t0 = time.perf_counter()
+    # The user's code may overflow on purpose of the cases: its warnings are findings here.
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            _check_quietly(fn, check, convention, causal, report, spec, name)
+        except ValueError as err:
+            if "takes no mask argument" in str(err) or "causal=True declares" in str(err):
+                raise  # the convention does not fit the check: a bad argument
+            report.add(_stopped(err, report))
+        except (Exception, SystemExit) as err:  # the user's function may raise anything
+            report.add(_stopped(err, report))
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _stopped(err: BaseException, report: Report) -> Finding:
+    return Finding("call-failed", f"the check stopped while running fn: {type(err).__name__}: "
+                   f"{first_line(err)}", type(err).__name__,
+                   case=report.cases[-1] if report.cases else "")
+
+
+def _call_failed(fn: Any, check: str, call: Call, errors: list[str]) -> Finding:
+    args = "fn(q, k, v[, mask])" if check == "attention" else (
+        "fn(x, mask)" if check == "masked-softmax" else "fn(x)")
+    if check == "attention":
+        layouts = "NumPy arrays and PyTorch tensors, (B, H, T, D) and (B, T, D)"
+    else:
+        layouts = "NumPy arrays and PyTorch tensors"
+    fix = ("the check calls it as " + args + ": take the inputs positionally or by the names "
+           "query/key/value, declare the mask with --convention, or wrap it: "
+           "def fn(q, k, v): return mine(...)")
+    if call.unfilled:
+        fix = (f"it needs {', '.join(call.unfilled)}, which the check cannot fill: wrap it, "
+               f"e.g. lambda q, k, v: fn(q, k, v, {call.unfilled[0]}=...); " + fix)
+    if callable(getattr(fn, "forward", None)):
+        fix = "pass an instance, or a function that calls it; " + fix
+    owner = getattr(fn, "__self__", fn)
+    if type(owner).__module__.startswith("torch") or any(
+            c.__module__.startswith("torch.nn") for c in type(owner).__mro__[1:]):
+        errors = [e for e in errors if e.startswith("torch")] + [
+            e for e in errors if not e.startswith("torch")]  # its own framework's error first
+    first = errors[0] if errors else "no output"
+    return Finding("call-failed", f"fn could not be called with {layouts}: {first}; {fix}",
+                   f"{len(errors)} call(s) tried: " + "; ".join(errors))
+
+
+def _nondeterministic(run: Run, fn: Any, case: Case) -> Finding | None:
+    """Two identical calls, with different random seeds: do they differ?"""
+    outs = []
+    for seed in (1, 2):
+        np.random.seed(seed)
+        if run.fw.name == "torch":
+            run.fw.torch.manual_seed(seed)
+        a = run.arrays(case)
+        result, error, _ = run.call(a, case, case.dtype)
+        if error is not None:
+            return None  # the cases say what goes wrong
+        try:
+            outs.append(run.fw.float64(unwrap(result)[0]))
+        except Exception:
+            return None
+    if outs[0].shape == outs[1].shape and np.array_equal(outs[0], outs[1], equal_nan=True):
+        return None
+    train = bool(getattr(fn, "training", False)) or bool(
+        getattr(getattr(fn, "__self__", None), "training", False))
+    msg = ("two identical calls give different outputs: dropout is on: call `.eval()` or pass "
+           "dropout 0" + (" (fn is a module left in train mode)" if train else
+                          " (F.dropout's training argument defaults to True: pass "
+                          "training=self.training)"))
+    t = run.t
+    arrays = run.arrays(case)
+    lines = t.header("") + run.setup(case).splitlines() + t.convert_lines(case.dtype)
+    lines = [ln for ln in lines if ln]
+    lines += t.got_lines(arrays, case.causal) + ["first = got"]
+    lines += t.got_lines(arrays, case.causal)
+    lines += ["print('largest difference of two identical calls:', np.abs(got - first).max())",
+              f"assert np.array_equal(got, first), {msg!r}"]
+    diff = np.abs(outs[0] - outs[1])
+    return Finding("nondeterministic", msg,
+                   f"two identical calls differ by up to {float(np.nanmax(diff)):.3g}"
+                   if outs[0].shape == outs[1].shape else "two identical calls differ in shape",
+                   case.label(t.check != "attention"), "\n".join(lines))
+
+
+def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: Report,
+                   spec: str | None, name: str) -> None:
+    load = ""
+    if not callable(fn):
+        report.add(Finding("call-failed", f"{report.target} is a {type(fn).__name__} object, "
+                           f"not something to call: name a function, an instance or a class",
+                           "not callable"))
+        return
+    try:
+        built = build_callable(fn, spec)
+    except BuildError as err:
+        report.add(Finding("call-failed", f"{name} is a class and the check needs something "
+                           f"to call: {err}", "not built"))
+        return
+    except (Exception, SystemExit) as err:
+        report.add(Finding("call-failed", f"{name} is a class; building it raised "
+                           f"{type(err).__name__}: {first_line(err)}; pass an instance or a "
+                           f"function instead", type(err).__name__))
+        return
+    if built is not None:
+        report.origin = "; ".join(x for x in (report.origin, built.how) if x)
+        load = "\n".join(built.load_lines + [f"fn = {built.expr}"]) if built.expr else ""
+        fn = built.obj
     n_inputs = 3 if check == "attention" else 1
     call = read_call(fn, n_inputs)
     guessed = call.guessed
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    spec = target_spec(fn)
-    report = Report(check, spec or name)
     how = "declared"
     conv = convention
     if convention == "auto":
@@ -154,11 +241,14 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool) -> Report
     if causal and conv == "sdpa":
         raise ValueError("causal=True declares a function that masks the future itself; the "
                          "sdpa convention passes is_causal=True in its causal cases already")
-    target, errors = _probe(fn, check, conv, call, spec, name, causal)
+    target, errors = _probe(fn, check, conv, call, spec, name, causal, load)
     if target is None:
-        report.add(_call_failed(fn, call, errors))
-        report.seconds = time.perf_counter() - t0
-        return report
+        if any("output shape" in e for e in errors):
+            report.add(Finding("shape", "fn could not be called with any input layout: "
+                               + "; ".join(errors)))
+        else:
+            report.add(_call_failed(fn, check, call, errors))
+        return
     run = Run(target)
     if conv is None:
         found = _convention_probe(run)
@@ -187,6 +277,11 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool) -> Report
         cases = softmax_cases(torch_fn)
     else:
         cases = masked_softmax_cases(conv == "valid_lens", torch_fn)
+    random = _nondeterministic(run, fn, cases[0])
+    if random is not None:  # every comparison below would be noise
+        report.cases.append(cases[0].label(check != "attention"))
+        report.add(random)
+        return
     for case in cases:
         report.cases.append(case.label(check != "attention"))
         for verdict in run.judge(case):
@@ -201,8 +296,6 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool) -> Report
                         break
             report.add(Finding(v.code, v.message, v.measured, used.label(check != "attention"),
                                function_reproducer(run, used, v)))
-    report.seconds = time.perf_counter() - t0
-    return report
 
 
 def check_softmax(fn: Any, convention: str = "auto") -> Report:

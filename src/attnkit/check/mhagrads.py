@@ -5,7 +5,6 @@ trip, and dropout under ``eval()``. Each takes the :class:`attnkit.check.mhaprob
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
@@ -50,7 +49,7 @@ def _inputs(h: Any, dtype: torch.dtype, grad: bool) -> list[torch.Tensor]:
 
 
 def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
-    m = copy.deepcopy(h.m).eval()
+    m = h.fresh().eval()
     dropout_knobs(m, 0.0)
     xs = _inputs(h, torch.float32, True)
     cot = torch.randn(B, T, E, generator=torch.Generator().manual_seed(4))
@@ -70,7 +69,7 @@ def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
                                  f"out = run({h.args_text('x')})", "out.sum().backward()",
                                  f"p = m.get_parameter({none[0]!r})",
                                  f"assert p.grad is not None, {msg!r}"])))
-    grads = [x.grad for x in xs] + [p.grad for p in m.parameters() if p.grad is not None]
+    grads = [g for g in [x.grad for x in xs] + [p.grad for p in m.parameters()] if g is not None]
     if any(not torch.isfinite(g).all() for g in grads):
         found.append(Finding("gradient", "gradients hold NaN/inf for finite inputs",
                              "non-finite gradient"))
@@ -80,7 +79,8 @@ def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
     # The module's float64 gradient along one random direction, against central
     # differences of its own float64 forward: a hand-written backward that is wrong
     # disagrees by O(1); float64 differences agree to ~1e-8.
-    m64 = copy.deepcopy(m).double()
+    m64 = h.fresh().eval().double()
+    dropout_knobs(m64, 0.0)
     params = [p for p in m64.parameters() if p.requires_grad]
     xs64 = _inputs(h, torch.float64, True)
     g = torch.Generator().manual_seed(5)
@@ -88,7 +88,8 @@ def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
     dirs_p = [torch.randn(p.shape, generator=g, dtype=torch.float64) for p in params]
     cot64 = cot.double()
     (h.call(m64, *xs64) * cot64).sum().backward()
-    analytic = sum(float((x.grad * d).sum()) for x, d in zip(xs64, dirs_x)) + sum(
+    analytic = sum(float((x.grad * d).sum()) for x, d in zip(xs64, dirs_x)
+                   if x.grad is not None) + sum(
         float((p.grad * d).sum()) for p, d in zip(params, dirs_p) if p.grad is not None)
     # eps 1e-3: modules that keep softmax statistics in float32 (as they should for half
     # inputs) stay in float32 there even as .double() copies; their rounding is then
@@ -118,13 +119,12 @@ def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
 
 
 def state_dict(h: Any) -> list[Finding]:
-    m1 = copy.deepcopy(h.m)
+    m1 = h.fresh()
     with torch.no_grad():
         g = torch.Generator().manual_seed(7)
         for p in m1.parameters():
             p.add_(0.1 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    torch.manual_seed(1)
-    m2 = h.factory(16, 4)
+    m2 = h.fresh(seed=1)  # other initial values, which the state dict must overwrite
     try:
         m2.load_state_dict(m1.state_dict())
     except Exception as err:
@@ -140,7 +140,7 @@ def state_dict(h: Any) -> list[Finding]:
         return []
     saved = set(m1.state_dict())
     extra = [f"{path + '.' if path else ''}{attr}" for path, mod in m1.named_modules()
-             for attr, v in vars(mod).items() if isinstance(v, torch.Tensor)
+             for attr, v in vars(mod).items() if isinstance(v, torch.Tensor) and v.is_leaf
              and not attr.startswith("_") and f"{path + '.' if path else ''}{attr}" not in saved]
     hint = (f": tensors kept as plain attributes ({', '.join(extra[:4])}) are not saved; "
             f"register them with register_buffer (.to() and .half() miss them too)"
@@ -151,7 +151,8 @@ def state_dict(h: Any) -> list[Finding]:
                         "with torch.no_grad():",
                         "    for p in m.parameters():",
                         "        p.add_(0.1 * torch.randn_like(p))  # as if trained",
-                        "m2 = factory(16, 4)", "m2.load_state_dict(m.state_dict())",
+                        "torch.manual_seed(1)", f"m2 = {h.built.expr or 'factory(16, 4)'}",
+                        "m2.load_state_dict(m.state_dict())",
                         "m.eval(), m2.eval()",
                         f"a, b = run({h.args_text('x')}), m2({h.args_text('x')})",
                         "b = b[0] if isinstance(b, tuple) else b",
@@ -159,25 +160,31 @@ def state_dict(h: Any) -> list[Finding]:
 
 
 def dropout(h: Any) -> list[Finding]:
-    m = copy.deepcopy(h.m)
+    m = h.fresh()
     knobs = dropout_knobs(m, 0.5)
     h.eval(m)
     x = _inputs(h, torch.float32, False)
-    torch.manual_seed(11)
-    a = h.call(m, *x)
-    torch.manual_seed(12)
-    b = h.call(m, *x)
-    m0 = copy.deepcopy(h.m)
+    seed, h.seed = h.seed, None  # two calls, two different draws
+    try:
+        torch.manual_seed(11)
+        a = h.call(m, *x)
+        torch.manual_seed(12)
+        b = h.call(m, *x)
+    finally:
+        h.seed = seed
+    m0 = h.fresh()
     dropout_knobs(m0, 0.0)
     c = h.call(h.eval(m0), *x)
     if torch.equal(a, b) and torch.allclose(a, c, atol=1e-6):
         return []
     msg = ("after eval() the module still drops attention weights at random: pass "
            "training=self.training to F.dropout (or use an nn.Dropout submodule)")
-    if h.numpy:
-        msg = ("two identical calls give different outputs: the forward draws random numbers "
-               "(dropout, or weights drawn per call); keep them out of inference")
-    return [Finding("dropout-in-eval", msg,
+    code = "dropout-in-eval"
+    if h.numpy:  # no eval() to call: randomness in every call
+        code = "nondeterministic"
+        msg = ("two identical calls give different outputs: dropout is on: pass dropout 0, or "
+               "draw random numbers (dropout, weights drawn per call) only in training")
+    return [Finding(code, msg,
                     f"two eval() calls differ by {float((a - b).detach().abs().max()):.3g}",
                     reproducer=h.repro(knobs + ([] if h.numpy else ["m.eval()"]) + [
                         f"a, b = run({h.args_text('x')}), run({h.args_text('x')})",

@@ -10,13 +10,13 @@ tensors; a NumPy module gets views of them (so a write into its input shows).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from .build import Built, safe_copy
 from .mhagrads import dropout_knobs
 from .report import Finding
 
@@ -42,6 +42,8 @@ class Harness:
     """How the module under check is called (see the module docstring), and its probes.
 
     Attributes:
+        built: how the module was built (:class:`attnkit.check.build.Built`): fresh
+            copies come from it, never from a deep copy of the module in use.
         self_only: ``forward`` takes one input (``m(x)``, ``m(x, mask=...)``).
         mask_name: the mask parameter, passed by keyword; None when there is none.
         input_names: q/k/v passed by these names, or None (by position).
@@ -52,10 +54,10 @@ class Harness:
             ``b11t`` (:data:`SHAPES`); None until a mask was passed.
     """
 
-    def __init__(self, factory: Any, m: nn.Module, spec: str | None, name: str,
+    def __init__(self, built: Built, m: nn.Module, spec: str | None, name: str,
                  self_only: bool, mask_name: str | None,
                  input_names: tuple[str, ...] | None = None) -> None:
-        self.factory, self.m, self.spec, self.name = factory, m, spec, name
+        self.built, self.m, self.spec, self.name = built, m, spec, name
         self.self_only, self.mask_name, self.input_names = self_only, mask_name, input_names
         self.batch_first = bool(getattr(m, "batch_first", True))
         self.numpy = not isinstance(m, nn.Module)
@@ -67,6 +69,31 @@ class Harness:
         self.behaves_causal: bool | None = None  # found by causality()
         self.mutation: Finding | None = None
         self.broken = False
+        # torch's seed before every call, so that two calls compare with the same random
+        # draws (a dropout the knobs cannot reach gives one finding, dropout-in-eval);
+        # None where a probe sets the seeds itself.
+        self.seed: int | None = 0
+        self._knobs: list[str] | None = None
+
+    def fresh(self, seed: int = 0) -> Any:
+        """A new module built as the checked one was (the same weights for the same
+        ``seed``), in its constructor's train/dropout state: rebuilt, never a deep copy of
+        a module that has run (its forward may have left non-leaf tensors on it)."""
+        m = safe_copy(self.built.obj) if self.built.rebuild is None else self.built.rebuild(seed)
+        if any(isinstance(p, nn.parameter.UninitializedParameter)
+               for p in getattr(m, "parameters", list)()):
+            # Lazy layers (nn.LazyLinear) get their shapes from a first call.
+            seed_before, self.seed = self.seed, seed
+            try:
+                with torch.no_grad():
+                    x = _rand(B, T, E)
+                    self.call(m, x, None if self.self_only else x)
+            except Exception:
+                pass  # the calls that follow say what is wrong
+            finally:
+                self.seed = seed_before
+                self.mutation = None
+        return m
 
     @property
     def key_only(self) -> bool:
@@ -119,6 +146,8 @@ class Harness:
         if not self.batch_first:
             xs = [x.transpose(0, 1) for x in xs]
         before = [x.detach().clone() for x in xs] + [v.clone() for v in kw.values()]
+        if self.seed is not None:
+            torch.manual_seed(self.seed)
         if self.numpy:  # views: a write into an array shows in the tensor
             arrays = [x.detach().numpy() for x in xs]
             named = {k: v.numpy() for k, v in kw.items()}
@@ -199,15 +228,21 @@ class Harness:
     def repro(self, body: list[str], dtype: str | None = None, dropout: bool = False) -> str:
         """A reproducer: build the module as the check did (eval mode, dropout 0 unless
         ``dropout``), make ``x`` and ``run()``, then ``body``."""
-        load = (f"factory = load_target({self.spec!r})" if self.spec
-                else f"factory = ...  # {self.name}: your module's class or factory")
+        if self.built.expr:
+            load = self.built.load_lines
+            build = self.built.expr
+        else:
+            load = [f"factory = ...  # {self.name}: your module's class or factory"]
+            build = "factory(16, 4)"
         tr = "" if self.batch_first else ".transpose(0, 1)"
         lines = (["import numpy as np"] if self.numpy else []) + [
-            "import torch", "from attnkit.check import load_target", "", load,
-            "torch.manual_seed(0)", "m = factory(16, 4)"]
+            "import torch", "from attnkit.check import load_target", "", *load,
+            "torch.manual_seed(0)"] + (["np.random.seed(0)"] if self.numpy else []) + [
+            f"m = {build}"]
         if not self.numpy and not dropout:
-            knobs = dropout_knobs(copy.deepcopy(self.m), 0.0)
-            lines += ["m.eval()"] + [f"{k}  # dropout off, as in the check" for k in knobs]
+            if self._knobs is None:
+                self._knobs = dropout_knobs(self.fresh(), 0.0)
+            lines += ["m.eval()"] + [f"{k}  # dropout off, as in the check" for k in self._knobs]
         if dtype:
             lines.append(f"m = m.to(torch.{dtype})")
         lines += [f"x = torch.randn({B}, {T}, {E}, generator=torch.Generator().manual_seed(0))"
@@ -354,9 +389,11 @@ class Harness:
                     continue
                 base = f"{mod_path}.{attr}" if mod_path else attr
                 for path, obj in _walk(value, base, depth=0):
+                    # A tensor a forward produced (self.attn = p_attn) is not a parameter:
+                    # only graph leaves that train count.
                     tensors = (list(obj.named_parameters()) if isinstance(obj, nn.Module)
                                else [("", obj)] if isinstance(obj, torch.Tensor)
-                               and obj.requires_grad else [])
+                               and obj.requires_grad and obj.is_leaf else [])
                     for sub, p in tensors:
                         if id(p) not in registered:
                             missing.append(f"{path}.{sub}" if sub else path)
@@ -517,7 +554,9 @@ class Harness:
         return []
 
     def half(self, dtype: str) -> list[Finding]:
-        m16 = copy.deepcopy(self.m).to(getattr(torch, dtype)).eval()
+        m16 = self.fresh()
+        dropout_knobs(m16, 0.0)
+        m16 = m16.to(getattr(torch, dtype)).eval()
         x = _rand(B, T, E).to(getattr(torch, dtype))
         keep = torch.ones(T, T, dtype=torch.bool)
         keep[0] = False
@@ -531,7 +570,9 @@ class Harness:
         if problem is None:
             return []
         try:
-            twin = self.call(copy.deepcopy(self.m).eval(), x.float(), **kw)
+            m32 = self.fresh()
+            dropout_knobs(m32, 0.0)
+            twin = self.call(m32.eval(), x.float(), **kw)
             if not torch.isfinite(twin).all():
                 return []  # not a half-precision problem (nan-or-inf says it)
         except Exception:
@@ -546,7 +587,9 @@ class Harness:
         return [Finding("float16-overflow", f"the module fails in {dtype} where float32 is "
                         f"fine ({problem}); a -1e9 fill does not fit in float16: use -inf or "
                         f"torch.finfo(dtype).min and softmax in float32", problem,
-                        reproducer=self.repro(body + [call, "assert torch.isfinite(out).all()"],
+                        reproducer=self.repro(body + [
+                            call, "print(out[0, :2])", f"assert torch.isfinite(out).all(), "
+                            f"'NaN/inf in {dtype} where float32 is finite'"],
                                               dtype=dtype))]
 
 

@@ -1,8 +1,12 @@
 """``check_multi_head(factory)``: a user's multi-head attention module, judged by what any
 correct one must do, since its projections are its own.
 
-``factory(embed_dim, num_heads)`` builds the module (an ``nn.Module``; the module is called
-``m(x)`` when ``forward`` takes one input, else ``m(query, key, value[, mask])``). What is
+The module is built at width 16 with 4 heads: a class from its constructor's parameter
+names (:mod:`attnkit.check.build`), a factory as ``factory(16, 4)``; an instance is used as
+it is. A constructor or a first call that raises is ``call-failed``; every probe that needs a
+second module builds one again rather than deep-copying a module that has run. The module
+is called ``m(x)`` when ``forward`` takes one input (``m(x, mask=...)`` with a mask), else
+``m(query, key, value[, mask])``, by name where the names say which is which. What is
 checked, smallest evidence first:
 
 - every tensor that trains is registered (``unregistered-parameter``: a plain list of
@@ -21,7 +25,6 @@ checked, smallest evidence first:
 
 from __future__ import annotations
 
-import copy
 import inspect
 import time
 import warnings
@@ -29,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from .adapt import CONVENTIONS, LENS_NAMES, PADDING_NAMES, Call, read_call, target_spec
+from .adapt import CONVENTIONS, LENS_NAMES, PADDING_NAMES, Call, origin_of, read_call, target_spec
+from .build import BuildError, build_module
+from .judge import first_line
 from .report import Finding, Report
 
 __all__ = ["check_multi_head"]
@@ -65,10 +70,12 @@ def _no_layout(h: Any, tried: str) -> Finding:
 
 
 def check_multi_head(factory: Any, convention: str = "auto", causal: bool = False) -> Report:
-    """Judge the multi-head attention module that ``factory(embed_dim, num_heads)`` builds.
+    """Judge the multi-head attention module that ``factory`` builds.
 
     Args:
-        factory: a class or function; ``factory(16, 4)`` must build the module.
+        factory: a class (built at width 16 with 4 heads from its constructor's parameter
+            names, see :mod:`attnkit.check.build`), a factory function
+            (``factory(16, 4)``, or by parameter names), or an instance.
         convention: how the mask argument reads: ``"auto"`` (``valid_lens`` by name, a
             mask's polarity from behaviour), ``"valid_lens"``, ``"masked"`` (True = masked,
             as ``nn.MultiheadAttention``'s ``attn_mask``), ``"keep"`` (True = may attend),
@@ -79,42 +86,81 @@ def check_multi_head(factory: Any, convention: str = "auto", causal: bool = Fals
             whether a self-attention module behaves as causal.
 
     Returns:
-        A :class:`Report` (see :mod:`attnkit.check.modules` for what is checked).
+        A :class:`Report` (see :mod:`attnkit.check.modules` for what is checked). Whatever
+        the module does, a report: a constructor or a call that raises is ``call-failed``.
     """
+    if convention not in CONVENTIONS or convention == "sdpa":
+        raise ValueError(f"convention must be one of auto, valid_lens, masked, keep, additive, "
+                         f"none; got {convention!r}")
+    spec = target_spec(factory)
+    name = getattr(factory, "__qualname__", None) or type(factory).__name__
+    report = Report("multi-head", spec or name)
+    t0 = time.perf_counter()
     # The module may overflow on the cases: its warnings are findings here.
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
-        return _check_multi_head(factory, convention, causal)
+        try:
+            _check_multi_head(factory, convention, causal, report, spec, name)
+        except ValueError as err:
+            if "takes no mask argument" in str(err):
+                raise  # --convention does not fit the module: a bad argument
+            report.add(_stopped(err, report))
+        except (Exception, SystemExit) as err:  # the user's module may raise anything
+            report.add(_stopped(err, report))
+    report.seconds = time.perf_counter() - t0
+    return report
 
 
-def _check_multi_head(factory: Any, convention: str, causal: bool) -> Report:
-    t0 = time.perf_counter()
-    if convention not in CONVENTIONS or convention == "sdpa":
-        raise ValueError(f"convention must be one of auto, valid_lens, masked, keep, additive, "
-                         f"none; "
-                         f"got {convention!r}")
+def _stopped(err: BaseException, report: Report) -> Finding:
+    return Finding("call-failed", f"the check stopped while running the module: "
+                   f"{type(err).__name__}: {first_line(err)}", type(err).__name__,
+                   case=report.cases[-1] if report.cases else "")
+
+
+def _failed_call(err: BaseException, what: str, fix: str) -> Finding:
+    return Finding("call-failed", f"{what} raised {type(err).__name__}: {first_line(err)}; "
+                   f"{fix}", type(err).__name__)
+
+
+def _check_multi_head(factory: Any, convention: str, causal: bool, report: Report,
+                      spec: str | None, name: str) -> None:
     import torch
     from torch import nn
 
     from .mhagrads import dropout, dropout_knobs, gradients, state_dict  # torch: imported here
-    from .mhaprobe import SHAPES, Harness, NoMaskLayout
+    from .mhaprobe import SHAPES, B, E, Harness, NoMaskLayout, T
 
-    spec = target_spec(factory)
-    name = getattr(factory, "__qualname__", None) or type(factory).__name__
-    torch.manual_seed(0)
-    m = factory(16, 4)
+    origin = origin_of(factory)
+    report.origin = origin
+    try:
+        built = build_module(factory, E, 4, spec)
+    except BuildError as err:
+        report.add(Finding("call-failed", str(err), "not built"))
+        return
+    except (Exception, SystemExit) as err:
+        tried = _tried(factory)
+        report.add(_failed_call(err, f"building the module{tried}",
+                                "if the arguments are wrong for it, write a factory: "
+                                "def make(E, H): return YourClass(...) and check file.py:make"))
+        return
+    report.origin = "; ".join(x for x in (origin, built.how) if x)
+    m = built.obj
     is_module = isinstance(m, nn.Module)
-    if not (is_module or callable(m)):
-        raise TypeError(f"factory(16, 4) built {type(m).__name__}, which cannot be called")
-    report = Report("multi-head", spec or name, framework="torch" if is_module else "numpy")
+    if not callable(m):
+        report.add(Finding("call-failed", f"{built.how} gives a {type(m).__name__}, which "
+                           f"cannot be called: pass the class, an instance or a factory "
+                           f"that returns the module", "not callable"))
+        return
+    report.framework = "torch" if is_module else "numpy"
     self_only, call = _signature(m)
     mask_name = call.mask_name
-    h = Harness(factory, m, spec, name, self_only, mask_name, call.input_names)
+    h = Harness(built, m, spec, name, self_only, mask_name, call.input_names)
     h.mask_optional = call.mask_default
     h.prefer_key_only = (mask_name or "").lower() in PADDING_NAMES
-    # Every probe but the dropout one runs on a copy with its dropout at 0, so that a
-    # dropout bug shows as dropout-in-eval only.
-    h.m = copy.deepcopy(m)
+    # Every probe but the dropout one runs on a fresh module with its dropout at 0, so that
+    # a dropout bug shows as dropout-in-eval only. Fresh modules are built again (or copied
+    # without the tensors a forward left on them), never deep-copied while in use.
+    h.m = h.fresh()
     dropout_knobs(h.m, 0.0)
     h.find_batch_first()
     conv, how = convention, "declared"
@@ -142,7 +188,7 @@ def _check_multi_head(factory: Any, convention: str, causal: bool) -> Report:
         except NoMaskLayout as err:
             no_layout = _no_layout(h, str(err))
         except Exception:
-            pass  # the shape probe says what the module raises
+            pass  # the first call below says what the module raises
     if no_layout is not None:
         h.convention = conv = "none"  # the mask probes cannot run
         how = f"{mask_name}= took no known layout: masks not tested"
@@ -156,6 +202,29 @@ def _check_multi_head(factory: Any, convention: str, causal: bool) -> Report:
         report.layout += ", inputs by name " + "=, ".join(call.input_names) + "="
     if not hasattr(m, "batch_first"):
         report.layout += " (found by trying)" if not h.batch_first else ""
+
+    def add(found: list[Finding], case: str) -> None:
+        report.cases.append(case)
+        for f in found:
+            f.case = f.case or case
+            report.add(f)
+
+    # The first call: a module that cannot be called at all is not a shape bug.
+    try:
+        x = torch.randn(B, T, E, generator=torch.Generator().manual_seed(0))
+        h.call(h.eval(h.m), x, None if self_only else x)
+    except Exception as err:
+        if no_layout is not None:  # it needs a mask, and none of the layouts fitted
+            add([no_layout], "masks: the mask layouts tried")
+            return
+        args = "m(x)" if self_only else "m(query, key, value)"
+        mask = f" (a mask goes as {mask_name}=)" if mask_name and conv != "none" else ""
+        report.add(_failed_call(
+            err, f"calling the module as {args} on {(B, T, E)} inputs{mask}",
+            "check that forward takes the inputs positionally or by the names "
+            "query/key/value; declare the mask with --convention (none if forward's extra "
+            "argument is not a mask), or write a factory that wraps the module"))
+        return
     causal_findings: list[Finding] | None = None
     if self_only or causal:
         behaves = h.causality()
@@ -168,13 +237,6 @@ def _check_multi_head(factory: Any, convention: str, causal: bool) -> Report:
                 report.causality += " (declared causal)"
                 if not behaves:
                     causal_findings.append(h.causal_leak())
-
-    def add(found: list[Finding], case: str) -> None:
-        report.cases.append(case)
-        for f in found:
-            f.case = f.case or case
-            report.add(f)
-
     unregistered = h.unregistered() if is_module else []
     if is_module:
         add(unregistered, "registration: every trained tensor is a registered parameter")
@@ -184,16 +246,20 @@ def _check_multi_head(factory: Any, convention: str, causal: bool) -> Report:
         add(causal_findings, "causality: do changes at positions 3, 4 move outputs 0..2?")
     add(h.shapes(), "shapes: Tq == Tk" if self_only else "shapes: Tq == Tk, Tq < Tk, Tq > Tk")
     if h.broken:
-        report.seconds = time.perf_counter() - t0
-        return report
+        return
     add(h.large_logits(), "logits ~1e3 and ~1e4 (inputs scaled by 30 and 100)")
     if conv != "none":
-        add(h.masks(), "masked keys change nothing; a query with no allowed key")
+        try:
+            found = h.masks()
+        except Exception as err:
+            found = [_failed_call(err, "calling the module with a mask",
+                                  "declare how it reads its mask with --convention "
+                                  "(none if it takes no attention mask)")]
+        add(found, "masked keys change nothing; a query with no allowed key")
     if not is_module:  # a NumPy class: no dtype moves, autograd or state_dict to check
-        h.m = m
+        h.m = built.obj
         add(dropout(h), "the same call twice gives the same output")
-        report.seconds = time.perf_counter() - t0
-        return report
+        return
     # .half()/.double() and state_dict miss unregistered tensors and plain tensor
     # attributes: what follows from those is not reported twice.
     lost = bool(unregistered)
@@ -206,8 +272,12 @@ def _check_multi_head(factory: Any, convention: str, causal: bool) -> Report:
             add(h.half(dtype), f"{dtype} copy of the module")
     add(gradients(h, finite_differences=not lost),
         "gradients: every parameter gets one; float64 central differences")
-    h.m = m
+    h.m = built.obj
     add(dropout(h), "eval(): dropout off (dropout set to 0.5 where the module has it)")
-    report.seconds = time.perf_counter() - t0
-    return report
 
+
+def _tried(factory: Any) -> str:
+    try:
+        return f" {getattr(factory, '__name__', 'factory')}{inspect.signature(factory)}"
+    except (TypeError, ValueError):
+        return ""

@@ -17,7 +17,8 @@ ERROR, WARNING = "error", "warning"
 
 # code -> (severity, what it means), in the order a report lists them.
 CODES: dict[str, tuple[str, str]] = {
-    "call-failed": (ERROR, "the target could not be called with any input layout"),
+    "call-failed": (ERROR, "the target could not be built, loaded or called"),
+    "nondeterministic": (ERROR, "two identical calls give different outputs"),
     "shape": (ERROR, "wrong output shape"),
     "nan-or-inf": (ERROR, "NaN or inf where the oracle is finite"),
     "float16-overflow": (ERROR, "fails or goes non-finite in half precision only"),
@@ -80,6 +81,9 @@ class Report:
         layout: the input layout used, e.g. ``"(B, H, T, D)"``.
         causality: for self-attention, whether later positions change earlier outputs
             (``"behaves as causal"`` or ``"bidirectional"``), and the intent if declared.
+        origin: where the target came from and how it was built, e.g. ``"built as
+            MultiHeadedAttention(h=4, d_model=16, dropout=0.0)"`` or ``"defined in cell 3
+            of notes.ipynb"`` (empty when there is nothing to say).
         findings: at most one per code, errors first.
         cases: the names of the cases run.
         seconds: wall time of the check.
@@ -91,6 +95,7 @@ class Report:
     convention: str = ""
     layout: str = ""
     causality: str = ""
+    origin: str = ""
     findings: list[Finding] = field(default_factory=list)
     cases: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -130,8 +135,10 @@ class Report:
             f"convention {self.convention or 'not found'}"
             + (f", layout {self.layout}" if self.layout else ""),
             *([f"  causality: {self.causality}"] if self.causality else []),
-            f"  {len(self.cases)} cases in {self.seconds:.2f} s",
         ]
+        if self.origin:
+            lines.append(f"  {self.origin}")
+        lines.append(f"  {len(self.cases)} cases in {self.seconds:.2f} s")
         if self.check == "attention" and self.convention.startswith("none"):
             lines.append("  masks, empty rows and causal alignment were not tested: no mask "
                          "argument was recognised (declare one with --convention "
