@@ -1,0 +1,1057 @@
+"""``check_model``: every attention call of a transformers model, judged against the oracle
+on what it received, and the first layer where two implementations part.
+
+::
+
+    from attnkit.check import check_model
+    report = check_model(model, implementations=["eager", "sdpa", "attnkit"], generate=4)
+    print(report)            # per implementation a table by layer, findings, reproducers
+    assert report.ok, report.codes
+
+How it records: for each implementation ``name``, a wrapper is registered with
+transformers' ``AttentionInterface`` as ``"attnkit-check-<name>"`` (and, where ``name`` has
+one, its mask function with ``AttentionMaskInterface``, so the masks made are those
+``name`` gets), and the model is switched to it with ``set_attn_implementation``. The
+wrapper calls the implementation under test (for ``"eager"``: the ``eager_attention_forward``
+of the model's own modeling module) and judges the call right away, so memory holds one
+call's tensors at a time:
+
+- **the output**, against :func:`attnkit.testing.reference_attention` in float64 on the
+  very q, k, v, mask, ``scaling``, ``softcap``, sinks (``s_aux``) and ``position_bias`` it
+  received, by the rule of ``attnkit check`` (at most 2x the error of plain math in the
+  same dtype, plus 1e-5); an error beyond it is explained where another reading fits (the
+  mask read the other way round, top-left causal, the sliding window ignored, another
+  scale), else it is ``inaccurate``;
+- **the mask**, against the mask the model's config and the padding call for, built
+  without looking at what was received (:mod:`attnkit.check.model_masks`): a real query
+  that may see a future, padded or out-of-window key, or may not see a real one, is a
+  ``mask-mismatch`` naming layer, step, batch row, query and key;
+- rows with no allowed key: how many, and what they hold (0, a uniform average, NaN).
+
+Every implementation runs the same inputs: the prefill (step 0) and, with ``generate=N``,
+N decoding steps with a KV cache, fed the greedy tokens of the first implementation.
+Hidden states (``output_hidden_states``) and attention outputs are compared with the
+first implementation's, layer by layer: a difference is *made here* when the layer's own
+attention fails its check, else *inherited* from what came before.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..testing import max_mean_error, reference_attention
+from .model_masks import CallPlace, expected_keep, mask_difference, received_keep
+from .oracle import Baseline, bound_of, rule_error
+from .report import CODES, ERROR, WARNING, Finding
+
+__all__ = ["DEFAULT_IMPLEMENTATIONS", "ImplementationResult", "LayerRow", "ModelFinding",
+           "ModelReport", "check_model"]
+
+DEFAULT_IMPLEMENTATIONS = ("eager", "sdpa", "attnkit")
+WRAPPER_PREFIX = "attnkit-check-"
+# A difference between implementations counts when it exceeds this, relative to the
+# largest value compared (the findings themselves come from the oracle, not from this).
+_DIFF_TOL = {"float64": 1e-9, "float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-2}
+_KWARGS_SAVED = ("softcap", "s_aux", "sliding_window", "position_bias", "is_causal")
+
+
+@dataclass
+class ModelFinding(Finding):
+    """A :class:`Finding` with the place it was found: implementation, step (0 = the
+    prefill, then one per decoding step), layer (the attention module's path), and the
+    first batch row, head, query and key concerned (indices within the call)."""
+
+    implementation: str = ""
+    step: int | None = None
+    layer: str = ""
+    batch: int | None = None
+    head: int | None = None
+    query: int | None = None
+    key: int | None = None
+
+    @property
+    def severity(self) -> str:
+        # A convention for a lone function, a defect inside a model: the model's own mask
+        # is bottom-right, so a top-left function changes what it computes with a cache.
+        return ERROR if self.code == "causal-alignment" else CODES[self.code][0]
+
+
+@dataclass
+class LayerRow:
+    """One attention module of one implementation, over every step.
+
+    Attributes:
+        layer: the module's path in the model (``"model.layers.0.self_attn"``).
+        calls: calls judged.
+        worst_error, bound: the call whose error is largest relative to its rule bound.
+        first_failure: where the first failing row was (``"step 1, batch 0, head 2,
+            query 0"``), or "".
+        empty_rows: queries with no allowed key (over steps and batch rows).
+        empty_hold: what those rows hold: ``"0"``, ``"uniform"``, ``"NaN"``, ``"other"``.
+        verdict: ``"ok"`` or the code of the first finding of this layer.
+        diff_attention: max |difference| of the attention output to the first
+            implementation's (real queries), relative to its largest value; None for the
+            first implementation.
+        origin: ``"made here"`` (its own attention fails), ``"inherited"`` (it passes, but
+            its output differs from the first implementation's), or "".
+    """
+
+    layer: str
+    calls: int = 0
+    worst_error: float = 0.0
+    bound: float = 0.0
+    first_failure: str = ""
+    empty_rows: int = 0
+    empty_hold: list[str] = field(default_factory=list)
+    verdict: str = "ok"
+    diff_attention: float | None = None
+    origin: str = ""
+    _ratio: float = field(default=0.0, repr=False)
+
+
+@dataclass
+class ImplementationResult:
+    """What one implementation did.
+
+    Attributes:
+        name: the ``attn_implementation`` checked.
+        status: ``"ran"``, ``"refused: ..."`` (the model or the implementation declined,
+            e.g. SDPA with a softcap), or ``"stopped at ..."`` (it raised in a call).
+        layers: one :class:`LayerRow` per attention module, in call order.
+        findings: at most one per code (the first), errors first.
+        hidden: per hidden state (``"embeddings"``, ``"layer 0"``, ...): max relative
+            difference to the first implementation's, over real tokens and steps.
+        first_failing_layer: the first layer whose own attention failed, or None.
+        masks: how the masks arrived (``"bool mask"``, ``"additive float mask"``, ...).
+        reproducer: the ``.pt`` file of the first failing call, or "".
+    """
+
+    name: str
+    status: str = "ran"
+    layers: list[LayerRow] = field(default_factory=list)
+    findings: list[ModelFinding] = field(default_factory=list)
+    hidden: list[dict] = field(default_factory=list)
+    first_failing_layer: str | None = None
+    masks: list[str] = field(default_factory=list)
+    reproducer: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.is_error for f in self.findings)
+
+
+@dataclass
+class ModelReport:
+    """The result of :func:`check_model`.
+
+    Attributes:
+        model: what was checked (class name, or the path / tiny family given).
+        dtype: the model's dtype.
+        inputs: the inputs in words (batch, length, padding, decoding steps).
+        implementations: one :class:`ImplementationResult` each, in the order given
+            (differences are measured against the first).
+        seconds: wall time.
+    """
+
+    model: str
+    dtype: str = ""
+    inputs: str = ""
+    implementations: list[ImplementationResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when no implementation has an error finding."""
+        return all(r.ok for r in self.implementations)
+
+    @property
+    def codes(self) -> list[str]:
+        return sorted({f.code for r in self.implementations for f in r.findings})
+
+    def findings(self, implementation: str) -> list[ModelFinding]:
+        return next(r.findings for r in self.implementations if r.name == implementation)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ok"] = self.ok
+        for r, item in zip(self.implementations, d["implementations"]):
+            item["ok"] = r.ok
+            for f, fi in zip(r.findings, item["findings"]):
+                fi["severity"] = f.severity
+            for row in item["layers"]:
+                row.pop("_ratio", None)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def table(self, reproducers: bool = True) -> str:
+        """The report as text: per implementation a table by layer, then its findings."""
+        lines = [f"attnkit check model: {self.model}",
+                 f"  {self.dtype}, {self.inputs}; {self.seconds:.1f} s"]
+        first = self.implementations[0].name if self.implementations else ""
+        for r in self.implementations:
+            lines += ["", f"{r.name}: {r.status}" + (f"; masks: {', '.join(r.masks)}"
+                                                     if r.masks else "")]
+            if r.layers:
+                diff_head = f"vs {first}" if r.name != first else ""
+                head = (f"  {'layer':<34} {'calls':>5}  {'worst error / rule':<20} "
+                        f"{'first failure':<34} {'empty rows':<14} {'verdict':<18} "
+                        f"{diff_head}")
+                lines.append(head.rstrip())
+                for row in r.layers:
+                    hold = "/".join(row.empty_hold) if row.empty_rows else ""
+                    empty = f"{row.empty_rows} ({hold})" if row.empty_rows else "0"
+                    err = f"{row.worst_error:.1e} / {row.bound:.1e}"
+                    diff = "" if row.diff_attention is None else f"{row.diff_attention:.1e}"
+                    if row.origin:
+                        diff += f" {row.origin}"
+                    lines.append(f"  {_short(row.layer):<34} {row.calls:>5}  {err:<20} "
+                                 f"{row.first_failure or '-':<34} {empty:<14} "
+                                 f"{row.verdict:<18} {diff}".rstrip())
+            if r.hidden and r.name != first:
+                worst = max(r.hidden, key=lambda h: h["diff"])
+                lines.append(f"  hidden states vs {first}: largest difference "
+                             f"{worst['diff']:.1e} at {worst['name']}")
+            if r.first_failing_layer:
+                lines.append(f"  first layer whose own attention fails: "
+                             f"{r.first_failing_layer}")
+            for f in r.findings:
+                lines.append(f"  {f.severity:<7}  {f.code}: {f.message}")
+                if f.measured:
+                    lines.append(f"           measured: {f.measured}")
+                if f.case:
+                    lines.append(f"           at: {f.case}")
+            if reproducers:
+                for f in r.findings:
+                    if f.reproducer:
+                        lines += [f"  reproducer ({f.code}, inputs in {r.reproducer}):"]
+                        lines += ["    " + x for x in f.reproducer.splitlines()]
+                        break
+        n_err = sum(f.is_error for r in self.implementations for f in r.findings)
+        n_all = sum(len(r.findings) for r in self.implementations)
+        lines += ["", f"{'OK' if self.ok else 'FAILED'}: {n_err} error(s), "
+                      f"{n_all - n_err} warning(s)"]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _short(path: str) -> str:
+    return path if len(path) <= 34 else "..." + path[-31:]
+
+
+class _Stopped(Exception):
+    """Raised through the model when the implementation under test raised."""
+
+
+# -- the wrapper ------------------------------------------------------------------------------
+class _Session:
+    """One implementation's run: the wrapper registered for it calls :meth:`attention`."""
+
+    def __init__(self, check: _Check, impl: str, reference: bool) -> None:
+        self.check, self.impl, self.reference = check, impl, reference
+        self.result = ImplementationResult(impl)
+        self.rows: dict[str, LayerRow] = {}
+        self.first_fail_key: tuple | None = None
+        self.step = 0
+        self.call_index = 0
+
+    def function(self, module: Any) -> Any:
+        if self.impl == "eager":
+            fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward",
+                         None)
+            if fn is None:
+                raise _Stopped(f"{type(module).__module__} defines no eager_attention_forward")
+            return fn
+        from transformers import AttentionInterface
+
+        return AttentionInterface()[self.impl]
+
+    def attention(self, module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+                  *args: Any, **kwargs: Any) -> Any:
+        fn = self.function(module)
+        snap = [t.detach().clone() for t in (query, key, value)]
+        index = self.call_index
+        self.call_index += 1
+        try:
+            result = fn(module, query, key, value, attention_mask, *args, **kwargs)
+        except Exception as err:  # the implementation under test may raise anything
+            self.check.raised(self, module, snap, attention_mask, kwargs, fn, err)
+            raise _Stopped(f"{type(err).__name__}: {_first_line(err)}") from err
+        mutated = [n for n, a, b in zip("qkv", snap, (query, key, value))
+                   if not _same(a, b)]
+        self.check.judge(self, module, index, snap, attention_mask, kwargs, result, mutated,
+                         fn)
+        return result
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    return a.shape == b.shape and bool(torch.equal(a, b.detach()) or
+                                       (torch.isnan(a) & torch.isnan(b.detach())).any())
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [""])[0][:200]
+
+
+# -- the check --------------------------------------------------------------------------------
+class _Check:
+    def __init__(self, model: Any, inputs: dict, generate: int, sample: int | None,
+                 save_to: str | Path | None) -> None:
+        import torch
+
+        self.torch = torch
+        self.model = model
+        self.config = model.config
+        self.text_config = model.config.get_text_config()
+        self.enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
+        self.inputs = inputs
+        self.generate = generate
+        self.sample = sample
+        self.save_to = save_to
+        self.names = {id(m): n for n, m in model.named_modules()}
+        self.reference_out: dict[tuple, Any] = {}
+        self.reference_hidden: dict[tuple, Any] = {}
+        self.plan: list[Any] = []  # the tokens fed at each decoding step
+        ids = inputs["input_ids"]
+        self.B = ids.shape[0]
+        am = inputs.get("attention_mask")
+        self.pad0 = (torch.ones_like(ids, dtype=torch.bool) if am is None else am.bool())
+        self.docs = None
+        pos = inputs.get("position_ids")
+        if pos is not None and am is None and not self.enc_dec:
+            pos = pos.expand(self.B, -1)
+            first = pos[:, :1] - 1
+            self.docs = (torch.diff(pos, prepend=first, dim=-1) != 1).cumsum(-1)
+        self.pad = self.pad0  # grows by one column per decoding step
+        self.total = ids.shape[1]  # decoder tokens so far (decoder-only: the whole row)
+        self.dec_total = 0
+
+    # -- where a call's queries and keys sit ------------------------------------------------
+    def place(self, module: Any, name: str, B: int, Tq: int, Tk: int) -> CallPlace:
+        torch = self.torch
+        lower = name.lower()
+        causal = bool(getattr(module, "is_causal", True)) and \
+            bool(getattr(self.text_config, "is_causal", True))
+        if self.enc_dec:
+            T_enc = self.pad0.shape[1]
+            enc = torch.arange(T_enc)
+            cross = bool(re.search(r"cross|encdec|encoder_attn", lower)) or (
+                "decoder" in lower and not causal)
+            if cross or (lower.startswith("encoder") or ".encoder." in f".{lower}"):
+                dec_q = torch.arange(self.dec_total - Tq, self.dec_total)
+                q_index = dec_q if cross else enc
+                return CallPlace(q_index=q_index, k_index=enc, key_real=self.pad0,
+                                 query_real=(torch.ones(B, Tq, dtype=torch.bool) if cross
+                                             else self.pad0), causal=False)
+            total, pad = self.dec_total, torch.ones(B, self.dec_total, dtype=torch.bool)
+        else:
+            total, pad = self.total, self.pad
+        q_index = torch.arange(total - Tq, total)
+        k_index = torch.arange(Tk) if Tk >= total else torch.arange(total - Tk, total)
+        key_real = torch.zeros(B, Tk, dtype=torch.bool)
+        inside = k_index < total
+        key_real[:, inside] = pad[:, k_index[inside]]
+        window = chunk = None
+        layer_type = self.layer_type(module)
+        if layer_type == "sliding_attention":
+            window = getattr(self.text_config, "sliding_window", None)
+        elif layer_type == "chunked_attention":
+            chunk = getattr(self.text_config, "attention_chunk_size", None)
+        left_pad = (~pad).long().cumprod(-1).sum(-1) if chunk else None
+        q_doc = k_doc = None
+        if self.docs is not None:
+            q_doc, k_doc = self.docs[:, q_index], self.docs[:, k_index.clamp(max=total - 1)]
+        return CallPlace(q_index=q_index, k_index=k_index, key_real=key_real,
+                         query_real=pad[:, q_index], causal=causal, window=window,
+                         chunk=chunk, left_pad=left_pad, q_doc=q_doc, k_doc=k_doc,
+                         n_tokens=total)
+
+    def layer_type(self, module: Any) -> str:
+        cfg = self.text_config
+        types = getattr(cfg, "layer_types", None)
+        idx = getattr(module, "layer_idx", None)
+        if types and idx is not None and 0 <= idx < len(types):
+            return types[idx]
+        if not types and getattr(cfg, "sliding_window", None) and \
+                getattr(cfg, "use_sliding_window", True):
+            return "sliding_attention"
+        return "full_attention"
+
+    # -- judging one call ---------------------------------------------------------------------
+    def judge(self, s: _Session, module: Any, index: int, snap: list, mask: Any, kwargs: dict,
+              result: Any, mutated: list[str], fn: Any) -> None:
+        torch = self.torch
+        q, k, v = snap
+        B, H, Tq, Dk = q.shape
+        Tk, Dv = k.shape[-2], v.shape[-1]
+        name = self.names.get(id(module), type(module).__name__)
+        row = s.rows.get(name)
+        if row is None:
+            row = s.rows[name] = LayerRow(name)
+            s.result.layers.append(row)
+        row.calls += 1
+        where = {"step": s.step, "layer": name}
+        if mutated:
+            self.find(s, row, "mutates-input", f"the attention function writes into its "
+                      f"argument(s) {', '.join(mutated)} (an in-place op): the model's "
+                      f"cache or projections change under it", "", where)
+        out = result[0] if isinstance(result, (tuple, list)) else result
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, Tq, H, Dv):
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            hint = " (a (B, H, Tq, Dv) output not transposed?)" \
+                if shape == (B, H, Tq, Dv) else ""
+            self.find(s, row, "shape", f"the attention function returned {shape}, "
+                      f"transformers expects (B, Tq, H, Dv) = {(B, Tq, H, Dv)}{hint}", "",
+                      where)
+            return
+        keep, bias, words = received_keep(mask, module, kwargs, q, k)
+        if words not in s.result.masks:
+            s.result.masks.append(words)
+        keep4 = keep.expand(B, H, Tq, Tk)
+        place = self.place(module, name, B, Tq, Tk)
+        want = expected_keep(place)
+        got = out.detach().transpose(1, 2).double().cpu()  # (B, H, Tq, Dv)
+        self.compare(s, row, index, out, place)
+        diff = mask_difference(keep, want, place)
+        if diff is not None:
+            if diff["allowed"]:
+                text = (f"the mask this call received lets query {diff['query']} (position "
+                        f"{diff['q_pos']}) of batch row {diff['batch']} see key {diff['key']} "
+                        f"(position {diff['k_pos']}), {diff['why']}, which the model's config "
+                        f"and padding exclude")
+            else:
+                text = (f"the mask this call received hides key {diff['key']} (position "
+                        f"{diff['k_pos']}), a real key, from query {diff['query']} (position "
+                        f"{diff['q_pos']}) of batch row {diff['batch']}; the model's config "
+                        f"and padding allow it")
+            self.find(s, row, "mask-mismatch", text,
+                      f"{diff['count']} (row, query) pairs differ", where,
+                      batch=diff["batch"], head=diff["head"], query=diff["query"],
+                      key=diff["key"], call=(snap, mask, kwargs, keep4, want, place, fn, module))
+        self.judge_output(s, row, module, snap, mask, kwargs, keep4, bias, got, place, want,
+                          fn, where)
+
+    def judge_output(self, s: _Session, row: LayerRow, module: Any, snap: list, mask: Any,
+                     kwargs: dict, keep4: Any, bias: Any, got: Any, place: CallPlace,
+                     want: Any, fn: Any, where: dict) -> None:
+        torch = self.torch
+        q, k, v = snap
+        B, H, Tq, _ = q.shape
+        nonempty = keep4.any(-1)  # (B, H, Tq)
+        self.empty_rows(row, keep4, nonempty, got, v, H)
+        qsel = torch.arange(Tq)
+        if self.sample and Tq > self.sample:
+            qsel = torch.linspace(0, Tq - 1, self.sample).round().long().unique()
+        judged = nonempty[:, :, qsel].numpy()
+        if not judged.any():
+            return
+        scale = kwargs.get("scaling")
+        scale = (1.0 / math.sqrt(q.shape[-1])) if scale is None else float(scale)
+        softcap = kwargs.get("softcap")
+        sinks = kwargs.get("s_aux")
+        sinks = None if sinks is None else sinks.detach().double().cpu().numpy()
+        bias_sel = None
+        if bias is not None:
+            b = bias.double().cpu().expand(B, H, Tq, k.shape[-2]) if bias.ndim == 4 else \
+                bias.double().cpu().expand(B, H, Tq, k.shape[-2])
+            bias_sel = b[:, :, qsel].numpy()
+        dtype = str(q.dtype).replace("torch.", "")
+        q64 = q.double()[:, :, qsel].numpy()
+        k64, v64 = k.double().numpy(), v.double().numpy()
+        G = H // k.shape[1]
+        k_rep, v_rep = np.repeat(k64, G, axis=1), np.repeat(v64, G, axis=1)
+        g = got[:, :, qsel].numpy()
+        dropout = float(kwargs.get("dropout", 0.0) or 0.0)
+        if dropout > 0 and getattr(module, "training", False):
+            return  # random by design: nothing to compare (check_model runs in eval mode)
+
+        def oracle(keep_sel: np.ndarray, scale_: float) -> tuple[np.ndarray, np.ndarray]:
+            ref = reference_attention(q64, k64, v64, mask=keep_sel, bias=bias_sel,
+                                      scale=scale_, softcap=softcap, sinks=sinks).out
+            base = Baseline("torch", dtype).attention(
+                q64, k_rep, v_rep, keep_sel, scale_, bias=bias_sel, softcap=softcap,
+                sinks=sinks)["out"]
+            return ref, base
+
+        keep_sel = keep4[:, :, qsel].numpy()
+        ref, base = oracle(keep_sel, scale)
+        err, bound = _error_and_bound(g[judged], ref[judged], base[judged])
+        if row.bound == 0.0 or err / bound > row._ratio:
+            row.worst_error, row.bound, row._ratio = err, bound, err / bound
+        failure = rule_error(g[judged], ref[judged], base[judged], 2.0, "output")
+        if failure is None:
+            return
+        per_row = np.abs(g - ref).max(-1)
+        per_row = np.where(np.isfinite(per_row), per_row, np.inf)
+        bad = judged & (per_row > bound)
+        if not bad.any():
+            bad = judged & ~np.isfinite(g).all(-1)
+        bi, hi, ii = _first(bad)
+        at = dict(batch=bi, head=hi, query=int(qsel[ii]))
+        call = (snap, mask, kwargs, keep4, want, place, fn, module)
+        text = f"step {s.step}, batch {bi}, head {hi}, query {int(qsel[ii])}"
+        if not row.first_failure:
+            row.first_failure = text
+
+        def fits(alt: Any, scale_: float = scale) -> bool:
+            alt_sel = alt[:, :, qsel].numpy() if isinstance(alt, torch.Tensor) else alt
+            rows = alt_sel.any(-1)
+            if not rows.any():
+                return False
+            r2, b2 = oracle(alt_sel, scale_)
+            ok = rows & np.isfinite(b2).all(-1)
+            return bool(ok.any()) and rule_error(g[ok], r2[ok], b2[ok], 2.0, "alt") is None
+
+        if not np.isfinite(g[judged]).all() and np.isfinite(ref[judged]).all():
+            code, message = "nan-or-inf", "the attention output has NaN/inf where the " \
+                "oracle is finite"
+            if dtype in ("float16", "bfloat16") and self.twin_finite(fn, module, snap, mask,
+                                                                     kwargs):
+                code, message = "float16-overflow", (
+                    f"NaN/inf in {dtype} where the same call in float32 is finite (a fill "
+                    f"like -1e9 overflows half precision, or exp overflows): fill with -inf "
+                    f"or torch.finfo(dtype).min and keep softmax statistics in float32")
+            self.find(s, row, code, message, failure, where, call=call, **at)
+            return
+        if mask is not None and fits(~keep4):
+            self.find(s, row, "mask-polarity", "the attention function reads the mask it "
+                      "receives the other way round: it attends exactly the keys the mask "
+                      "excludes", failure, where, call=call, **at)
+            return
+        Tk = k.shape[-2]
+        if Tq != Tk:
+            top_left = torch.ones(Tq, Tk, dtype=torch.bool).tril()
+            if fits(keep4 & top_left):
+                self.find(s, row, "causal-alignment", (
+                    f"the attention function aligns causal top-left (query i sees keys "
+                    f"j <= i) on a call with Tq = {Tq} != Tk = {Tk} (a step with a KV "
+                    f"cache): the model means bottom-right (j <= i + Tk - Tq), so decoding "
+                    f"sees the wrong keys"), failure, where, call=call, **at)
+                return
+        if place.window is not None:
+            no_window = expected_keep(place, window=False) & ~want
+            wider = keep4 | no_window[:, None]
+            if bool((wider != keep4).any()) and fits(wider):
+                self.find(s, row, "mask-mismatch", (
+                    f"the attention function ignores the sliding window of "
+                    f"{place.window} this layer has (it attends keys {place.window} or "
+                    f"more positions back, which the mask it received excludes)"),
+                    failure, where, call=call, **at)
+                return
+        default = 1.0 / math.sqrt(q.shape[-1])
+        for alt, words in ((1.0, "not scaled"), (default, "scaled by 1/sqrt(Dk) instead of "
+                                                 "the model's scaling")):
+            if not math.isclose(alt, scale) and fits(keep4, alt):
+                self.find(s, row, "wrong-scale", f"the scores are {words} (the model passes "
+                          f"scaling={scale:.4g})", failure, where, call=call, **at)
+                return
+        self.find(s, row, "inaccurate", f"the attention output is further from the oracle "
+                  f"than 2x the error of plain {dtype} math", failure, where, call=call, **at)
+
+    def empty_rows(self, row: LayerRow, keep4: Any, nonempty: Any, got: Any, v: Any,
+                   H: int) -> None:
+        empty = ~nonempty
+        if not bool(empty.any()):
+            return
+        row.empty_rows += int(empty.any(1).sum())
+        G = H // v.shape[1]
+        mean = v.double().mean(-2, keepdim=True).repeat_interleave(G, 1)  # (B, H, 1, Dv)
+        vals = got[empty]
+        means = mean.expand_as(got)[empty]
+        scale = max(1.0, float(got[~empty.unsqueeze(-1).expand_as(got)].abs().max())
+                    if bool(nonempty.any()) else 1.0)
+        holds = []
+        if bool(vals.isnan().any()):
+            holds.append("NaN")
+        finite = vals[vals.isfinite().all(-1)]
+        fmeans = means[vals.isfinite().all(-1)]
+        if finite.numel():
+            zero = finite.abs().max(-1).values <= 1e-6 * scale
+            uniform = (finite - fmeans).abs().max(-1).values <= 1e-2 * scale
+            if bool(zero.any()):
+                holds.append("0")
+            if bool((uniform & ~zero).any()):
+                holds.append("uniform")
+            if bool((~uniform & ~zero).any()):
+                holds.append("other")
+        for h in holds:
+            if h not in row.empty_hold:
+                row.empty_hold.append(h)
+
+    def twin_finite(self, fn: Any, module: Any, snap: list, mask: Any, kwargs: dict) -> bool:
+        """The same call in float32: no exception, finite output."""
+        torch = self.torch
+        q, k, v = (t.float() for t in snap)
+        m = mask.float() if isinstance(mask, torch.Tensor) and mask.is_floating_point() \
+            else mask
+        kw = {n: (x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x)
+              for n, x in kwargs.items()}
+        try:
+            out = fn(module, q, k, v, m, **kw)
+        except Exception:
+            return False
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        return bool(torch.isfinite(out).all())
+
+    def raised(self, s: _Session, module: Any, snap: list, mask: Any, kwargs: dict, fn: Any,
+               err: Exception) -> None:
+        name = self.names.get(id(module), type(module).__name__)
+        dtype = str(snap[0].dtype).replace("torch.", "")
+        where = {"step": s.step, "layer": name}
+        row = s.rows.get(name)
+        if row is None:
+            row = s.rows[name] = LayerRow(name)
+            s.result.layers.append(row)
+        if dtype in ("float16", "bfloat16") and self.twin_finite(fn, module, snap, mask,
+                                                                 kwargs):
+            self.find(s, row, "float16-overflow", (
+                f"the attention function raises in {dtype} but not in float32 "
+                f"({type(err).__name__}: {_first_line(err)}): a constant like -1e9 does not "
+                f"fit in half precision; use -inf or torch.finfo(dtype).min"),
+                f"{type(err).__name__}", where,
+                call=(snap, mask, kwargs, None, None, None, fn, module))
+
+    # -- across implementations ---------------------------------------------------------------
+    def compare(self, s: _Session, row: LayerRow, index: int, out: Any, place: CallPlace) -> None:
+        key = (s.step, index)
+        real = place.query_real  # (B, Tq)
+        o = out.detach().float().cpu()
+        if s.reference:
+            self.reference_out[key] = o
+            return
+        ref = self.reference_out.get(key)
+        if ref is None or ref.shape != o.shape:
+            return
+        d = _rel_diff(o[real], ref[real])
+        row.diff_attention = d if row.diff_attention is None else max(row.diff_attention, d)
+
+    def compare_hidden(self, s: _Session, states: list[tuple[str, Any, Any]]) -> None:
+        for name, h, real in states:
+            key = (s.step, name)
+            h = h.detach().float().cpu()
+            if s.reference:
+                self.reference_hidden[key] = h
+                continue
+            ref = self.reference_hidden.get(key)
+            if ref is None or ref.shape != h.shape:
+                continue
+            d = _rel_diff(h[real], ref[real])
+            item = next((x for x in s.result.hidden if x["name"] == name), None)
+            if item is None:
+                s.result.hidden.append({"name": name, "diff": d})
+            else:
+                item["diff"] = max(item["diff"], d)
+
+    # -- findings and reproducers -------------------------------------------------------------
+    def find(self, s: _Session, row: LayerRow, code: str, message: str, measured: str,
+             where: dict, *, call: tuple | None = None, batch: int | None = None,
+             head: int | None = None, query: int | None = None, key: int | None = None) -> None:
+        bad = CODES[code][0] == ERROR or code == "causal-alignment"
+        if bad and row.verdict == "ok":
+            row.verdict = code
+            order = (s.step, s.call_index)
+            if s.first_fail_key is None or order < s.first_fail_key:
+                s.first_fail_key = order
+                s.result.first_failing_layer = f"{row.layer} (step {s.step})"
+        if code in (f.code for f in s.result.findings):
+            return
+        parts = [f"step {where['step']}" + (" (prefill)" if where["step"] == 0 else
+                                            " (decoding)"), f"layer {where['layer']}"]
+        parts += [f"{n} {x}" for n, x in (("batch", batch), ("head", head), ("query", query),
+                                          ("key", key)) if x is not None]
+        f = ModelFinding(code, message, measured, ", ".join(parts), "", s.impl, where["step"],
+                         where["layer"], batch, head, query, key)
+        if call is not None and bad and not s.result.reproducer:
+            try:
+                f.reproducer = self.reproducer(s, f, call, measured)
+            except Exception as err:  # a reproducer must never hide the finding
+                f.reproducer = f"# the reproducer could not be saved: {_first_line(err)}"
+        s.result.findings.append(f)
+        order = list(CODES)
+        s.result.findings.sort(key=lambda x: (x.severity != ERROR, order.index(x.code)))
+
+    def reproducer(self, s: _Session, f: ModelFinding, call: tuple, measured: str) -> str:
+        torch = self.torch
+        snap, mask, kwargs, keep4, want, place, fn, module = call
+        folder = Path(self.save_to) if self.save_to else Path(
+            tempfile.mkdtemp(prefix="attnkit-check-"))
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = re.sub(r"[^A-Za-z0-9]+", "-", f"{s.impl}-step{f.step}-{f.layer}").strip("-")
+        path = folder / f"{stem}.pt"
+        q, k, v = snap
+        data: dict[str, Any] = {"q": q, "k": k, "v": v}
+        if isinstance(mask, torch.Tensor):
+            received, _, _ = received_keep(mask, module, kwargs, q, k)
+            data["attention_mask"] = (received if type(mask).__name__ == "StructuredMask"
+                                      else mask.detach().cpu().clone())
+        data["kwargs"] = {n: (kwargs[n].detach().cpu() if isinstance(kwargs[n], torch.Tensor)
+                              else kwargs[n]) for n in _KWARGS_SAVED if n in kwargs}
+        data["scaling"] = kwargs.get("scaling")
+        data["is_causal"] = bool(getattr(module, "is_causal", True))
+        data["layer_idx"] = getattr(module, "layer_idx", None)
+        data["num_key_value_groups"] = q.shape[1] // k.shape[1]
+        _, bias, _ = received_keep(mask, module, kwargs, q, k)
+        if bias is not None:
+            data["bias"] = bias.detach().cpu()
+        if keep4 is not None:
+            data["keep"] = keep4[:, :1] if bool((keep4 == keep4[:, :1]).all()) else keep4
+            data["expected"] = want[:, None]
+        torch.save(data, path)
+        s.result.reproducer = str(path)
+        if self.impl_is_eager(s):
+            mod = type(module).__module__
+            load_fn = f"from {mod} import eager_attention_forward as fn"
+        else:
+            load_fn = (f"fn = AttentionInterface()[{s.impl!r}]"
+                       + ("" if s.impl in ("sdpa", "attnkit") else
+                          "  # register your function first"))
+        lines = ["import torch",
+                 "from transformers import AttentionInterface",
+                 "from attnkit.testing import reference_attention"]
+        if s.impl == "attnkit":
+            lines.append("from attnkit.integrations.transformers import register; register()")
+        lines += [f"d = torch.load({str(path)!r}, weights_only=True)", load_fn,
+                  "module = torch.nn.Module().eval()  # what fn reads off the calling module",
+                  "module.is_causal, module.layer_idx = d['is_causal'], d['layer_idx']",
+                  "module.num_key_value_groups = d['num_key_value_groups']"]
+        if f.code == "float16-overflow" and keep4 is None:
+            lines += ["fn(module, d['q'], d['k'], d['v'], d.get('attention_mask'), "
+                      "scaling=d['scaling'], **d['kwargs'])  # raises in half precision"]
+            return "\n".join(lines)
+        lines += ["out, _ = fn(module, d['q'], d['k'], d['v'], d.get('attention_mask'), "
+                  "scaling=d['scaling'], dropout=0.0, **d['kwargs'])",
+                  "got = out.transpose(1, 2).double()  # (B, H, Tq, Dv)"]
+        if f.code == "mask-mismatch" and "ignores" not in f.message:
+            lines += [f"b, i, j = {f.batch}, {f.query}, {f.key}",
+                      "print('received allows key j:', bool(d['keep'][b, 0, i, j]),"
+                      " '| expected:', bool(d['expected'][b, 0, i, j]))",
+                      "assert bool(d['keep'][b, 0, i, j]) == bool(d['expected'][b, 0, i, j]),"
+                      f" {f.message[:90]!r}"]
+            return "\n".join(lines)
+        lines += ["kw = d['kwargs']",
+                  "want = reference_attention(d['q'], d['k'], d['v'], mask=d['keep'], "
+                  "bias=d.get('bias'), scale=d['scaling'], softcap=kw.get('softcap'),"
+                  " sinks=kw.get('s_aux')).out  # float64 oracle, on what fn received",
+                  f"b, h, i = {f.batch}, {f.head}, {f.query}",
+                  "err = abs(got[b, h, i].numpy() - want[b, h, i]).max()",
+                  "print('max error of that row against the oracle:', err)",
+                  f"assert err <= {_bound_text(measured)}, {f.code!r}"]
+        return "\n".join(lines)
+
+    def impl_is_eager(self, s: _Session) -> bool:
+        return s.impl == "eager"
+
+    # -- running ------------------------------------------------------------------------------
+    def run(self, impl: str, reference: bool, bar: Any) -> ImplementationResult:
+        torch = self.torch
+        session = _Session(self, impl, reference)
+        name = _register(impl, session)
+        model = self.model
+        before = model.config._attn_implementation
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model.set_attn_implementation(name)
+        except (ValueError, ImportError, KeyError) as err:
+            session.result.status = f"refused: {_first_line(err)}"
+            return session.result
+        if model.config._attn_implementation != name:
+            session.result.status = ("refused: this model's attention does not go through "
+                                     "transformers' AttentionInterface")
+            return session.result
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.steps(session, bar)
+        except _Stopped as err:
+            if session.result.findings:
+                session.result.status = (f"stopped at step {session.step}: {err} (the "
+                                         f"layers after it did not run)")
+            else:
+                session.result.status = f"refused: {err}"
+        except Exception as err:  # the model itself may fail under this implementation
+            session.result.status = f"refused: {type(err).__name__}: {_first_line(err)}"
+        finally:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model.set_attn_implementation(before)
+        self.finish(session)
+        return session.result
+
+    def steps(self, s: _Session, bar: Any) -> None:
+        torch = self.torch
+        model, inputs = self.model, dict(self.inputs)
+        packed = self.docs is not None
+        use_cache = self.generate > 0 and not packed
+        am = inputs.get("attention_mask")
+        self.pad = self.pad0
+        self.total = inputs["input_ids"].shape[1]
+        kw: dict[str, Any] = {"output_hidden_states": True, "use_cache": use_cache,
+                              "return_dict": True}
+        if self.enc_dec:
+            dec = inputs.get("decoder_input_ids")
+            if dec is None:
+                start = getattr(self.config, "decoder_start_token_id", 0) or 0
+                dec = torch.full((self.B, 1), start, dtype=torch.long)
+                inputs["decoder_input_ids"] = dec
+            self.dec_total = dec.shape[1]
+        elif am is not None and "position_ids" not in inputs and _takes(model, "position_ids"):
+            inputs["position_ids"] = (am.long().cumsum(-1) - 1).clamp(min=0)
+        s.step, s.call_index = 0, 0
+        out = model(**inputs, **kw)
+        self.hidden(s, out)
+        bar.update(1)
+        for step in range(1, self.generate + 1):
+            s.step, s.call_index = step, 0
+            logits = out.logits[:, -1]
+            if len(self.plan) < step:
+                self.plan.append(logits.argmax(-1, keepdim=True))
+            nxt = self.plan[step - 1]
+            past = out.past_key_values
+            if self.enc_dec:
+                self.dec_total += 1
+                out_enc = inputs.get("_encoder_outputs") or (out.encoder_last_hidden_state,)
+                inputs["_encoder_outputs"] = out_enc
+                out = model(encoder_outputs=out_enc, attention_mask=inputs.get("attention_mask"),
+                            decoder_input_ids=nxt, past_key_values=past, **kw)
+            else:
+                self.total += 1
+                self.pad = torch.cat([self.pad, torch.ones(self.B, 1, dtype=torch.bool)], 1)
+                step_kw = {"input_ids": nxt, "past_key_values": past}
+                if am is not None:
+                    step_kw["attention_mask"] = self.pad.long()
+                    if "position_ids" in inputs:
+                        last = inputs["position_ids"][:, -1:]
+                        inputs["position_ids"] = last + 1
+                        step_kw["position_ids"] = inputs["position_ids"]
+                out = model(**step_kw, **kw)
+            self.hidden(s, out)
+            bar.update(1)
+
+    def hidden(self, s: _Session, out: Any) -> None:
+        torch = self.torch
+        states = []
+        if self.enc_dec:
+            enc = getattr(out, "encoder_hidden_states", None) or ()
+            if s.step == 0:
+                for i, h in enumerate(enc):
+                    states.append((_hidden_name("encoder", i), h, self.pad0))
+            dec = getattr(out, "decoder_hidden_states", None) or ()
+            for i, h in enumerate(dec):
+                states.append((_hidden_name("decoder", i), h,
+                               torch.ones(h.shape[:2], dtype=torch.bool)))
+        else:
+            for i, h in enumerate(getattr(out, "hidden_states", None) or ()):
+                Tq = h.shape[1]
+                states.append((_hidden_name("", i), h, self.pad[:, self.total - Tq:]))
+        self.compare_hidden(s, states)
+
+    def finish(self, s: _Session) -> None:
+        dtype = str(next(self.model.parameters()).dtype).replace("torch.", "")
+        tol = _DIFF_TOL.get(dtype, 1e-4)
+        for row in s.result.layers:
+            if row.verdict != "ok" and (CODES[row.verdict][0] == ERROR
+                                        or row.verdict == "causal-alignment"):
+                row.origin = "made here"
+            elif row.diff_attention is not None and row.diff_attention > tol:
+                row.origin = "inherited"
+        if any(f.code == "fully-masked-row" for f in s.result.findings):
+            return
+        for row in s.result.layers:
+            if "NaN" in row.empty_hold:
+                self.find(s, row, "fully-masked-row", "queries with no allowed key (padding) "
+                          "get NaN: through the padded tokens it can reach later layers; "
+                          "attnkit, SDPA and flash-attn give 0", f"{row.empty_rows} rows",
+                          {"step": 0, "layer": row.layer})
+                break
+
+
+def _bound_text(measured: str) -> str:
+    m = re.search(r"= ([0-9.e+-]+)\s*$", measured)
+    return m.group(1) if m else "1e-5"
+
+
+def _hidden_name(side: str, i: int) -> str:
+    what = "embeddings" if i == 0 else f"after layer {i - 1}"
+    return f"{side} {what}".strip()
+
+
+def _takes(model: Any, name: str) -> bool:
+    import inspect
+
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _rel_diff(a: Any, b: Any) -> float:
+    if a.numel() == 0:
+        return 0.0
+    d = (a - b).abs()
+    d = float(d[d.isfinite()].max()) if bool(d.isfinite().any()) else math.inf
+    if not bool(((a - b).abs().isfinite() | (a.isnan() & b.isnan())).all()):
+        d = math.inf
+    return d / max(1.0, float(b[b.isfinite()].abs().max()) if bool(b.isfinite().any()) else 1.0)
+
+
+def _error_and_bound(got: np.ndarray, ref: np.ndarray, base: np.ndarray) -> tuple[float, float]:
+    ok = np.isfinite(got)
+    err = max_mean_error(got[ok], ref[ok])[0] if ok.all() else math.inf
+    return err, bound_of(ref, base, 2.0)
+
+
+def _first(bad: np.ndarray) -> tuple[int, int, int]:
+    """``(b, h, i)`` of the first True of ``(B, H, Tq)`` in query order."""
+    idx = np.argwhere(bad)
+    j = np.lexsort((idx[:, 1], idx[:, 0], idx[:, 2]))[0]
+    return int(idx[j, 0]), int(idx[j, 1]), int(idx[j, 2])
+
+
+_SESSIONS: dict[str, Any] = {}
+
+
+def _register(impl: str, session: _Session) -> str:
+    """Register the wrapper of ``impl`` (and ``impl``'s mask function) under
+    ``attnkit-check-<impl>``; the wrapper forwards to ``session``."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    if impl == "attnkit":
+        from ..integrations.transformers import register
+
+        register()
+    name = WRAPPER_PREFIX + impl
+    _SESSIONS[name] = session
+
+    def wrapper(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+                *args: Any, **kwargs: Any) -> Any:
+        return _SESSIONS[name].attention(module, query, key, value, attention_mask, *args,
+                                         **kwargs)
+
+    if impl != "eager" and impl not in AttentionInterface():
+        raise ValueError(f"attn_implementation {impl!r} is not registered with transformers' "
+                         f"AttentionInterface (known: eager, "
+                         f"{', '.join(AttentionInterface().valid_keys())})")
+    AttentionInterface.register(name, wrapper)
+    masks = AttentionMaskInterface()
+    if impl in masks:
+        AttentionMaskInterface.register(name, masks[impl])
+    return name
+
+
+def _bar(total: int, enabled: bool | None) -> Any:
+    class _Off:
+        def update(self, n: int = 1) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    if enabled is False:
+        return _Off()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _Off()
+    return tqdm(total=total, desc="attnkit check model", unit="step", file=sys.stderr,
+                disable=not enabled and not sys.stderr.isatty(), leave=False)
+
+
+def check_model(model: Any, inputs: dict | None = None, *,
+                implementations: Sequence[str] | None = None, generate: int = 0,
+                sample: int | None = None, save_to: str | Path | None = None,
+                batch: int = 2, length: int = 12, padding: str = "left",
+                progress: bool | None = None) -> ModelReport:
+    """Judge every attention call of ``model`` under each implementation.
+
+    Args:
+        model: a transformers ``PreTrainedModel`` (its attention must go through
+            ``AttentionInterface``), or a path: a local folder or a ``config.json``
+            (loaded offline, see :func:`attnkit.check.model_load.load_model`).
+        inputs: ``input_ids`` ``(B, T)`` with optional ``attention_mask`` (1 = real
+            token), ``position_ids`` (packed documents: ids that restart; no
+            ``attention_mask``, no ``generate``), ``decoder_input_ids`` (encoder-decoder).
+            None: random tokens, ``batch`` x ``length``, with ``padding``.
+        implementations: ``attn_implementation`` names (default ``eager, sdpa,
+            attnkit``); any name registered with ``AttentionInterface`` works. Differences
+            are measured against the first.
+        generate: decoding steps after the prefill, with a KV cache; every implementation
+            is fed the first implementation's greedy tokens.
+        sample: judge at most this many queries per call against the oracle (evenly
+            spaced; masks are compared on every query). None: all.
+        save_to: folder for the reproducers' ``.pt`` files (default: a new temporary
+            folder, made only when there is a finding).
+        batch, length, padding: the random inputs when ``inputs`` is None (``padding``:
+            ``"left"``, ``"right"`` or ``"none"``).
+        progress: a progress bar on stderr over implementations and steps (None: when
+            stderr is a terminal).
+
+    Returns:
+        A :class:`ModelReport`; ``report.ok`` is False when any finding is an error.
+    """
+    from .model_load import _transformers, load_model, make_inputs
+
+    _transformers()
+    t0 = time.perf_counter()
+    label = None
+    if isinstance(model, (str, Path)):
+        label = str(model)
+        model = load_model(str(model))
+    if generate < 0:
+        raise ValueError(f"generate must be >= 0, got {generate}")
+    if sample is not None and sample < 1:
+        raise ValueError(f"sample must be >= 1 or None, got {sample}")
+    impls = list(DEFAULT_IMPLEMENTATIONS if implementations is None else implementations)
+    if not impls:
+        raise ValueError("implementations is empty")
+    described = None
+    if inputs is None:
+        inputs = make_inputs(model, batch=batch, length=length, padding=padding)
+        described = f"batch {batch}, length {length}, padding {padding}"
+    else:
+        if "input_ids" not in inputs:
+            raise ValueError(f"inputs need input_ids, got keys {sorted(inputs)}")
+        ids = inputs["input_ids"]
+        if ids.ndim != 2:
+            raise ValueError(f"input_ids must be (B, T), got shape {tuple(ids.shape)}")
+        described = f"batch {ids.shape[0]}, length {ids.shape[1]}, the caller's inputs"
+    if inputs.get("position_ids") is not None and inputs.get("attention_mask") is None \
+            and generate:
+        raise ValueError("packed inputs (position_ids without attention_mask) are checked "
+                         "in the prefill only: pass generate=0")
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    report = ModelReport(label or type(model).__name__, dtype,
+                         described + (f", {generate} decoding steps" if generate else
+                                      ", prefill only"))
+    training = model.training
+    model.eval()
+    check = _Check(model, inputs, generate, sample, save_to)
+    bar = _bar(len(impls) * (generate + 1), progress)
+    try:
+        for n, impl in enumerate(impls):
+            report.implementations.append(check.run(impl, n == 0, bar))
+    finally:
+        bar.close()
+        model.train(training)
+        for impl in impls:
+            _SESSIONS.pop(WRAPPER_PREFIX + impl, None)
+    report.seconds = time.perf_counter() - t0
+    return report
