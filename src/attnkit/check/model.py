@@ -214,7 +214,7 @@ class ModelReport:
                 for row in r.layers:
                     hold = "/".join(row.empty_hold) if row.empty_rows else ""
                     empty = f"{row.empty_rows} ({hold})" if row.empty_rows else "0"
-                    err = f"{row.worst_error:.1e} / {row.bound:.1e}"
+                    err = f"{row.worst_error:.1e} / {row.bound:.1e}" if row.bound else "-"
                     diff = "" if row.diff_attention is None else f"{row.diff_attention:.1e}"
                     if row.origin:
                         diff += f" {row.origin}"
@@ -251,6 +251,11 @@ class ModelReport:
 
 
 def _short(path: str) -> str:
+    """A module path that fits the table's first column (34 characters)."""
+    for long, short in (("model.layers.", "layers."), ("transformer.h.", "h."),
+                        ("encoder.block.", "encoder."), ("decoder.block.", "decoder."),
+                        (".layer.0.", "."), (".layer.1.", ".")):
+        path = path.replace(long, short) if len(path) > 34 else path
     return path if len(path) <= 34 else "..." + path[-31:]
 
 
@@ -619,6 +624,7 @@ class _Check:
         if row is None:
             row = s.rows[name] = LayerRow(name)
             s.result.layers.append(row)
+        row.calls += 1
         if dtype in ("float16", "bfloat16") and self.twin_finite(fn, module, snap, mask,
                                                                  kwargs):
             self.find(s, row, "float16-overflow", (
@@ -824,17 +830,18 @@ class _Check:
             if len(self.plan) < step:
                 self.plan.append(logits.argmax(-1, keepdim=True))
             nxt = self.plan[step - 1]
-            past = out.past_key_values
+            past = _cache_of(out)
+            cache_kw = "cache" if _takes(model, "cache") else "past_key_values"
             if self.enc_dec:
                 self.dec_total += 1
                 out_enc = inputs.get("_encoder_outputs") or (out.encoder_last_hidden_state,)
                 inputs["_encoder_outputs"] = out_enc
                 out = model(encoder_outputs=out_enc, attention_mask=inputs.get("attention_mask"),
-                            decoder_input_ids=nxt, past_key_values=past, **kw)
+                            decoder_input_ids=nxt, **{cache_kw: past}, **kw)
             else:
                 self.total += 1
                 self.pad = torch.cat([self.pad, torch.ones(self.B, 1, dtype=torch.bool)], 1)
-                step_kw = {"input_ids": nxt, "past_key_values": past}
+                step_kw = {"input_ids": nxt, cache_kw: past}
                 if am is not None:
                     step_kw["attention_mask"] = self.pad.long()
                     if "position_ids" in inputs:
@@ -886,6 +893,13 @@ class _Check:
 def _bound_text(measured: str) -> str:
     m = re.search(r"= ([0-9.e+-]+)\s*$", measured)
     return m.group(1) if m else "1e-5"
+
+
+def _cache_of(out: Any) -> Any:
+    """The KV cache a forward returned (``cache`` from transformers 5.2x, else
+    ``past_key_values``)."""
+    fields = getattr(out, "__dataclass_fields__", {})
+    return getattr(out, "cache" if "cache" in fields else "past_key_values", None)
 
 
 def _hidden_name(side: str, i: int) -> str:
@@ -957,6 +971,22 @@ def _register(impl: str, session: _Session) -> str:
     return name
 
 
+def _known_implementations(impls: list[str]) -> None:
+    from transformers import AttentionInterface
+
+    if "attnkit" in impls:
+        from ..integrations.transformers import register
+
+        register()
+    known = ["eager"] + [n for n in AttentionInterface().valid_keys()
+                         if not n.startswith(WRAPPER_PREFIX)]
+    unknown = [n for n in impls if n not in known]
+    if unknown:
+        raise ValueError(f"implementations {unknown} are not registered with transformers' "
+                         f"AttentionInterface (known: {', '.join(known)}); register yours "
+                         f"with AttentionInterface.register(name, fn)")
+
+
 def _bar(total: int, enabled: bool | None) -> Any:
     class _Off:
         def update(self, n: int = 1) -> None:
@@ -1022,6 +1052,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
     impls = list(DEFAULT_IMPLEMENTATIONS if implementations is None else implementations)
     if not impls:
         raise ValueError("implementations is empty")
+    _known_implementations(impls)
     described = None
     if inputs is None:
         inputs = make_inputs(model, batch=batch, length=length, padding=padding)
