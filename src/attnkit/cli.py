@@ -431,8 +431,10 @@ def cmd_check_model(argv: Sequence[str]) -> int:
     if not impls:
         parser.error("--implementations is empty")
     try:
+        from attnkit.check.model_load import load_model, require_transformers, tiny_model
+
+        require_transformers()  # before anything imports torch: the install line if missing
         from attnkit.check.model import check_model
-        from attnkit.check.model_load import load_model, tiny_model
 
         model = (tiny_model(args.tiny, args.dtype) if args.tiny
                  else load_model(args.model, args.dtype))

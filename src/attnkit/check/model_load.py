@@ -13,13 +13,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TINY_FAMILIES", "load_model", "make_inputs", "tiny_model"]
+__all__ = ["TINY_FAMILIES", "load_model", "make_inputs", "require_transformers", "tiny_model"]
 
 TINY_FAMILIES = ("llama", "mistral", "gemma2", "gpt_oss", "qwen2", "gpt2", "t5")
 _DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
-def _transformers() -> Any:
+def require_transformers() -> Any:
     """transformers, imported offline (or the one-line install hint)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read when huggingface_hub is imported
     try:
@@ -45,7 +45,7 @@ def _tiny_config(family: str) -> tuple[Any, Any, dict]:
     """``(config, auto class, extra from_config keywords)``: 2 layers, width 32, 4 query
     heads (2 key/value heads where the family has GQA), a sliding window of 4 where the
     family has one, weights drawn with a spread of 0.2 so attention is far from uniform."""
-    tf = _transformers()
+    tf = require_transformers()
     decoder = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                    initializer_range=0.2, pad_token_id=0, bos_token_id=None, eos_token_id=None)
@@ -112,7 +112,7 @@ def load_model(spec: str, dtype: str = "float32", seed: int = 0) -> Any:
         ValueError: ``spec`` is not a local folder with a ``config.json`` nor a JSON file,
             or its config needs ``trust_remote_code``.
     """
-    tf = _transformers()
+    tf = require_transformers()
     path = Path(spec)
     if path.is_file() and path.suffix == ".json":
         folder, config_file = path.parent, path
