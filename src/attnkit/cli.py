@@ -430,6 +430,7 @@ def cmd_check_model(argv: Sequence[str]) -> int:
     impls = [n.strip() for n in args.implementations.split(",") if n.strip()]
     if not impls:
         parser.error("--implementations is empty")
+    os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded, whatever the shell says
     try:
         from attnkit.check.model_load import load_model, require_transformers, tiny_model
 

@@ -809,7 +809,7 @@ def _bar(total: int, enabled: bool | None) -> Any:
     except ImportError:
         return _Off()
     return tqdm(total=total, desc="attnkit check model", unit="step", file=sys.stderr,
-                disable=not enabled and not sys.stderr.isatty(), leave=False)
+                disable=not enabled, leave=False)
 
 
 def check_model(model: Any, inputs: dict | None = None, *,
@@ -839,7 +839,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
         batch, length, padding: the random inputs when ``inputs`` is None (``padding``:
             ``"left"``, ``"right"`` or ``"none"``).
         progress: a progress bar on stderr over implementations and steps (None: when
-            stderr is a terminal).
+            stderr is a terminal, or layers x implementations x steps >= 200).
 
     Returns:
         A :class:`ModelReport`; ``report.ok`` is False when any finding is an error.
@@ -882,6 +882,9 @@ def check_model(model: Any, inputs: dict | None = None, *,
     training = model.training
     model.eval()
     check = _Check(model, inputs, generate, sample, save_to)
+    if progress is None:  # a terminal, or a model whose check takes a while
+        layers = getattr(model.config.get_text_config(), "num_hidden_layers", 0) or 0
+        progress = sys.stderr.isatty() or layers * len(impls) * (generate + 1) >= 200
     bar = _bar(len(impls) * (generate + 1), progress)
     try:
         for n, impl in enumerate(impls):
