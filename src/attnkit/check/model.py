@@ -96,6 +96,9 @@ class _Session:
     def attention(self, module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
                   *args: Any, **kwargs: Any) -> Any:
         fn = self.function(module)
+        self.check.bar.set_postfix_str(
+            f"{self.impl}, step {self.step}, {self.check.names.get(id(module), '')}",
+            refresh=False)
         snap = [t.detach().clone() for t in (query, key, value)]
         index = self.call_index
         self.call_index += 1
@@ -112,10 +115,14 @@ class _Session:
 
 
 def _same(a: Any, b: Any) -> bool:
+    """Equal, NaN where NaN (a snapshot taken before the call vs the tensor after it)."""
     import torch
 
-    return a.shape == b.shape and bool(torch.equal(a, b.detach()) or
-                                       (torch.isnan(a) & torch.isnan(b.detach())).any())
+    b = b.detach()
+    if a.shape != b.shape:
+        return False
+    nan = torch.isnan(a)
+    return bool(torch.equal(nan, torch.isnan(b)) and torch.equal(a[~nan], b[~nan]))
 
 
 def _first_line(err: BaseException) -> str:
@@ -141,6 +148,7 @@ class _Check:
         self.reference_out: dict[tuple, Any] = {}
         self.reference_hidden: dict[tuple, Any] = {}
         self.plan: list[Any] = []  # the tokens fed at each decoding step
+        self.bar: Any = _bar(0, False)
         ids = inputs["input_ids"]
         self.B = ids.shape[0]
         am = inputs.get("attention_mask")
@@ -471,6 +479,9 @@ class _Check:
                 s.result.hidden.append({"name": name, "diff": d})
             else:
                 item["diff"] = max(item["diff"], d)
+            for row in s.result.layers:  # the state after a layer goes on its rows
+                if _after_layer(row.layer, name):
+                    row.diff_hidden = d if row.diff_hidden is None else max(row.diff_hidden, d)
 
     # -- findings and reproducers -------------------------------------------------------------
     def find(self, s: _Session, row: LayerRow, code: str, message: str, measured: str,
@@ -709,6 +720,20 @@ def _cache_of(out: Any) -> Any:
     return getattr(out, "cache" if "cache" in fields else "past_key_values", None)
 
 
+def _after_layer(layer: str, hidden: str) -> bool:
+    """Is ``hidden`` (``"after layer 3"``, ``"decoder after layer 0"``) the output of the
+    block that holds the attention module ``layer`` (``"model.layers.3.self_attn"``)?"""
+    m = re.fullmatch(r"(?:(encoder|decoder) )?after layer (\d+)", hidden)
+    if m is None:
+        return False
+    side, idx = m.group(1), m.group(2)
+    parts = layer.split(".")
+    if side and side not in parts[:2] and side not in layer.split(".block.")[0]:
+        return False
+    numbers = [p for p in parts if p.isdigit()]
+    return bool(numbers) and numbers[0] == idx
+
+
 def _hidden_name(side: str, i: int) -> str:
     what = "embeddings" if i == 0 else f"after layer {i - 1}"
     return f"{side} {what}".strip()
@@ -802,6 +827,9 @@ def _bar(total: int, enabled: bool | None) -> Any:
         def close(self) -> None:
             pass
 
+        def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+            pass
+
     if enabled is False:
         return _Off()
     try:
@@ -877,7 +905,8 @@ def check_model(model: Any, inputs: dict | None = None, *,
                          "in the prefill only: pass generate=0")
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     report = ModelReport(label or type(model).__name__, dtype,
-                         described + (f", {generate} decoding steps" if generate else
+                         described + (f", {generate} decoding step"
+                                      f"{'s' if generate > 1 else ''}" if generate else
                                       ", prefill only"))
     training = model.training
     model.eval()
@@ -885,7 +914,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
     if progress is None:  # a terminal, or a model whose check takes a while
         layers = getattr(model.config.get_text_config(), "num_hidden_layers", 0) or 0
         progress = sys.stderr.isatty() or layers * len(impls) * (generate + 1) >= 200
-    bar = _bar(len(impls) * (generate + 1), progress)
+    bar = check.bar = _bar(len(impls) * (generate + 1), progress)
     try:
         for n, impl in enumerate(impls):
             report.implementations.append(check.run(impl, n == 0, bar))

@@ -53,6 +53,7 @@ class LayerRow:
         diff_attention: max |difference| of the attention output to the first
             implementation's (real queries), relative to its largest value; None for the
             first implementation.
+        diff_hidden: the same for the hidden state after the block holding this module.
         origin: ``"made here"`` (its own attention fails), ``"inherited"`` (it passes, but
             its output differs from the first implementation's), or "".
     """
@@ -66,6 +67,7 @@ class LayerRow:
     empty_hold: list[str] = field(default_factory=list)
     verdict: str = "ok"
     diff_attention: float | None = None
+    diff_hidden: float | None = None
     origin: str = ""
     _ratio: float = field(default=0.0, repr=False)
 
@@ -155,7 +157,7 @@ class ModelReport:
             lines += ["", f"{r.name}: {r.status}" + (f"; masks: {', '.join(r.masks)}"
                                                      if r.masks else "")]
             if r.layers:
-                diff_head = f"vs {first}" if r.name != first else ""
+                diff_head = f"vs {first}: attention / hidden" if r.name != first else ""
                 head = (f"  {'layer':<34} {'calls':>5}  {'worst error / rule':<20} "
                         f"{'first failure':<34} {'empty rows':<14} {'verdict':<18} "
                         f"{diff_head}")
@@ -165,6 +167,8 @@ class ModelReport:
                     empty = f"{row.empty_rows} ({hold})" if row.empty_rows else "0"
                     err = f"{row.worst_error:.1e} / {row.bound:.1e}" if row.bound else "-"
                     diff = "" if row.diff_attention is None else f"{row.diff_attention:.1e}"
+                    if row.diff_hidden is not None:
+                        diff += f" / {row.diff_hidden:.1e}"
                     if row.origin:
                         diff += f" {row.origin}"
                     lines.append(f"  {_short(row.layer):<34} {row.calls:>5}  {err:<20} "
