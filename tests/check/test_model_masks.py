@@ -116,3 +116,18 @@ def test_mask_difference_names_the_first_query_and_key():
     other = want.clone()
     other[2, 0, :] = True
     assert mask_difference(other[:, None], want, place) is None
+
+
+def test_a_flex_attention_block_mask_is_read_element_by_element():
+    fa = pytest.importorskip("torch.nn.attention.flex_attention")
+
+    def window_causal(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx + 2) & (q_idx + 2 - kv_idx < 3)
+
+    block = fa.create_block_mask(window_causal, B=2, H=None, Q_LEN=5, KV_LEN=7, device="cpu",
+                                 _compile=False)
+    q, k = torch.zeros(2, 4, 5, 8), torch.zeros(2, 2, 7, 8)
+    keep, bias, words = received_keep(block, torch.nn.Module(), {}, q, k)
+    i, j = torch.arange(5)[:, None] + 2, torch.arange(7)[None, :]
+    assert torch.equal(keep[1, 0], (j <= i) & (i - j < 3)) and bias is None
+    assert words == "FlexAttention BlockMask"

@@ -70,6 +70,10 @@ class _Stopped(Exception):
     """Raised through the model when the implementation under test raised."""
 
 
+class _CheckFailed(Exception):
+    """Raised through the model when judging a call failed (a gap in attnkit's check)."""
+
+
 # -- the wrapper ------------------------------------------------------------------------------
 class _Session:
     """One implementation's run: the wrapper registered for it calls :meth:`attention`."""
@@ -109,8 +113,11 @@ class _Session:
             raise _Stopped(f"{type(err).__name__}: {_first_line(err)}") from err
         mutated = [n for n, a, b in zip("qkv", snap, (query, key, value))
                    if not _same(a, b)]
-        self.check.judge(self, module, index, snap, attention_mask, kwargs, result, mutated,
-                         fn)
+        try:
+            self.check.judge(self, module, index, snap, attention_mask, kwargs, result,
+                             mutated, fn)
+        except Exception as err:  # attnkit's own failure: say so, never blame the function
+            raise _CheckFailed(f"{type(err).__name__}: {_first_line(err)}") from err
         return result
 
 
@@ -604,6 +611,9 @@ class _Check:
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self.steps(session, bar)
+        except _CheckFailed as err:
+            session.result.status = (f"not judged: attnkit's check failed at step "
+                                     f"{session.step} ({err}); please report it")
         except _Stopped as err:
             if session.result.findings:
                 session.result.status = (f"stopped at step {session.step}: {err} (the "

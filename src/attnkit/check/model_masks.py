@@ -107,6 +107,11 @@ def received_keep(mask: Any, module: Any, kwargs: dict, q: torch.Tensor,
     dense = getattr(mask, "dense", None)
     if callable(dense) and type(mask).__name__ == "StructuredMask":
         return dense().detach().cpu(), bias, "attnkit structured mask"
+    if type(mask).__name__ == "BlockMask":  # FlexAttention: its mask_mod, element by element
+        from torch.nn.attention.flex_attention import create_mask
+
+        keep = create_mask(mask.mask_mod, q.shape[0], 1, Tq, Tk, device=q.device)
+        return keep.cpu(), bias, "FlexAttention BlockMask"
     mask = mask.detach().cpu()
     if mask.dtype == torch.bool:
         return mask, bias, "bool mask"
