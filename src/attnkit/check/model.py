@@ -159,11 +159,13 @@ class _Check:
         ids = inputs["input_ids"]
         self.B = ids.shape[0]
         am = inputs.get("attention_mask")
-        self.pad0 = (torch.ones_like(ids, dtype=torch.bool) if am is None else am.bool())
+        # the model's facts live on the CPU, whatever device the model runs on
+        self.pad0 = (torch.ones(ids.shape, dtype=torch.bool) if am is None
+                     else am.bool().cpu())
         self.docs = None
         pos = inputs.get("position_ids")
         if pos is not None and am is None and not self.enc_dec:
-            pos = pos.expand(self.B, -1)
+            pos = pos.cpu().expand(self.B, -1)
             first = pos[:, :1] - 1
             self.docs = (torch.diff(pos, prepend=first, dim=-1) != 1).cumsum(-1)
         self.pad = self.pad0  # grows by one column per decoding step
@@ -279,7 +281,7 @@ class _Check:
                      kwargs: dict, keep4: Any, bias: Any, got: Any, place: CallPlace,
                      want: Any, fn: Any, where: dict) -> None:
         torch = self.torch
-        q, k, v = snap
+        q, k, v = (t.cpu() for t in snap)  # judged on the CPU, in float64
         B, H, Tq, _ = q.shape
         nonempty = keep4.any(-1)  # (B, H, Tq)
         self.empty_rows(row, keep4, nonempty, got, v, H)
@@ -296,8 +298,7 @@ class _Check:
         sinks = None if sinks is None else sinks.detach().double().cpu().numpy()
         bias_sel = None
         if bias is not None:
-            b = bias.double().cpu().expand(B, H, Tq, k.shape[-2]) if bias.ndim == 4 else \
-                bias.double().cpu().expand(B, H, Tq, k.shape[-2])
+            b = bias.double().cpu().expand(B, H, Tq, k.shape[-2])
             bias_sel = b[:, :, qsel].numpy()
         dtype = str(q.dtype).replace("torch.", "")
         q64 = q.double()[:, :, qsel].numpy()
@@ -460,7 +461,7 @@ class _Check:
     def compare(self, s: _Session, row: LayerRow, index: int, out: Any, place: CallPlace) -> None:
         key = (s.step, index)
         real = place.query_real  # (B, Tq)
-        o = out.detach().float().cpu()
+        o = _kept(out)
         if s.reference:
             self.reference_out[key] = o
             return
@@ -473,7 +474,7 @@ class _Check:
     def compare_hidden(self, s: _Session, states: list[tuple[str, Any, Any]]) -> None:
         for name, h, real in states:
             key = (s.step, name)
-            h = h.detach().float().cpu()
+            h = _kept(h)
             if s.reference:
                 self.reference_hidden[key] = h
                 continue
@@ -631,7 +632,10 @@ class _Check:
 
     def steps(self, s: _Session, bar: Any) -> None:
         torch = self.torch
-        model, inputs = self.model, dict(self.inputs)
+        model = self.model
+        device = next(model.parameters()).device
+        inputs = {n: (x.to(device) if isinstance(x, torch.Tensor) else x)
+                  for n, x in self.inputs.items()}
         packed = self.docs is not None
         use_cache = self.generate > 0 and not packed
         am = inputs.get("attention_mask")
@@ -643,7 +647,7 @@ class _Check:
             dec = inputs.get("decoder_input_ids")
             if dec is None:
                 start = getattr(self.config, "decoder_start_token_id", 0) or 0
-                dec = torch.full((self.B, 1), start, dtype=torch.long)
+                dec = torch.full((self.B, 1), start, dtype=torch.long, device=device)
                 inputs["decoder_input_ids"] = dec
             self.dec_total = dec.shape[1]
         elif am is not None and "position_ids" not in inputs and _takes(model, "position_ids"):
@@ -671,7 +675,7 @@ class _Check:
                 self.pad = torch.cat([self.pad, torch.ones(self.B, 1, dtype=torch.bool)], 1)
                 step_kw = {"input_ids": nxt, cache_kw: past}
                 if am is not None:
-                    step_kw["attention_mask"] = self.pad.long()
+                    step_kw["attention_mask"] = self.pad.long().to(device)
                     if "position_ids" in inputs:
                         last = inputs["position_ids"][:, -1:]
                         inputs["position_ids"] = last + 1
@@ -721,6 +725,12 @@ class _Check:
 def _bound_text(measured: str) -> str:
     m = re.search(r"= ([0-9.e+-]+)\s*$", measured)
     return m.group(1) if m else "1e-5"
+
+
+def _kept(t: Any) -> Any:
+    """A CPU copy to compare with: float64 stays float64, anything else goes to float32."""
+    t = t.detach().cpu()
+    return t if str(t.dtype) == "torch.float64" else t.float()
 
 
 def _cache_of(out: Any) -> Any:
