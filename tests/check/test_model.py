@@ -122,6 +122,10 @@ def test_a_model_saved_with_save_pretrained_is_checked_from_its_folder(tmp_path,
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is True and [r["name"] for r in out["implementations"]] == [
         "eager", "sdpa", "attnkit"]
+    # the config alone: the same family with random weights
+    report = check_model(str(tmp_path / "config.json"), implementations=["eager", "sdpa"])
+    assert report.implementations[0].layers[0].layer == "transformer.h.0.attn"
+    assert_clean(report, 0)
 
 
 def test_a_config_that_needs_remote_code_is_refused_in_one_line(tmp_path, capsys):

@@ -13,8 +13,10 @@ transformers' ``AttentionInterface`` as ``"attnkit-check-<name>"`` (and, where `
 one, its mask function with ``AttentionMaskInterface``, so the masks made are those
 ``name`` gets), and the model is switched to it with ``set_attn_implementation``. The
 wrapper calls the implementation under test (for ``"eager"``: the ``eager_attention_forward``
-of the model's own modeling module) and judges the call right away, so memory holds one
-call's tensors at a time:
+of the model's own modeling module) and judges the call right away, so the recorded inputs
+(q, k, v, the mask) are held one call at a time; only the first implementation's attention
+outputs and hidden states are kept, for the comparison (the size of what
+``output_hidden_states`` returns anyway):
 
 - **the output**, against :func:`attnkit.testing.reference_attention` in float64 on the
   very q, k, v, mask, ``scaling``, ``softcap``, sinks (``s_aux``) and ``position_bias`` it
