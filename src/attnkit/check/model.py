@@ -272,6 +272,9 @@ class _Check:
                         f"{diff['k_pos']}), a real key, from query {diff['query']} (position "
                         f"{diff['q_pos']}) of batch row {diff['batch']}; the model's config "
                         f"and padding allow it")
+            if not row.first_failure:
+                row.first_failure = (f"step {s.step}, batch {diff['batch']}, query "
+                                     f"{diff['query']}, key {diff['key']}")
             self.find(s, row, "mask-mismatch", text,
                       f"{diff['count']} (row, query) pairs differ", where,
                       batch=diff["batch"], head=diff["head"], query=diff["query"],
@@ -291,8 +294,9 @@ class _Check:
         if self.sample and Tq > self.sample:
             qsel = torch.linspace(0, Tq - 1, self.sample).round().long().unique()
         judged = nonempty[:, :, qsel].numpy()
-        if not judged.any():
-            return
+        dropout = float(kwargs.get("dropout", 0.0) or 0.0)
+        if not judged.any() or (dropout > 0 and getattr(module, "training", False)):
+            return  # nothing to judge, or random by design (check_model runs in eval mode)
         scale = kwargs.get("scaling")
         scale = (1.0 / math.sqrt(q.shape[-1])) if scale is None else float(scale)
         softcap = kwargs.get("softcap")
@@ -308,9 +312,6 @@ class _Check:
         G = H // k.shape[1]
         k_rep, v_rep = np.repeat(k64, G, axis=1), np.repeat(v64, G, axis=1)
         g = got[:, :, qsel].numpy()
-        dropout = float(kwargs.get("dropout", 0.0) or 0.0)
-        if dropout > 0 and getattr(module, "training", False):
-            return  # random by design: nothing to compare (check_model runs in eval mode)
 
         def oracle(keep_sel: np.ndarray, scale_: float) -> tuple[np.ndarray, np.ndarray]:
             ref = reference_attention(q64, k64, v64, mask=keep_sel, bias=bias_sel,
@@ -333,6 +334,8 @@ class _Check:
         bad = judged & (per_row > bound)
         if not bad.any():
             bad = judged & ~np.isfinite(g).all(-1)
+        if not bad.any():  # finite where the oracle is NaN: the first judged row
+            bad = judged
         bi, hi, ii = _first(bad)
         at = dict(batch=bi, head=hi, query=int(qsel[ii]))
         call = (snap, mask, kwargs, keep4, want, place, fn, module)
@@ -450,6 +453,7 @@ class _Check:
             row = s.rows[name] = LayerRow(name)
             s.result.layers.append(row)
         row.calls += 1
+        row.first_failure = row.first_failure or f"step {s.step}: raised"
         if dtype in ("float16", "bfloat16") and self.twin_finite(fn, module, snap, mask,
                                                                  kwargs):
             self.find(s, row, "float16-overflow", (
