@@ -403,15 +403,18 @@ def build_check_model_parser() -> argparse.ArgumentParser:
                         "weights)")
     p.add_argument("--tiny", choices=TINY_FAMILIES, default=None,
                    help="instead of MODEL: a small random model of this family")
-    p.add_argument("--implementations", default="eager,sdpa,attnkit",
+    p.add_argument("--implementations", default="eager,sdpa,attnkit", metavar="NAMES",
                    help="comma-separated attn_implementation names; differences are measured "
                         "against the first (default: %(default)s)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "float64"),
                    default="float32", help="the model's dtype (default: %(default)s)")
     p.add_argument("--padding", choices=("left", "right", "none"), default="left",
                    help="padding of the random inputs (default: %(default)s)")
-    p.add_argument("--batch", type=positive_int, default=2, help="B (default: 2)")
-    p.add_argument("--length", type=positive_int, default=12, help="T (default: 12)")
+    # --batch-size and --seq-len as in every subcommand; --batch and --length also work
+    p.add_argument("--batch-size", "--batch", dest="batch", metavar="B", type=positive_int,
+                   default=2, help="B of the random inputs (default: 2)")
+    p.add_argument("--seq-len", "--length", dest="length", metavar="T", type=positive_int,
+                   default=12, help="T of the random inputs (default: 12)")
     p.add_argument("--generate", type=non_negative_int, default=0, metavar="N",
                    help="decoding steps with a KV cache after the prefill (default: 0)")
     p.add_argument("--sample", type=positive_int, default=None, metavar="N",

@@ -664,6 +664,9 @@ class _Check:
         bar.update(1)
         for step in range(1, self.generate + 1):
             s.step, s.call_index = step, 0
+            if getattr(out, "logits", None) is None:
+                raise ValueError(f"generate={self.generate} needs a model with a language-"
+                                 f"model head (logits); {type(model).__name__} has none")
             logits = out.logits[:, -1]
             if len(self.plan) < step:
                 self.plan.append(logits.argmax(-1, keepdim=True))
