@@ -135,7 +135,10 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _first_line(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [""])[0][:200]
+    """The first sentence of the first line of an error, at most 200 characters."""
+    line = (str(err).strip().splitlines() or [""])[0]
+    end = line.find(". ", 40)
+    return (line[:end + 1] if 0 < end < 200 else line[:200]).strip()
 
 
 # -- the check --------------------------------------------------------------------------------
