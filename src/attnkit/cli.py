@@ -418,7 +418,8 @@ def build_check_model_parser() -> argparse.ArgumentParser:
     p.add_argument("--generate", type=non_negative_int, default=0, metavar="N",
                    help="decoding steps with a KV cache after the prefill (default: 0)")
     p.add_argument("--sample", type=positive_int, default=None, metavar="N",
-                   help="judge at most N queries per call against the oracle (large models)")
+                   help="judge at most N heads and N queries per call against the oracle "
+                        "(large models)")
     p.add_argument("--save", default=None, metavar="DIR",
                    help="folder for the reproducers' .pt files (default: a temporary folder)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

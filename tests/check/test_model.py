@@ -264,3 +264,14 @@ def test_without_transformers_the_command_names_the_extra():
     assert proc.returncode == 2, proc.stderr
     assert "pip install 'attnkit[transformers]'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_sample_judges_a_subset_of_heads_and_queries():
+    """--sample 2: heads 0 and 3 of 4 (with their key/value heads and sinks), queries 0 and
+    11 of 12: still clean on correct implementations, still finding a planted fault."""
+    assert_clean(check_model(model("gpt_oss"), implementations=["eager", "attnkit"],
+                             generate=1, sample=2), 1)
+    report = check_model(model("llama"), implementations=["fault-flip-layer-1"], sample=2)
+    (f,) = report.findings("fault-flip-layer-1")
+    assert (f.code, f.layer) == ("mask-polarity", "model.layers.1.self_attn")
+    assert f.head in (0, 3) and f.query in (0, 11)

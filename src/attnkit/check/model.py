@@ -293,10 +293,17 @@ class _Check:
         B, H, Tq, _ = q.shape
         nonempty = keep4.any(-1)  # (B, H, Tq)
         self.empty_rows(row, keep4, nonempty, got, v, H)
-        qsel = torch.arange(Tq)
+        # --sample: evenly spaced heads and queries; key/value heads follow their queries
+        qsel, hsel = torch.arange(Tq), torch.arange(H)
         if self.sample and Tq > self.sample:
             qsel = torch.linspace(0, Tq - 1, self.sample).round().long().unique()
-        judged = nonempty[:, :, qsel].numpy()
+        if self.sample and H > self.sample:
+            hsel = torch.linspace(0, H - 1, self.sample).round().long().unique()
+
+        def pick(t: Any) -> Any:  # (B, H, Tq, ...) -> (B, heads, queries, ...)
+            return t[:, hsel][:, :, qsel]
+
+        judged = pick(nonempty).numpy()
         dropout = float(kwargs.get("dropout", 0.0) or 0.0)
         if not judged.any() or (dropout > 0 and getattr(module, "training", False)):
             return  # nothing to judge, or random by design (check_model runs in eval mode)
@@ -304,27 +311,26 @@ class _Check:
         scale = (1.0 / math.sqrt(q.shape[-1])) if scale is None else float(scale)
         softcap = kwargs.get("softcap")
         sinks = kwargs.get("s_aux")
-        sinks = None if sinks is None else sinks.detach().double().cpu().numpy()
+        sinks = None if sinks is None else sinks.detach().double().cpu()[hsel].numpy()
         bias_sel = None
         if bias is not None:
             b = bias.double().cpu().expand(B, H, Tq, k.shape[-2])
-            bias_sel = b[:, :, qsel].numpy()
+            bias_sel = pick(b).numpy()
         dtype = str(q.dtype).replace("torch.", "")
-        q64 = q.double()[:, :, qsel].numpy()
-        k64, v64 = k.double().numpy(), v.double().numpy()
-        G = H // k.shape[1]
-        k_rep, v_rep = np.repeat(k64, G, axis=1), np.repeat(v64, G, axis=1)
-        g = got[:, :, qsel].numpy()
+        q64 = pick(q.double()).numpy()
+        kv = hsel // (H // k.shape[1])  # the key/value head of each query head kept
+        k64, v64 = k.double()[:, kv].numpy(), v.double()[:, kv].numpy()
+        g = pick(got).numpy()
 
         def oracle(keep_sel: np.ndarray, scale_: float) -> tuple[np.ndarray, np.ndarray]:
             ref = reference_attention(q64, k64, v64, mask=keep_sel, bias=bias_sel,
                                       scale=scale_, softcap=softcap, sinks=sinks).out
             base = Baseline("torch", dtype).attention(
-                q64, k_rep, v_rep, keep_sel, scale_, bias=bias_sel, softcap=softcap,
+                q64, k64, v64, keep_sel, scale_, bias=bias_sel, softcap=softcap,
                 sinks=sinks)["out"]
             return ref, base
 
-        keep_sel = keep4[:, :, qsel].numpy()
+        keep_sel = pick(keep4).numpy()
         ref, base = oracle(keep_sel, scale)
         err, bound = _error_and_bound(g[judged], ref[judged], base[judged])
         if row.bound == 0.0 or err / bound > row._ratio:
@@ -340,14 +346,14 @@ class _Check:
         if not bad.any():  # finite where the oracle is NaN: the first judged row
             bad = judged
         bi, hi, ii = _first(bad)
-        at = dict(batch=bi, head=hi, query=int(qsel[ii]))
+        at = dict(batch=bi, head=int(hsel[hi]), query=int(qsel[ii]))
         call = (snap, mask, kwargs, keep4, want, place, fn, module)
-        text = f"step {s.step}, batch {bi}, head {hi}, query {int(qsel[ii])}"
+        text = f"step {s.step}, batch {bi}, head {at['head']}, query {at['query']}"
         if not row.first_failure:
             row.first_failure = text
 
         def fits(alt: Any, scale_: float = scale) -> bool:
-            alt_sel = alt[:, :, qsel].numpy() if isinstance(alt, torch.Tensor) else alt
+            alt_sel = pick(alt).numpy()
             rows = alt_sel.any(-1)
             if not rows.any():
                 return False
@@ -892,8 +898,8 @@ def check_model(model: Any, inputs: dict | None = None, *,
             are measured against the first.
         generate: decoding steps after the prefill, with a KV cache; every implementation
             is fed the first implementation's greedy tokens.
-        sample: judge at most this many queries per call against the oracle (evenly
-            spaced; masks are compared on every query). None: all.
+        sample: judge at most this many heads and this many queries per call against
+            the oracle (evenly spaced; masks are compared on every query). None: all.
         save_to: folder for the reproducers' ``.pt`` files (default: a new temporary
             folder, made only when there is a finding).
         batch, length, padding: the random inputs when ``inputs`` is None (``padding``:
