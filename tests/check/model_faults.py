@@ -67,3 +67,18 @@ def register_faults() -> None:
     AttentionInterface.register("fault-flip-layer-1", flips_mask_on_layer_1)
     AttentionMaskInterface.register("fault-flip-layer-1", sdpa_mask)
     AttentionInterface.register("fault-no-window", ignores_sliding_window)
+
+
+def fill_minus_inf_no_guard(module, query, key, value, attention_mask, scaling=None,
+                            dropout=0.0, **kwargs):
+    """Plain math with ``-inf`` fills and no guard for a row with no allowed key: NaN on
+    left-padded queries, which reaches the next layer through the padded tokens."""
+    G = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(G, 1), value.repeat_interleave(G, 1)
+    scores = (query @ key.transpose(-1, -2) * scaling).masked_fill(~attention_mask, -torch.inf)
+    out = scores.softmax(-1) @ value
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register("fault-nan-rows", fill_minus_inf_no_guard)
+AttentionMaskInterface.register("fault-nan-rows", sdpa_mask)

@@ -275,3 +275,18 @@ def test_sample_judges_a_subset_of_heads_and_queries():
     (f,) = report.findings("fault-flip-layer-1")
     assert (f.code, f.layer) == ("mask-polarity", "model.layers.1.self_attn")
     assert f.head in (0, 3) and f.query in (0, 11)
+
+
+def test_nan_in_rows_with_no_key_is_named_where_it_starts():
+    """A -inf fill with no guard: layer 0 gives NaN on the padded queries (a warning there:
+    what a row with no key holds), and layer 1 fails on real queries, with the cause
+    named: NaN at masked keys reaching the output as 0 * NaN."""
+    report = check_model(model("llama"), implementations=["fault-nan-rows"], padding="left")
+    result = report.implementations[0]
+    codes = {f.code: f for f in result.findings}
+    assert set(codes) == {"nan-or-inf", "fully-masked-row"}
+    assert codes["fully-masked-row"].layer == "model.layers.0.self_attn"
+    assert result.layers[0].empty_hold == ["NaN"] and result.layers[0].verdict == "ok"
+    nan = codes["nan-or-inf"]
+    assert (nan.layer, nan.batch) == ("model.layers.1.self_attn", 1)
+    assert "0 * NaN" in nan.message

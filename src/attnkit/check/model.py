@@ -364,6 +364,12 @@ class _Check:
         if not np.isfinite(g[judged]).all() and np.isfinite(ref[judged]).all():
             code, message = "nan-or-inf", "the attention output has NaN/inf where the " \
                 "oracle is finite"
+            masked_bad = ~pick(keep4)[bi, hi, ii] & ~torch.isfinite(
+                torch.cat([k[bi, kv[hi]], v[bi, kv[hi]]], -1)).all(-1)
+            if bool(masked_bad.any()):
+                message += (f" (k/v hold NaN/inf at {int(masked_bad.sum())} key(s) the mask "
+                            f"excludes, e.g. from an earlier layer's rows with no allowed "
+                            f"key: they reach the output as 0 * NaN)")
             if dtype in ("float16", "bfloat16") and self.twin_finite(fn, module, snap, mask,
                                                                      kwargs):
                 code, message = "float16-overflow", (
