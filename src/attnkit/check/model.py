@@ -54,6 +54,7 @@ import numpy as np
 from ..testing import max_mean_error, reference_attention
 from .model_masks import CallPlace, expected_keep, mask_difference, received_keep
 from .model_report import ImplementationResult, LayerRow, ModelFinding, ModelReport
+from .model_repro import model_reproducer
 from .oracle import Baseline, bound_of, rule_error
 from .report import CODES, ERROR
 
@@ -65,7 +66,6 @@ WRAPPER_PREFIX = "attnkit-check-"
 # A difference between implementations counts when it exceeds this, relative to the
 # largest value compared (the findings themselves come from the oracle, not from this).
 _DIFF_TOL = {"float64": 1e-9, "float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-2}
-_KWARGS_SAVED = ("softcap", "s_aux", "sliding_window", "position_bias", "is_causal")
 
 
 class _Stopped(Exception):
@@ -533,83 +533,16 @@ class _Check:
                          where["layer"], batch, head, query, key)
         if call is not None and bad and not s.result.reproducer:
             try:
-                f.reproducer = self.reproducer(s, f, call, measured)
+                if self.save_to is None:  # one new folder per check, made when needed
+                    self.save_to = tempfile.mkdtemp(prefix="attnkit-check-")
+                path, f.reproducer = model_reproducer(Path(self.save_to), s.impl, f, call,
+                                                      measured)
+                s.result.reproducer = str(path)
             except Exception as err:  # a reproducer must never hide the finding
                 f.reproducer = f"# the reproducer could not be saved: {_first_line(err)}"
         s.result.findings.append(f)
         order = list(CODES)
         s.result.findings.sort(key=lambda x: (x.severity != ERROR, order.index(x.code)))
-
-    def reproducer(self, s: _Session, f: ModelFinding, call: tuple, measured: str) -> str:
-        torch = self.torch
-        snap, mask, kwargs, keep4, want, place, fn, module = call
-        folder = Path(self.save_to) if self.save_to else Path(
-            tempfile.mkdtemp(prefix="attnkit-check-"))
-        folder.mkdir(parents=True, exist_ok=True)
-        stem = re.sub(r"[^A-Za-z0-9]+", "-", f"{s.impl}-step{f.step}-{f.layer}").strip("-")
-        path = folder / f"{stem}.pt"
-        q, k, v = snap
-        data: dict[str, Any] = {"q": q, "k": k, "v": v}
-        if isinstance(mask, torch.Tensor):
-            received, _, _ = received_keep(mask, module, kwargs, q, k)
-            data["attention_mask"] = (received if type(mask).__name__ == "StructuredMask"
-                                      else mask.detach().cpu().clone())
-        data["kwargs"] = {n: (kwargs[n].detach().cpu() if isinstance(kwargs[n], torch.Tensor)
-                              else kwargs[n]) for n in _KWARGS_SAVED if n in kwargs}
-        data["scaling"] = kwargs.get("scaling")
-        data["is_causal"] = bool(getattr(module, "is_causal", True))
-        data["layer_idx"] = getattr(module, "layer_idx", None)
-        data["num_key_value_groups"] = q.shape[1] // k.shape[1]
-        _, bias, _ = received_keep(mask, module, kwargs, q, k)
-        if bias is not None:
-            data["bias"] = bias.detach().cpu()
-        if keep4 is not None:
-            data["keep"] = keep4[:, :1] if bool((keep4 == keep4[:, :1]).all()) else keep4
-            data["expected"] = want[:, None]
-        torch.save(data, path)
-        s.result.reproducer = str(path)
-        if self.impl_is_eager(s):
-            mod = type(module).__module__
-            load_fn = f"from {mod} import eager_attention_forward as fn"
-        else:
-            load_fn = (f"fn = AttentionInterface()[{s.impl!r}]"
-                       + ("" if s.impl in ("sdpa", "attnkit") else
-                          "  # register your function first"))
-        lines = ["import torch",
-                 "from transformers import AttentionInterface",
-                 "from attnkit.testing import reference_attention"]
-        if s.impl == "attnkit":
-            lines.append("from attnkit.integrations.transformers import register; register()")
-        lines += [f"d = torch.load({str(path)!r}, weights_only=True)", load_fn,
-                  "module = torch.nn.Module().eval()  # what fn reads off the calling module",
-                  "module.is_causal, module.layer_idx = d['is_causal'], d['layer_idx']",
-                  "module.num_key_value_groups = d['num_key_value_groups']"]
-        if f.code == "float16-overflow" and keep4 is None:
-            lines += ["fn(module, d['q'], d['k'], d['v'], d.get('attention_mask'), "
-                      "scaling=d['scaling'], **d['kwargs'])  # raises in half precision"]
-            return "\n".join(lines)
-        lines += ["out, _ = fn(module, d['q'], d['k'], d['v'], d.get('attention_mask'), "
-                  "scaling=d['scaling'], dropout=0.0, **d['kwargs'])",
-                  "got = out.transpose(1, 2).double()  # (B, H, Tq, Dv)"]
-        if f.code == "mask-mismatch" and "ignores" not in f.message:
-            lines += [f"b, i, j = {f.batch}, {f.query}, {f.key}",
-                      "print('received allows key j:', bool(d['keep'][b, 0, i, j]),"
-                      " '| expected:', bool(d['expected'][b, 0, i, j]))",
-                      "assert bool(d['keep'][b, 0, i, j]) == bool(d['expected'][b, 0, i, j]),"
-                      f" {f.message[:90]!r}"]
-            return "\n".join(lines)
-        lines += ["kw = d['kwargs']",
-                  "want = reference_attention(d['q'], d['k'], d['v'], mask=d['keep'], "
-                  "bias=d.get('bias'), scale=d['scaling'], softcap=kw.get('softcap'),"
-                  " sinks=kw.get('s_aux')).out  # float64 oracle, on what fn received",
-                  f"b, h, i = {f.batch}, {f.head}, {f.query}",
-                  "err = abs(got[b, h, i].numpy() - want[b, h, i]).max()",
-                  "print('max error of that row against the oracle:', err)",
-                  f"assert err <= {_bound_text(measured)}, {f.code!r}"]
-        return "\n".join(lines)
-
-    def impl_is_eager(self, s: _Session) -> bool:
-        return s.impl == "eager"
 
     # -- running ------------------------------------------------------------------------------
     def run(self, impl: str, reference: bool, bar: Any) -> ImplementationResult:
@@ -744,11 +677,6 @@ class _Check:
                           "attnkit, SDPA and flash-attn give 0", f"{row.empty_rows} rows",
                           {"step": 0, "layer": row.layer})
                 break
-
-
-def _bound_text(measured: str) -> str:
-    m = re.search(r"= ([0-9.e+-]+)\s*$", measured)
-    return m.group(1) if m else "1e-5"
 
 
 def _kept(t: Any) -> Any:
