@@ -9,6 +9,7 @@
     attnkit view  FILE.npz | MODEL --text "..."     a standalone HTML attention explorer
     attnkit check {softmax,masked-softmax,attention,multi-head} TARGET [--convention NAME]
         [--causal] [--json]
+    attnkit check model MODEL|--tiny FAMILY [--implementations eager,sdpa,attnkit] [--generate N]
 
 Each subcommand parses its arguments and calls library functions (:mod:`attnkit.viz.tour`,
 :mod:`attnkit.viz.trace`, :mod:`attnkit.viz.view`, :mod:`attnkit.seq2seq`,
@@ -417,11 +418,26 @@ def build_parser() -> argparse.ArgumentParser:
                             "that sees later positions is the error causal-leak")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(func=cmd_check)
+    check.epilog = ("attnkit check model MODEL|--tiny FAMILY [--implementations eager,sdpa,"
+                    "attnkit] [--generate N] ...: every attention call of a transformers "
+                    "model (see: attnkit check model --help)")
     return parser
+
+
+# -- attnkit check model (its arguments are not a function check's: its own parser) ---------
+def cmd_check_model(argv: Sequence[str]) -> int:
+    from attnkit.check import model_command
+
+    parser = _Parser(prog="attnkit check model", description=model_command.DESCRIPTION)
+    model_command.add_arguments(parser, positive_int, non_negative_int)
+    return model_command.run(parser.parse_args(argv), parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``attnkit`` and ``python -m attnkit``; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["check", "model"]:
+        return cmd_check_model(argv[2:])
     parser = build_parser()
     args = parser.parse_args(argv)
     sub = parser._subparsers._group_actions[0].choices[args.command]  # type: ignore[union-attr]

@@ -28,15 +28,28 @@ CHECKS = {
     "multi-head": check_multi_head,
 }
 
+
+def __getattr__(name: str) -> object:
+    """``check_model`` and ``ModelReport`` on first use: they need torch and transformers,
+    which checking a NumPy function does not."""
+    if name in ("check_model", "ModelReport"):
+        from . import model
+
+        return getattr(model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "CHECKS",
     "CODES",
     "CONVENTIONS",
+    "ModelReport",
     "Finding",
     "Report",
     "TargetLoadError",
     "check_attention",
     "check_masked_softmax",
+    "check_model",
     "check_multi_head",
     "check_softmax",
     "load_target",

@@ -80,29 +80,57 @@ class Baseline:
         return t.requires_grad_(grad)
 
     def attention(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray,
-                  scale: float | None, d_out: np.ndarray | None = None) -> dict:
+                  scale: float | None, d_out: np.ndarray | None = None, *,
+                  bias: np.ndarray | None = None, softcap: float | None = None,
+                  sinks: np.ndarray | None = None) -> dict:
         """``{"out", "weights"}`` (and ``"dq", "dk", "dv"`` given ``d_out``, PyTorch
-        only), as float64 arrays."""
+        only), as float64 arrays.
+
+        ``bias`` (added after ``softcap``), ``softcap`` and ``sinks`` (``(H,)``, q's axis
+        -3) follow the order of every backend; k and v carry q's heads (no GQA here)."""
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         any_key = keep.any(-1, keepdims=True)
         if self.framework == "numpy":
             dt = np.dtype(self.dtype)
             qc, kc, vc = (x.astype(dt) for x in (q, k, v))
             s = (qc @ np.swapaxes(kc, -1, -2)) * dt.type(scale)
+            if softcap is not None:
+                s = dt.type(softcap) * np.tanh(s / dt.type(softcap))
+            if bias is not None:
+                s = s + np.asarray(bias).astype(dt)
             s = np.where(keep, s, dt.type(-np.inf))
+            if sinks is not None:
+                z = np.broadcast_to(np.asarray(sinks).astype(dt).reshape(-1, 1, 1),
+                                    s.shape[-3:-1] + (1,))
+                s = np.concatenate([s, np.broadcast_to(z, s.shape[:-1] + (1,))], -1)
+                keep = np.concatenate([np.broadcast_to(keep, s.shape[:-1] + (s.shape[-1] - 1,)),
+                                       np.ones(s.shape[:-1] + (1,), dtype=bool)], -1)
+                any_key = np.ones_like(any_key)
             s = s - np.where(any_key, s.max(-1, keepdims=True), dt.type(0))
             e = np.where(keep, np.exp(s), dt.type(0))
             with np.errstate(invalid="ignore", divide="ignore"):
                 w = np.where(any_key, e / e.sum(-1, keepdims=True), dt.type(0)).astype(dt)
+            if sinks is not None:
+                w = w[..., :-1]
             return {"out": (w @ vc).astype(np.float64), "weights": w.astype(np.float64)}
         torch = self.torch
         grad = d_out is not None
         qt, kt, vt = self._t(q, grad), self._t(k, grad), self._t(v, grad)
         kp = torch.from_numpy(np.array(keep))
         s = (qt @ kt.transpose(-1, -2)) * scale
+        if softcap is not None:
+            s = softcap * torch.tanh(s / softcap)
+        if bias is not None:
+            s = s + self._t(np.asarray(bias))
         s = s.masked_fill(~kp, float("-inf"))
-        s = torch.where(torch.from_numpy(any_key), s, torch.zeros((), dtype=s.dtype))
-        w = torch.where(kp, torch.softmax(s, dim=-1), torch.zeros((), dtype=s.dtype))
+        if sinks is not None:  # a value-less column in each row's denominator
+            z = self._t(np.asarray(sinks)).reshape(-1, 1, 1).expand(*s.shape[-3:-1], 1)
+            s = torch.cat([s, z.expand(*s.shape[:-1], 1)], -1)
+            w = torch.softmax(s, dim=-1)[..., :-1]
+            w = torch.where(kp, w, torch.zeros((), dtype=s.dtype))
+        else:
+            s = torch.where(torch.from_numpy(any_key), s, torch.zeros((), dtype=s.dtype))
+            w = torch.where(kp, torch.softmax(s, dim=-1), torch.zeros((), dtype=s.dtype))
         out = w @ vt
         result = {"out": out.detach().double().numpy(), "weights": w.detach().double().numpy()}
         if grad:

@@ -23,6 +23,8 @@ CODES: dict[str, tuple[str, str]] = {
     "nan-or-inf": (ERROR, "NaN or inf where the oracle is finite"),
     "float16-overflow": (ERROR, "fails or goes non-finite in half precision only"),
     "mask-polarity": (ERROR, "the mask is read with the opposite meaning"),
+    "mask-mismatch": (ERROR, "a model's attention gets (or applies) another mask than its "
+                             "config and padding call for"),
     "wrong-scale": (ERROR, "scores scaled by something other than 1/sqrt(Dk)"),
     "inaccurate": (ERROR, "beyond the 2x/3x/5x error rule"),
     "mutates-input": (ERROR, "writes into an argument"),

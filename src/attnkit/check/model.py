@@ -1,0 +1,416 @@
+"""``check_model``: every attention call of a transformers model, judged against the oracle
+on what it received, and the first layer where two implementations part.
+
+::
+
+    from attnkit.check import check_model
+    report = check_model(model, implementations=["eager", "sdpa", "attnkit"], generate=4)
+    print(report)            # per implementation a table by layer, findings, reproducers
+    assert report.ok, report.codes
+
+How it records: for each implementation ``name``, a wrapper is registered with
+transformers' ``AttentionInterface`` as ``"attnkit-check-<name>"`` (and, where ``name`` has
+one, its mask function with ``AttentionMaskInterface``, so the masks made are those
+``name`` gets), and the model is switched to it with ``set_attn_implementation``. The
+wrapper calls the implementation under test (for ``"eager"``: the ``eager_attention_forward``
+of the model's own modeling module) and judges the call right away, so the recorded inputs
+(q, k, v, the mask) are held one call at a time; only the first implementation's attention
+outputs and hidden states are kept, for the comparison (the size of what
+``output_hidden_states`` returns anyway):
+
+- **the output**, against :func:`attnkit.testing.reference_attention` in float64 on the
+  very q, k, v, mask, ``scaling``, ``softcap``, sinks (``s_aux``) and ``position_bias`` it
+  received, by the rule of ``attnkit check`` (at most 2x the error of plain math in the
+  same dtype, plus 1e-5); an error beyond it is explained where another reading fits (the
+  mask read the other way round, top-left causal, the sliding window ignored, another
+  scale), else it is ``inaccurate``;
+- **the mask**, against the mask the model's config and the padding call for, built
+  without looking at what was received (:mod:`attnkit.check.model_masks`): a real query
+  that may see a future, padded or out-of-window key, or may not see a real one, is a
+  ``mask-mismatch`` naming layer, step, batch row, query and key;
+- rows with no allowed key: how many, and what they hold (0, a uniform average, NaN).
+
+Every implementation runs the same inputs: the prefill (step 0) and, with ``generate=N``,
+N decoding steps with a KV cache, fed the greedy tokens of the first implementation.
+Hidden states (``output_hidden_states``) and attention outputs are compared with the
+first implementation's, layer by layer: a difference is *made here* when the layer's own
+attention fails its check, else *inherited* from what came before.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .model_compare import Comparison
+from .model_judge import CallJudge
+from .model_masks import CallPlace
+from .model_report import ImplementationResult, LayerRow, ModelFinding, ModelReport
+from .model_repro import model_reproducer
+from .model_session import (
+    SESSIONS,
+    WRAPPER_PREFIX,
+    CheckFailed,
+    Session,
+    Stopped,
+    first_line,
+    known_implementations,
+    register_wrapper,
+)
+from .report import CODES, ERROR
+
+__all__ = ["DEFAULT_IMPLEMENTATIONS", "ImplementationResult", "LayerRow", "ModelFinding",
+           "ModelReport", "check_model"]
+
+DEFAULT_IMPLEMENTATIONS = ("eager", "sdpa", "attnkit")
+
+
+class _Check(CallJudge, Comparison):
+    """One ``check_model`` run: the model's facts (padding, positions, packed documents),
+    where each call's queries and keys sit, the findings, and the steps of each
+    implementation's run (judging: :class:`CallJudge`; comparing: :class:`Comparison`)."""
+
+    def __init__(self, model: Any, inputs: dict, generate: int, sample: int | None,
+                 save_to: str | Path | None) -> None:
+        import torch
+
+        self.torch = torch
+        self.model = model
+        self.config = model.config
+        self.text_config = model.config.get_text_config()
+        self.enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
+        self.inputs = inputs
+        self.generate = generate
+        self.sample = sample
+        self.save_to = save_to
+        self.names = {id(m): n for n, m in model.named_modules()}
+        self.reference_out: dict[tuple, Any] = {}
+        self.reference_hidden: dict[tuple, Any] = {}
+        self.plan: list[Any] = []  # the tokens fed at each decoding step
+        self.bar: Any = _bar(0, False)
+        ids = inputs["input_ids"]
+        self.B = ids.shape[0]
+        am = inputs.get("attention_mask")
+        # the model's facts live on the CPU, whatever device the model runs on
+        self.pad0 = (torch.ones(ids.shape, dtype=torch.bool) if am is None
+                     else am.bool().cpu())
+        self.docs = None
+        pos = inputs.get("position_ids")
+        if pos is not None and am is None and not self.enc_dec:
+            pos = pos.cpu().expand(self.B, -1)
+            first = pos[:, :1] - 1
+            self.docs = (torch.diff(pos, prepend=first, dim=-1) != 1).cumsum(-1)
+        self.pad = self.pad0  # grows by one column per decoding step
+        self.total = ids.shape[1]  # decoder tokens so far (decoder-only: the whole row)
+        self.dec_total = 0
+
+    # -- where a call's queries and keys sit ------------------------------------------------
+    def place(self, module: Any, name: str, B: int, Tq: int, Tk: int) -> CallPlace:
+        torch = self.torch
+        lower = name.lower()
+        causal = bool(getattr(module, "is_causal", True)) and \
+            bool(getattr(self.text_config, "is_causal", True))
+        if self.enc_dec:
+            T_enc = self.pad0.shape[1]
+            enc = torch.arange(T_enc)
+            cross = bool(re.search(r"cross|encdec|encoder_attn", lower)) or (
+                "decoder" in lower and not causal)
+            if cross or (lower.startswith("encoder") or ".encoder." in f".{lower}"):
+                dec_q = torch.arange(self.dec_total - Tq, self.dec_total)
+                q_index = dec_q if cross else enc
+                return CallPlace(q_index=q_index, k_index=enc, key_real=self.pad0,
+                                 query_real=(torch.ones(B, Tq, dtype=torch.bool) if cross
+                                             else self.pad0), causal=False)
+            total, pad = self.dec_total, torch.ones(B, self.dec_total, dtype=torch.bool)
+        else:
+            total, pad = self.total, self.pad
+        q_index = torch.arange(total - Tq, total)
+        k_index = torch.arange(Tk) if Tk >= total else torch.arange(total - Tk, total)
+        key_real = torch.zeros(B, Tk, dtype=torch.bool)
+        inside = k_index < total
+        key_real[:, inside] = pad[:, k_index[inside]]
+        window = chunk = None
+        layer_type = self.layer_type(module)
+        if layer_type == "sliding_attention":
+            window = getattr(self.text_config, "sliding_window", None)
+        elif layer_type == "chunked_attention":
+            chunk = getattr(self.text_config, "attention_chunk_size", None)
+        left_pad = (~pad).long().cumprod(-1).sum(-1) if chunk else None
+        q_doc = k_doc = None
+        if self.docs is not None:
+            q_doc, k_doc = self.docs[:, q_index], self.docs[:, k_index.clamp(max=total - 1)]
+        return CallPlace(q_index=q_index, k_index=k_index, key_real=key_real,
+                         query_real=pad[:, q_index], causal=causal, window=window,
+                         chunk=chunk, left_pad=left_pad, q_doc=q_doc, k_doc=k_doc,
+                         n_tokens=total)
+
+    def layer_type(self, module: Any) -> str:
+        cfg = self.text_config
+        types = getattr(cfg, "layer_types", None)
+        idx = getattr(module, "layer_idx", None)
+        if types and idx is not None and 0 <= idx < len(types):
+            return types[idx]
+        if not types and getattr(cfg, "sliding_window", None) and \
+                getattr(cfg, "use_sliding_window", True):
+            return "sliding_attention"
+        return "full_attention"
+
+    # -- judging one call ---------------------------------------------------------------------
+
+    def find(self, s: Session, row: LayerRow, code: str, message: str, measured: str,
+             where: dict, *, call: tuple | None = None, batch: int | None = None,
+             head: int | None = None, query: int | None = None, key: int | None = None) -> None:
+        bad = CODES[code][0] == ERROR or code == "causal-alignment"
+        if bad and row.verdict == "ok":
+            row.verdict = code
+            order = (s.step, s.call_index)
+            if s.first_fail_key is None or order < s.first_fail_key:
+                s.first_fail_key = order
+                s.result.first_failing_layer = f"{row.layer} (step {s.step})"
+        if code in (f.code for f in s.result.findings):
+            return
+        parts = [f"step {where['step']}" + (" (prefill)" if where["step"] == 0 else
+                                            " (decoding)"), f"layer {where['layer']}"]
+        parts += [f"{n} {x}" for n, x in (("batch", batch), ("head", head), ("query", query),
+                                          ("key", key)) if x is not None]
+        f = ModelFinding(code, message, measured, ", ".join(parts), "", s.impl, where["step"],
+                         where["layer"], batch, head, query, key)
+        if call is not None and bad and not s.result.reproducer:
+            try:
+                if self.save_to is None:  # one new folder per check, made when needed
+                    self.save_to = tempfile.mkdtemp(prefix="attnkit-check-")
+                path, f.reproducer = model_reproducer(Path(self.save_to), s.impl, f, call,
+                                                      measured)
+                s.result.reproducer = str(path)
+            except Exception as err:  # a reproducer must never hide the finding
+                f.reproducer = f"# the reproducer could not be saved: {first_line(err)}"
+        s.result.findings.append(f)
+        order = list(CODES)
+        s.result.findings.sort(key=lambda x: (x.severity != ERROR, order.index(x.code)))
+
+    # -- running ------------------------------------------------------------------------------
+    def run(self, impl: str, reference: bool, bar: Any) -> ImplementationResult:
+        torch = self.torch
+        session = Session(self, impl, reference)
+        name = register_wrapper(impl, session)
+        model = self.model
+        before = model.config._attn_implementation
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model.set_attn_implementation(name)
+        except (ValueError, ImportError, KeyError) as err:
+            session.result.status = f"refused: {first_line(err)}"
+            return session.result
+        if model.config._attn_implementation != name:
+            session.result.status = ("refused: this model's attention does not go through "
+                                     "transformers' AttentionInterface")
+            return session.result
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.steps(session, bar)
+        except CheckFailed as err:
+            session.result.status = (f"not judged: attnkit's check failed at step "
+                                     f"{session.step} ({err}); please report it")
+        except Stopped as err:
+            if session.result.findings:
+                session.result.status = (f"stopped at step {session.step}: {err} (the "
+                                         f"layers after it did not run)")
+            else:
+                session.result.status = f"refused: {err}"
+        except Exception as err:  # the model itself may fail under this implementation
+            session.result.status = f"refused: {type(err).__name__}: {first_line(err)}"
+        finally:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model.set_attn_implementation(before)
+        self.finish(session)
+        return session.result
+
+    def steps(self, s: Session, bar: Any) -> None:
+        torch = self.torch
+        model = self.model
+        device = next(model.parameters()).device
+        inputs = {n: (x.to(device) if isinstance(x, torch.Tensor) else x)
+                  for n, x in self.inputs.items()}
+        packed = self.docs is not None
+        use_cache = self.generate > 0 and not packed
+        am = inputs.get("attention_mask")
+        self.pad = self.pad0
+        self.total = inputs["input_ids"].shape[1]
+        kw: dict[str, Any] = {"output_hidden_states": True, "use_cache": use_cache,
+                              "return_dict": True}
+        if self.enc_dec:
+            dec = inputs.get("decoder_input_ids")
+            if dec is None:
+                start = getattr(self.config, "decoder_start_token_id", 0) or 0
+                dec = torch.full((self.B, 1), start, dtype=torch.long, device=device)
+                inputs["decoder_input_ids"] = dec
+            self.dec_total = dec.shape[1]
+        elif am is not None and "position_ids" not in inputs and _takes(model, "position_ids"):
+            inputs["position_ids"] = (am.long().cumsum(-1) - 1).clamp(min=0)
+        s.step, s.call_index = 0, 0
+        out = model(**inputs, **kw)
+        self.hidden(s, out)
+        bar.update(1)
+        for step in range(1, self.generate + 1):
+            s.step, s.call_index = step, 0
+            if getattr(out, "logits", None) is None:
+                raise ValueError(f"generate={self.generate} needs a model with a language-"
+                                 f"model head (logits); {type(model).__name__} has none")
+            logits = out.logits[:, -1]
+            if len(self.plan) < step:
+                self.plan.append(logits.argmax(-1, keepdim=True))
+            nxt = self.plan[step - 1]
+            past = _cache_of(out)
+            cache_kw = "cache" if _takes(model, "cache") else "past_key_values"
+            if self.enc_dec:
+                self.dec_total += 1
+                out_enc = inputs.get("_encoder_outputs") or (out.encoder_last_hidden_state,)
+                inputs["_encoder_outputs"] = out_enc
+                out = model(encoder_outputs=out_enc, attention_mask=inputs.get("attention_mask"),
+                            decoder_input_ids=nxt, **{cache_kw: past}, **kw)
+            else:
+                self.total += 1
+                self.pad = torch.cat([self.pad, torch.ones(self.B, 1, dtype=torch.bool)], 1)
+                step_kw = {"input_ids": nxt, cache_kw: past}
+                if am is not None:
+                    step_kw["attention_mask"] = self.pad.long().to(device)
+                    if "position_ids" in inputs:
+                        last = inputs["position_ids"][:, -1:]
+                        inputs["position_ids"] = last + 1
+                        step_kw["position_ids"] = inputs["position_ids"]
+                out = model(**step_kw, **kw)
+            self.hidden(s, out)
+            bar.update(1)
+
+
+def _cache_of(out: Any) -> Any:
+    """The KV cache a forward returned (``cache`` from transformers 5.2x, else
+    ``past_key_values``)."""
+    fields = getattr(out, "__dataclass_fields__", {})
+    return getattr(out, "cache" if "cache" in fields else "past_key_values", None)
+
+
+def _takes(model: Any, name: str) -> bool:
+    import inspect
+
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _bar(total: int, enabled: bool | None) -> Any:
+    class _Off:
+        def update(self, n: int = 1) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+        def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+            pass
+
+    if enabled is False:
+        return _Off()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _Off()
+    return tqdm(total=total, desc="attnkit check model", unit="step", file=sys.stderr,
+                disable=not enabled, leave=False)
+
+
+def check_model(model: Any, inputs: dict | None = None, *,
+                implementations: Sequence[str] | None = None, generate: int = 0,
+                sample: int | None = None, save_to: str | Path | None = None,
+                batch: int = 2, length: int = 12, padding: str = "left",
+                progress: bool | None = None) -> ModelReport:
+    """Judge every attention call of ``model`` under each implementation.
+
+    Args:
+        model: a transformers ``PreTrainedModel`` (its attention must go through
+            ``AttentionInterface``), or a path: a local folder or a ``config.json``
+            (loaded offline, see :func:`attnkit.check.model_load.load_model`).
+        inputs: ``input_ids`` ``(B, T)`` with optional ``attention_mask`` (1 = real
+            token), ``position_ids`` (packed documents: ids that restart; no
+            ``attention_mask``, no ``generate``), ``decoder_input_ids`` (encoder-decoder).
+            None: random tokens, ``batch`` x ``length``, with ``padding``.
+        implementations: ``attn_implementation`` names (default ``eager, sdpa,
+            attnkit``); any name registered with ``AttentionInterface`` works. Differences
+            are measured against the first.
+        generate: decoding steps after the prefill, with a KV cache; every implementation
+            is fed the first implementation's greedy tokens.
+        sample: judge at most this many heads and this many queries per call against
+            the oracle (evenly spaced; masks are compared on every query). None: all.
+        save_to: folder for the reproducers' ``.pt`` files (default: a new temporary
+            folder, made only when there is a finding).
+        batch, length, padding: the random inputs when ``inputs`` is None (``padding``:
+            ``"left"``, ``"right"`` or ``"none"``).
+        progress: a progress bar on stderr over implementations and steps (None: when
+            stderr is a terminal, or layers x implementations x steps >= 200).
+
+    Returns:
+        A :class:`ModelReport`; ``report.ok`` is False when any finding is an error.
+    """
+    from .model_load import load_model, make_inputs, require_transformers
+
+    require_transformers()
+    t0 = time.perf_counter()
+    label = None
+    if isinstance(model, (str, Path)):
+        label = str(model)
+        model = load_model(str(model))
+    if generate < 0:
+        raise ValueError(f"generate must be >= 0, got {generate}")
+    if sample is not None and sample < 1:
+        raise ValueError(f"sample must be >= 1 or None, got {sample}")
+    impls = list(DEFAULT_IMPLEMENTATIONS if implementations is None else implementations)
+    if not impls:
+        raise ValueError("implementations is empty")
+    known_implementations(impls)
+    described = None
+    if inputs is None:
+        inputs = make_inputs(model, batch=batch, length=length, padding=padding)
+        described = f"batch {batch}, length {length}, padding {padding}"
+    else:
+        if "input_ids" not in inputs:
+            raise ValueError(f"inputs need input_ids, got keys {sorted(inputs)}")
+        ids = inputs["input_ids"]
+        if ids.ndim != 2:
+            raise ValueError(f"input_ids must be (B, T), got shape {tuple(ids.shape)}")
+        described = f"batch {ids.shape[0]}, length {ids.shape[1]}, the caller's inputs"
+    if inputs.get("position_ids") is not None and inputs.get("attention_mask") is None \
+            and generate:
+        raise ValueError("packed inputs (position_ids without attention_mask) are checked "
+                         "in the prefill only: pass generate=0")
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    report = ModelReport(label or type(model).__name__, dtype,
+                         described + (f", {generate} decoding step"
+                                      f"{'s' if generate > 1 else ''}" if generate else
+                                      ", prefill only"))
+    training = model.training
+    model.eval()
+    check = _Check(model, inputs, generate, sample, save_to)
+    if progress is None:  # a terminal, or a model whose check takes a while
+        layers = getattr(model.config.get_text_config(), "num_hidden_layers", 0) or 0
+        progress = sys.stderr.isatty() or layers * len(impls) * (generate + 1) >= 200
+    bar = check.bar = _bar(len(impls) * (generate + 1), progress)
+    try:
+        for n, impl in enumerate(impls):
+            report.implementations.append(check.run(impl, n == 0, bar))
+    finally:
+        bar.close()
+        model.train(training)
+        for impl in impls:
+            SESSIONS.pop(WRAPPER_PREFIX + impl, None)
+    report.seconds = time.perf_counter() - t0
+    return report

@@ -1,0 +1,187 @@
+"""Models and inputs for ``check_model``: a local folder, a ``config.json``, or a tiny
+random model of a known family, and random tokens with the padding asked for.
+
+Nothing here downloads or runs code from a model: ``HF_HUB_OFFLINE=1`` and
+``local_files_only=True`` on every load, never ``trust_remote_code`` (a config that needs
+it is refused in one line), weights from safetensors where the folder has them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TINY_FAMILIES", "load_model", "make_inputs", "require_transformers", "tiny_model"]
+
+TINY_FAMILIES = ("llama", "mistral", "gemma2", "gpt_oss", "qwen2", "gpt2", "t5")
+_DTYPES = ("float32", "float64", "bfloat16", "float16")
+
+
+def require_transformers() -> Any:
+    """transformers, imported offline (or the one-line install hint)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read when huggingface_hub is imported
+    try:
+        import torch  # noqa: F401
+        import transformers
+    except ModuleNotFoundError as err:
+        from .._optional import raise_missing
+
+        raise_missing(err, err.name if err.name in ("torch", "transformers") else "transformers",
+                      extra="transformers", user="attnkit check model")
+    return transformers
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    if name not in _DTYPES:
+        raise ValueError(f"dtype must be one of {_DTYPES}, got {name!r}")
+    return getattr(torch, name)
+
+
+def _tiny_config(family: str) -> tuple[Any, Any, dict]:
+    """``(config, auto class, extra from_config keywords)``: 2 layers, width 32, 4 query
+    heads (2 key/value heads where the family has GQA), a sliding window of 4 where the
+    family has one, weights drawn with a spread of 0.2 so attention is far from uniform."""
+    tf = require_transformers()
+    decoder = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                   initializer_range=0.2, pad_token_id=0, bos_token_id=None, eos_token_id=None)
+    causal = tf.AutoModelForCausalLM
+    if family == "llama":
+        return tf.LlamaConfig(**decoder), causal, {}
+    if family == "mistral":
+        return tf.MistralConfig(sliding_window=4, **decoder), causal, {}
+    if family == "qwen2":  # layer 0 full, layer 1 sliding
+        return tf.Qwen2Config(use_sliding_window=True, sliding_window=4, max_window_layers=1,
+                              **decoder), causal, {}
+    if family == "gemma2":  # softcap 50, alternating sliding/full layers
+        return tf.Gemma2Config(sliding_window=4, head_dim=8, **decoder), causal, {}
+    if family == "gpt_oss":  # attention sinks, alternating sliding/full layers
+        return (tf.GptOssConfig(sliding_window=4, head_dim=8, num_local_experts=2,
+                                num_experts_per_tok=2, **decoder), causal,
+                {"experts_implementation": "eager"})
+    if family == "gpt2":
+        return (tf.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                              initializer_range=0.2, attn_pdrop=0.0, resid_pdrop=0.0,
+                              embd_pdrop=0.0, bos_token_id=None, eos_token_id=None,
+                              pad_token_id=0), causal, {})
+    if family == "t5":
+        return (tf.T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                            num_heads=4, relative_attention_num_buckets=8, dropout_rate=0.0,
+                            decoder_start_token_id=0, pad_token_id=0, eos_token_id=None),
+                tf.AutoModelForSeq2SeqLM, {})
+    raise ValueError(f"--tiny must be one of {', '.join(TINY_FAMILIES)}, got {family!r}")
+
+
+def tiny_model(family: str, dtype: str = "float32", seed: int = 0) -> Any:
+    """A small random model of ``family`` (one of :data:`TINY_FAMILIES`), in eval mode.
+
+    Args:
+        family: ``"llama"``, ``"mistral"``, ``"gemma2"``, ``"gpt_oss"``, ``"qwen2"``,
+            ``"gpt2"`` or ``"t5"``.
+        dtype: ``"float32"``, ``"float64"``, ``"bfloat16"`` or ``"float16"``.
+        seed: seeds the weights.
+
+    Returns:
+        A transformers ``PreTrainedModel`` on the CPU, attention ``"eager"``.
+    """
+    import torch
+
+    config, auto, extra = _tiny_config(family)
+    torch.manual_seed(seed)
+    return auto.from_config(config, attn_implementation="eager", dtype=_dtype(dtype),
+                            **extra).eval()
+
+
+def _auto_class(tf: Any, config: Any) -> Any:
+    if getattr(config, "is_encoder_decoder", False):
+        return tf.AutoModelForSeq2SeqLM
+    names = " ".join(getattr(config, "architectures", None) or [])
+    return tf.AutoModelForCausalLM if ("CausalLM" in names or "LMHead" in names or not names) \
+        else tf.AutoModel
+
+
+def load_model(spec: str, dtype: str = "float32", seed: int = 0) -> Any:
+    """A model from a local folder (``from_pretrained``) or a ``config.json`` (random
+    weights, seeded), in eval mode; nothing is downloaded and no model code is run.
+
+    Raises:
+        ValueError: ``spec`` is not a local folder with a ``config.json`` nor a JSON file,
+            or its config needs ``trust_remote_code``.
+    """
+    tf = require_transformers()
+    path = Path(spec)
+    if path.is_file() and path.suffix == ".json":
+        folder, config_file = path.parent, path
+    elif path.is_dir() and (path / "config.json").is_file():
+        folder, config_file = path, path / "config.json"
+    else:
+        raise ValueError(f"MODEL {spec!r} is not a local folder with a config.json nor a "
+                         f"config.json file (attnkit check model downloads nothing)")
+    try:
+        raw = json.loads(config_file.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"MODEL {spec!r}: cannot read {config_file.name}: {err}") from None
+    if not isinstance(raw, dict) or "auto_map" in raw or "model_type" not in raw:
+        raise ValueError(f"MODEL {spec!r} needs trust_remote_code (its own Python code, or "
+                         f"no model_type transformers knows): attnkit check never runs it")
+    torch_dtype = _dtype(dtype)
+    try:
+        config = tf.AutoConfig.for_model(**raw) if path.is_file() else \
+            tf.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    except (ValueError, KeyError) as err:
+        raise ValueError(f"MODEL {spec!r}: transformers cannot read this config without "
+                         f"running the model's own code ({str(err).splitlines()[0]})") from None
+    auto = _auto_class(tf, config)
+    weights = list(folder.glob("*.safetensors")) + list(folder.glob("*.bin"))
+    if path.is_file() or not weights:
+        import torch
+
+        torch.manual_seed(seed)
+        return auto.from_config(config, attn_implementation="eager", dtype=torch_dtype).eval()
+    safetensors = any(w.suffix == ".safetensors" for w in weights)
+    return auto.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False,
+                                use_safetensors=safetensors, dtype=torch_dtype,
+                                attn_implementation="eager").eval()
+
+
+def make_inputs(model: Any, batch: int = 2, length: int = 12, padding: str = "left",
+                seed: int = 0) -> dict:
+    """Random tokens for ``model``: ``input_ids`` and ``attention_mask`` ``(batch, length)``
+    (and ``decoder_input_ids`` for an encoder-decoder).
+
+    Row 0 is never padded; row ``b`` has ``b * length // (batch + 1)`` pads on the side
+    ``padding`` names (``"left"``, ``"right"`` or ``"none"``).
+    """
+    import torch
+
+    if padding not in ("left", "right", "none"):
+        raise ValueError(f"padding must be 'left', 'right' or 'none', got {padding!r}")
+    if batch < 1 or length < 1:
+        raise ValueError(f"batch and length must be >= 1, got {batch} and {length}")
+    config = model.config
+    vocab = int(getattr(config.get_text_config(), "vocab_size", 0) or 64)
+    pad_id = getattr(config, "pad_token_id", None)
+    pad_id = 0 if pad_id is None else int(pad_id)
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab, (batch, length), generator=g)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    if padding != "none":
+        for b in range(1, batch):
+            n = min(length - 1, b * length // (batch + 1))
+            if n:
+                if padding == "left":
+                    mask[b, :n] = 0
+                else:
+                    mask[b, length - n:] = 0
+    ids = ids.masked_fill(mask == 0, pad_id)
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if getattr(config, "is_encoder_decoder", False):
+        start = getattr(config, "decoder_start_token_id", None) or 0
+        dec = torch.randint(1, vocab, (batch, max(1, length // 2)), generator=g)
+        dec[:, 0] = start
+        inputs["decoder_input_ids"] = dec
+    return inputs

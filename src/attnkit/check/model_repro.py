@@ -1,0 +1,98 @@
+"""The reproducer of a ``check_model`` finding: the call's inputs saved to a ``.pt`` file
+(tensors and plain values only, so ``torch.load(..., weights_only=True)`` reads it back and
+runs no code), and a few printed lines that recompute the implementation and the float64
+oracle from it and fail while the bug is there."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from .model_masks import received_keep
+
+__all__ = ["model_reproducer"]
+
+# The keyword arguments an attention function gets that the reproducer passes again.
+_KWARGS_SAVED = ("softcap", "s_aux", "sliding_window", "position_bias", "is_causal")
+
+
+def model_reproducer(folder: Path, impl: str, f: Any, call: tuple,
+                     measured: str) -> tuple[Path, str]:
+    """Save the inputs of the call behind finding ``f`` of implementation ``impl`` to a
+    ``.pt`` file in ``folder`` and return ``(path, lines)``: Python that loads the file
+    with ``torch.load(..., weights_only=True)``, calls the implementation again and the
+    float64 oracle, and fails while the bug is there.
+
+    ``call`` is ``(q, k, v), mask, kwargs, keep, expected, place, fn, module`` as the
+    check recorded it (``keep`` None for a call that raised).
+    """
+    import torch
+
+    snap, mask, kwargs, keep4, want, place, fn, module = call
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = re.sub(r"[^A-Za-z0-9]+", "-", f"{impl}-step{f.step}-{f.layer}").strip("-")
+    path = folder / f"{stem}.pt"
+    q, k, v = snap
+    data: dict[str, Any] = {"q": q.cpu(), "k": k.cpu(), "v": v.cpu()}
+    if isinstance(mask, torch.Tensor):
+        received, _, _ = received_keep(mask, module, kwargs, q, k)
+        data["attention_mask"] = (received if type(mask).__name__ == "StructuredMask"
+                                  else mask.detach().cpu().clone())
+    data["kwargs"] = {n: (kwargs[n].detach().cpu() if isinstance(kwargs[n], torch.Tensor)
+                          else kwargs[n]) for n in _KWARGS_SAVED if n in kwargs}
+    data["scaling"] = kwargs.get("scaling")
+    data["is_causal"] = bool(getattr(module, "is_causal", True))
+    data["layer_idx"] = getattr(module, "layer_idx", None)
+    data["num_key_value_groups"] = q.shape[1] // k.shape[1]
+    _, bias, _ = received_keep(mask, module, kwargs, q, k)
+    if bias is not None:
+        data["bias"] = bias.detach().cpu()
+    if keep4 is not None:
+        data["keep"] = keep4[:, :1] if bool((keep4 == keep4[:, :1]).all()) else keep4
+        data["expected"] = want[:, None]
+    torch.save(data, path)
+    if impl == "eager":
+        mod = type(module).__module__
+        load_fn = f"from {mod} import eager_attention_forward as fn"
+    else:
+        load_fn = (f"fn = AttentionInterface()[{impl!r}]"
+                   + ("" if impl in ("sdpa", "attnkit") else
+                      "  # register your function first"))
+    lines = ["import torch",
+             "from transformers import AttentionInterface",
+             "from attnkit.testing import reference_attention"]
+    if impl == "attnkit":
+        lines.append("from attnkit.integrations.transformers import register; register()")
+    lines += [f"d = torch.load({str(path)!r}, weights_only=True)", load_fn,
+              "module = torch.nn.Module().eval()  # what fn reads off the calling module",
+              "module.is_causal, module.layer_idx = d['is_causal'], d['layer_idx']",
+              "module.num_key_value_groups = d['num_key_value_groups']"]
+    if f.code == "float16-overflow" and keep4 is None:
+        lines += ["fn(module, d['q'], d['k'], d['v'], d.get('attention_mask'), "
+                  "scaling=d['scaling'], **d['kwargs'])  # raises in half precision"]
+        return path, "\n".join(lines)
+    lines += ["out, _ = fn(module, d['q'], d['k'], d['v'], d.get('attention_mask'), "
+              "scaling=d['scaling'], dropout=0.0, **d['kwargs'])",
+              "got = out.transpose(1, 2).double()  # (B, H, Tq, Dv)"]
+    if f.code == "mask-mismatch" and "ignores" not in f.message:
+        lines += [f"b, i, j = {f.batch}, {f.query}, {f.key}",
+                  "print('received allows key j:', bool(d['keep'][b, 0, i, j]),"
+                  " '| expected:', bool(d['expected'][b, 0, i, j]))",
+                  "assert bool(d['keep'][b, 0, i, j]) == bool(d['expected'][b, 0, i, j]),"
+                  f" {f.message[:90]!r}"]
+        return path, "\n".join(lines)
+    lines += ["kw = d['kwargs']",
+              "want = reference_attention(d['q'], d['k'], d['v'], mask=d['keep'], "
+              "bias=d.get('bias'), scale=d['scaling'], softcap=kw.get('softcap'),"
+              " sinks=kw.get('s_aux')).out  # float64 oracle, on what fn received",
+              f"b, h, i = {f.batch}, {f.head}, {f.query}",
+              "err = abs(got[b, h, i].numpy() - want[b, h, i]).max()",
+              "print('max error of that row against the oracle:', err)",
+              f"assert err <= {_bound_text(measured)}, {f.code!r}"]
+    return path, "\n".join(lines)
+
+
+def _bound_text(measured: str) -> str:
+    m = re.search(r"= ([0-9.e+-]+)\s*$", measured)
+    return m.group(1) if m else "1e-5"
