@@ -51,6 +51,12 @@ import attnkit
 
 print("attnkit", attnkit.__version__)'''
 
+# A translation's notebooks also print attnkit check's reports in its language (the
+# chapters' code is the English code, so the language cannot be chosen in the code).
+LANGUAGE_LINES = {
+    "zh": '\n\nimport os\n\nos.environ["ATTNKIT_LANG"] = "zh"  # attnkit check 的报告用中文',
+}
+
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 
@@ -83,7 +89,8 @@ def make_notebook(chapter: Path) -> nbformat.NotebookNode:
     if others:
         raise ValueError(f"{chapter}: blocks that are not ```python would become cells the "
                          f"notebook runs ({others}); show terminal commands as ```console")
-    setup = nbformat.v4.new_code_cell(SETUP_CELL.format(source=chapter.name))
+    source = SETUP_CELL.format(source=chapter.name) + LANGUAGE_LINES.get(chapter.parent.name, "")
+    setup = nbformat.v4.new_code_cell(source)
     nb.cells.insert(0, setup)
     for i, cell in enumerate(nb.cells):
         cell.id = f"cell-{i:02d}"

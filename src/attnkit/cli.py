@@ -8,7 +8,7 @@
     attnkit bench [--quick | --smoke]               the scripts under benchmarks/
     attnkit view  FILE.npz | MODEL --text "..."     a standalone HTML attention explorer
     attnkit check {softmax,masked-softmax,attention,multi-head} TARGET [--convention NAME]
-        [--causal] [--json]
+        [--causal] [--json] [--lang en|zh]
     attnkit check model MODEL|--tiny FAMILY [--implementations eager,sdpa,attnkit] [--generate N]
 
 Each subcommand parses its arguments and calls library functions (:mod:`attnkit.viz.tour`,
@@ -251,6 +251,7 @@ def _stdout_to_stderr() -> Iterator[None]:
 def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from attnkit.check import CHECKS, Finding, Report, load_target
     from attnkit.check.adapt import TargetLoadError
+    from attnkit.check.messages import get_language
 
     if args.causal and args.kind not in ("attention", "multi-head"):
         parser.error(f"--causal applies to attention and multi-head, not {args.kind}")
@@ -271,7 +272,8 @@ def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 report = CHECKS[args.kind](target, convention=args.convention, **options)
             except (ValueError, TypeError) as err:  # a convention the check does not take
                 parser.error(str(err))
-    print(report.to_json() if args.json else report.table())
+    lang = args.lang or get_language()
+    print(report.to_json(lang) if args.json else report.text(lang))
     return 0 if report.ok else 1
 
 
@@ -417,6 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="TARGET is meant to be causal (attention, multi-head): a query "
                             "that sees later positions is the error causal-leak")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.add_argument("--lang", choices=("en", "zh"), default=None,
+                       help="the language of the report: en or zh (中文); codes are the "
+                            "same in both (default: $ATTNKIT_LANG, else en)")
     check.set_defaults(func=cmd_check)
     check.epilog = ("attnkit check model MODEL|--tiny FAMILY [--implementations eager,sdpa,"
                     "attnkit] [--generate N] ...: every attention call of a transformers "

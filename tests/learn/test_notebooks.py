@@ -182,3 +182,10 @@ def test_notebook_runs_top_to_bottom(chapter, tmp_path):
         assert any('class="attnkit-explorer"' in h for h in html), (
             f"{rel(chapter)}: a cell calls explore(...) but shows no explorer; end the block "
             f"with the explorer object so a notebook displays it")
+    # The grading cells print attnkit check's report in the notebook's language: the
+    # Chinese notebooks set ATTNKIT_LANG in their setup cell (the code is the English code).
+    header = "attnkit 检查" if chapter.parent.name == "zh" else "attnkit check"
+    for cell in ran.cells:
+        if cell.cell_type == "code" and "print(report)" in cell.source:
+            text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+            assert header in text, f"{rel(chapter)}: a grading cell printed {text[:200]!r}"

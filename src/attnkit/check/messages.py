@@ -14,7 +14,10 @@ Chinese terms follow the Chinese edition of d2l (zh.d2l.ai): 查询、键、值,
 
 from __future__ import annotations
 
-__all__ = ["LANGUAGES", "ZH_CODES", "ZH_WORDS", "check_language"]
+__all__ = ["LANGUAGES", "ZH_CODES", "ZH_PHRASES", "ZH_WORDS", "check_language", "get_language",
+           "set_language", "zh_phrases"]
+
+import os
 
 LANGUAGES = ("en", "zh")
 
@@ -126,14 +129,13 @@ ZH_WORDS: dict[str, str] = {
     "framework": "框架",
     "convention": "约定",
     "layout": "布局",
+    "causality": "因果性",
     "not found": "未识别",
     "cases": "共 {n} 个用例，用时 {seconds:.2f} 秒",
     "no findings": "没有发现问题：每个用例都与参考实现一致",
-    "severity": "级别",
-    "code": "代码",
-    "diagnosis": "诊断",
     "error": "错误",
     "warning": "警告",
+    "detail": "详情（英文）",
     "measured": "实测",
     "case": "用例",
     "reproducer": "复现 {code} 的代码：",
@@ -141,10 +143,47 @@ ZH_WORDS: dict[str, str] = {
     "failed": "未通过",
     "verdict": "{verdict}：{errors} 个错误，{warnings} 个警告",
     "no mask": (
-        "没有识别出掩码参数，因此没有测试掩码、整行被掩蔽和因果对齐（可用 --conventio"
-        "n valid_lens、masked、keep 或 sdpa 声明）"
+        "没有识别出掩码参数，因此没有测试掩码、整行被掩蔽和因果对齐"
+        "（可用 --convention valid_lens、masked、keep、sdpa 或 additive 声明）"
     ),
 }
+
+
+# What the checks write into a report's header (convention, layout, causality, origin),
+# in Chinese; applied in this order, longest first where one contains another. Names of
+# conventions, parameters and shapes stay as they are: the reader meets them in code.
+ZH_PHRASES: tuple[tuple[str, str], ...] = (
+    ("behaves as causal: later positions do not change earlier outputs",
+     "表现为因果：靠后的位置不改变靠前位置的输出"),
+    ("bidirectional: later positions change earlier outputs",
+     "双向：靠后的位置会改变靠前位置的输出"),
+    ("declared causal: judged against bottom-right causal attention",
+     "已声明为因果：按右下角对齐的因果注意力来判"),
+    (" (declared causal)", "（已声明为因果）"),
+    (" (transposed back to judge it)", "（转置回来再判）"),
+    ("left at default (not a mask)", "保持默认值（不是掩码）"),
+    ("took no known layout: masks not tested", "不接受任何已知的布局：未测试掩码"),
+    (" (from the signature)", "（由签名判断）"),
+    (" (from behaviour)", "（由行为判断）"),
+    (" (declared)", "（已声明）"),
+    (" (assumed)", "（假定）"),
+    (" (found by trying)", "（试出来的）"),
+    (", self-attention m(x)", "，自注意力 m(x)"),
+    (", inputs by name ", "，按参数名传入 "),
+    (", output ", "，输出 "),
+    (", passed as ", "，作为 "),
+    ("built as ", "构造方式："),
+    ("defined in cell ", "定义于单元格 "),
+    (" of ", "，文件 "),
+)
+
+
+def zh_phrases(text: str) -> str:
+    """``text`` (a report header field written by a check) with its known phrases in
+    Chinese; what is not a known phrase (names, shapes) is left as it is."""
+    for en, zh in ZH_PHRASES:
+        text = text.replace(en, zh)
+    return text
 
 
 def check_language(lang: str) -> str:
@@ -152,3 +191,23 @@ def check_language(lang: str) -> str:
     if lang not in LANGUAGES:
         raise ValueError(f"lang must be one of {LANGUAGES}, got {lang!r}")
     return lang
+
+
+_language: str | None = None
+
+
+def set_language(lang: str | None) -> None:
+    """Write reports in ``lang`` (``"en"`` or ``"zh"``) from now on, when they are printed
+    without naming a language (``print(report)``); None goes back to the default."""
+    global _language
+    _language = None if lang is None else check_language(lang)
+
+
+def get_language() -> str:
+    """The language of ``print(report)``: the one :func:`set_language` chose, else the
+    environment variable ``ATTNKIT_LANG`` (the Chinese notebooks set it to ``zh``), else
+    English."""
+    if _language is not None:
+        return _language
+    env = os.environ.get("ATTNKIT_LANG", "").strip().lower()
+    return env if env in LANGUAGES else "en"

@@ -11,6 +11,8 @@ import json
 import textwrap
 from dataclasses import asdict, dataclass, field
 
+from .messages import ZH_CODES, ZH_WORDS, check_language, get_language, zh_phrases
+
 __all__ = ["CODES", "ERROR", "WARNING", "Finding", "Report"]
 
 ERROR, WARNING = "error", "warning"
@@ -118,19 +120,39 @@ class Report:
             order = list(CODES)
             self.findings.sort(key=lambda f: order.index(f.code))
 
-    def to_dict(self) -> dict:
+    def to_dict(self, lang: str = "en") -> dict:
+        """The report as plain data (``--json``). With ``lang="zh"`` each finding also
+        carries its Chinese ``title`` and ``diagnosis``; codes are the same in every
+        language."""
+        check_language(lang)
         d = asdict(self)
         d["ok"] = self.ok
         for f, item in zip(self.findings, d["findings"]):
             item["severity"] = f.severity
+            if lang == "zh":
+                item["title"], item["diagnosis"] = ZH_CODES[f.code]
         return d
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+    def to_json(self, lang: str = "en") -> str:
+        return json.dumps(self.to_dict(lang), indent=2, ensure_ascii=False)
 
-    def table(self, reproducers: bool = True) -> str:
+    def table(self, reproducers: bool = True, lang: str | None = None) -> str:
+        """The report as text for a terminal (:meth:`text`)."""
+        return self.text(lang, reproducers)
+
+    def text(self, lang: str | None = None, reproducers: bool = True) -> str:
         """The report as text for a terminal: a header, one row per finding, then each
-        finding's reproducer."""
+        finding's reproducer.
+
+        Args:
+            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.messages.get_language`
+                (``set_language``, else ``ATTNKIT_LANG``, else English). In Chinese every
+                finding gets its code's Chinese title and diagnosis, with the check's own
+                English sentence under it; codes, figures and reproducers are the same.
+        """
+        lang = check_language(lang or get_language())
+        if lang == "zh":
+            return self._text_zh(reproducers)
         lines = [
             f"attnkit check {self.check}: {self.target}",
             f"  framework {self.framework or 'not found'}, "
@@ -167,5 +189,40 @@ class Report:
         lines += ["", f"{verdict}: {n_err} error(s), {len(self.findings) - n_err} warning(s)"]
         return "\n".join(lines)
 
+    def _text_zh(self, reproducers: bool) -> str:
+        w = ZH_WORDS
+        fields = [f"{w['framework']} {self.framework or w['not found']}",
+                  f"{w['convention']} {zh_phrases(self.convention) or w['not found']}"]
+        if self.layout:
+            fields.append(f"{w['layout']} {zh_phrases(self.layout)}")
+        lines = [w["title"].format(check=self.check, target=self.target), "  " + "，".join(fields)]
+        if self.causality:
+            lines.append(f"  {w['causality']}：{zh_phrases(self.causality)}")
+        if self.origin:
+            lines.append(f"  {zh_phrases(self.origin)}")
+        lines.append("  " + w["cases"].format(n=len(self.cases), seconds=self.seconds))
+        if self.check == "attention" and self.convention.startswith("none"):
+            lines.append("  " + w["no mask"])
+        if not self.findings:
+            lines.append("  " + w["no findings"])
+        for f in self.findings:
+            title, diagnosis = ZH_CODES[f.code]
+            lines += ["", f"  [{w[f.severity]}] {f.code}：{title}",
+                      f"    {diagnosis}",  # one line: Chinese wraps anywhere, the terminal does it
+                      f"    {w['detail']}：{f.message}"]
+            if f.measured:
+                lines.append(f"    {w['measured']}：{f.measured}")
+            if f.case:
+                lines.append(f"    {w['case']}：{f.case}")
+        if reproducers:
+            for f in self.findings:
+                if f.reproducer:
+                    lines += ["", w["reproducer"].format(code=f.code),
+                              textwrap.indent(f.reproducer, "    ")]
+        n_err = sum(f.is_error for f in self.findings)
+        lines += ["", w["verdict"].format(verdict=w["ok"] if self.ok else w["failed"],
+                                          errors=n_err, warnings=len(self.findings) - n_err)]
+        return "\n".join(lines)
+
     def __str__(self) -> str:
-        return self.table()
+        return self.text()
