@@ -271,7 +271,8 @@ def score_functions() -> Figure:
     for ax, (w, title) in zip(axes, panels):
         image = heat(ax, w, keep[0], title, vmax=1)
     top.colorbar(image, ax=axes, shrink=0.8, label="weight")
-    top.suptitle("the same 4 queries and 8 keys (D = 6), valid_len = 6, under each score function",
+    top.suptitle("4 queries, 8 keys (D = 6), valid_len = 6: the same keys under three score "
+                 "functions (left), d2l's all-ones keys (right)",
                  fontsize=TITLE)
 
     # Why 1/sqrt(d): raw dot products of random unit-variance vectors grow like sqrt(d).

@@ -144,12 +144,14 @@ def _additive_vs_dot(rng: np.random.Generator, say: Say) -> Figure:
         q_tokens=["batch 0 (valid_len 2)", "batch 1 (valid_len 6)"], ylabel="",
         k_tokens=[str(j) for j in range(10)], panel_size=3.6,
     )
-    fig.suptitle("the same queries, keys and values in all four panels; only the score "
-                 "function differs\ntop, d2l's example (identical keys): every valid key "
-                 "scores the same, so both give the same even weights\nbottom, "
-                 "distinct keys: the weights differ; additive's W_q, W_k, w_v are random "
-                 "(untrained),\nso its panel shows a different function, not a sharper "
-                 "one", fontsize=9)
+    fig.suptitle(
+        "the same queries and values in all four panels; the rows differ in the keys, the "
+        "columns in the score function\n"
+        "top, d2l's example (identical keys): every valid key scores the same, so both give "
+        "the same even weights\n"
+        "bottom, distinct keys: the weights differ; additive's W_q, W_k, w_v are random "
+        "(untrained),\nso its panel shows a different function, not a sharper one",
+        fontsize=9)
     return fig
 
 
