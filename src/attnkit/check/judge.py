@@ -238,10 +238,13 @@ class Run:
                                 leak=True)
             if not self.t.causal and not case.causal and Tq > 1 and self.fits(
                     a, self.keep(a, causal=True), None, case, got):
+                # A function causal throughout is found so before the cases and judged
+                # as causal; this one is causal here and not on the probe of causality.
                 return Verdict("inaccurate",
-                                "fn masks the future (it behaves as causal attention, query i "
-                                "sees keys j <= i + Tk - Tq) but was not declared causal: "
-                                "pass causal=True (--causal)", err, bound=bound)
+                                "fn masks the future on these inputs (query i sees keys "
+                                "j <= i + Tk - Tq) but not on others: if it is meant to be "
+                                "causal, make it causal on every input and pass causal=True "
+                                "(--causal)", err, bound=bound)
             if (case.causal or self.t.causal) and Tq != Tk:
                 top_left = np.tril(np.ones((Tq, Tk), dtype=bool))
                 if self.t.causal:
