@@ -33,6 +33,20 @@ def attention_key_padding_ignored(q, k, v, key_padding_mask=None):
     return _softmax_ignoring(s, np.zeros(s.shape, dtype=bool)) @ v
 
 
+def attention_key_padding_inverted(q, k, v, key_padding_mask=None):
+    """Bug: named as a padding mask (True = ignore), it attends only the True keys."""
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    pad = np.zeros(s.shape, dtype=bool) if key_padding_mask is None \
+        else ~key_padding_mask[:, None, None, :]
+    return _softmax_ignoring(s, pad) @ v
+
+
+def causal_top_left(q, k, v):
+    """NumPy, a tril with no offset: query i sees keys j <= i (as SDPA's is_causal)."""
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    return _softmax_ignoring(s, ~np.tril(np.ones(s.shape[-2:], dtype=bool))) @ v
+
+
 def attention_token_mask(q, k, v, mask=None):
     """PyTorch, (B, T, D) inputs; mask (B, Tk) with True = a real token (may attend): a name
     that tells neither the layout nor the polarity."""
@@ -70,7 +84,7 @@ def flash_like(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False):
         Tq, Tk = s.shape[-2:]
         allowed = torch.ones(Tq, Tk, dtype=torch.bool).tril(diagonal=Tk - Tq)
         s = s.masked_fill(~allowed, float("-inf"))
-    w = torch.softmax(s.float(), dim=-1).to(q.dtype)
+    w = torch.softmax(s.float(), dim=-1).nan_to_num(0.0).to(q.dtype)  # a row with no key: 0
     return (w @ v).transpose(1, 2)
 
 
