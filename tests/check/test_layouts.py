@@ -73,6 +73,17 @@ def test_a_per_key_mask_named_mask_is_found_by_trying():
     assert report.seconds < 30
 
 
+@pytest.mark.parametrize("name, convention", [
+    ("attention_padding_required", "masked (from the signature), key_padding_mask (B, Tk): one "
+                                   "flag per key"),
+    ("attention_token_mask_required", "keep (from behaviour), mask (B, Tk): one flag per key"),
+])
+def test_a_required_per_key_mask(name, convention):
+    report = check_attention(fn(name))
+    assert report.findings == [], report.table()
+    assert report.convention == convention
+
+
 # -- (B, T, H, D) inputs ----------------------------------------------------------------------
 def test_jax_layout_is_a_layout_not_a_shape_bug():
     report = check_attention(fn("dot_product_attention"))

@@ -64,51 +64,66 @@ def probe(fn: Any, check: str, convention: str | None, call: Call, spec: str | N
         that failed.
     """
     frameworks = ["numpy"] + (["torch"] if importlib.util.find_spec("torch") else [])
-    errors = []
+    errors: list[str] = []
     layouts = ("bhtd", "btd", "bthd") if check == "attention" else ("bhtd",)
+    padding = (call.mask_name or "").lower() in PADDING_NAMES
+    keyed = [padding]
+    if check == "attention" and call.mask_name and not call.mask_default \
+            and convention in (None, "masked", "keep", "additive"):
+        keyed.append(not padding)  # a required mask: its layout may be what fails
     for fw_name in frameworks:
         fw = Framework(fw_name)
         for layout in layouts:
-            t = Target(fn, check, fw, convention or "keep", layout != "btd", call.mask_default,
-                       spec, name, load=load, call=call, causal=causal,
-                       in_layout="bthd" if layout == "bthd" else "bhtd")
-            mask = None
-            if check == "masked-softmax":
-                mask = "lens" if convention == "valid_lens" else "random"
-            # H, Tq and Dk differ, so that each layout reads the arrays another way
-            sizes = (2, 3 if t.heads else 0, 4, 4, 8, 8) if check == "attention" \
-                else (2, 0, 3, 4, 0, 0)
-            case = Case("probe", sizes=sizes, mask=mask)
-            run = Run(t)
-            a = run.arrays(case)
-            result, error, _ = run.call(a, case, "float32")
-            label = f"{fw_name} {_LAYOUT_NAMES[layout]}" if check == "attention" else fw_name
-            if error is not None:
-                errors.append(f"{label}: {type(error).__name__}: {first_line(error)}")
-                continue
-            out = unwrap(result)[0]
-            if not fw.is_result(out):
-                errors.append(f"{fw_name}: returned {type(out).__name__}")
-                continue
-            want_shape = run.want(a, run.keep(a))["out"].shape
-            flipped = (want_shape[0], want_shape[2], want_shape[1], want_shape[3]) \
-                if t.heads and check == "attention" else None
-            if tuple(out.shape) == want_shape and layout != "bthd":
-                if layout == "bhtd" and check == "attention":
-                    # (B, T, H, D) inputs read as (B, H, T, D) give the same shape out:
-                    # behaviour says which reading fn follows.
-                    got = _output(run, result)
-                    if got is None or not _heads_apart(run, a, case, got):
-                        other = _heads_on_axis_2(run, a, case)
-                        if other is not None:
-                            return other, errors
-                return t, errors
-            if t.heads and tuple(out.shape) == flipped:
-                t.out_layout = "bthd"  # (B, Tq, H, Dv): transformers' eager attention
-                return t, errors
-            errors.append(f"{label}: output shape {tuple(out.shape)}, expected "
-                          f"{flipped if layout == 'bthd' else want_shape}")
+            for per_key in keyed:
+                t = Target(fn, check, fw, convention or "keep", layout != "btd",
+                           call.mask_default, spec, name, load=load, call=call, causal=causal,
+                           in_layout="bthd" if layout == "bthd" else "bhtd", mask_keys=per_key)
+                label = fw_name if check != "attention" else f"{fw_name} {_LAYOUT_NAMES[layout]}" \
+                    + (", mask (B, Tk)" if per_key else "")
+                found = _try(t, layout, label, errors)
+                if found is not None:
+                    return found, errors
     return None, errors
+
+
+def _try(t: Target, layout: str, label: str, errors: list[str]) -> Target | None:
+    """``t`` (or the same read as ``(B, T, H, D)``) when ``fn`` runs in its layout; else
+    None, and the reason appended to ``errors``."""
+    mask = None
+    if t.check == "masked-softmax":
+        mask = "lens" if t.convention == "valid_lens" else "random"
+    # H, Tq and Dk differ, so that each layout reads the arrays another way
+    sizes = (2, 3 if t.heads else 0, 4, 4, 8, 8) if t.check == "attention" else (2, 0, 3, 4, 0, 0)
+    case = Case("probe", sizes=sizes, mask=mask)
+    run = Run(t)
+    a = run.arrays(case)
+    result, error, _ = run.call(a, case, "float32")
+    if error is not None:
+        errors.append(f"{label}: {type(error).__name__}: {first_line(error)}")
+        return None
+    out = unwrap(result)[0]
+    if not t.framework.is_result(out):
+        errors.append(f"{label}: returned {type(out).__name__}")
+        return None
+    want_shape = run.want(a, run.keep(a))["out"].shape
+    flipped = (want_shape[0], want_shape[2], want_shape[1], want_shape[3]) \
+        if t.heads and t.check == "attention" else None
+    if tuple(out.shape) == want_shape and layout != "bthd":
+        if layout == "bhtd" and t.check == "attention":
+            # (B, T, H, D) inputs read as (B, H, T, D) give the same shape out: behaviour
+            # says which reading fn follows.
+            got = _output(run, result)
+            if got is None or not _heads_apart(run, a, case, got):
+                other = _heads_on_axis_2(run, a, case)
+                if other is not None:
+                    return other
+        return t
+    if flipped is not None and tuple(out.shape) == flipped:
+        t.out_layout = "bthd"  # (B, Tq, H, Dv): transformers' eager attention
+        return t
+    errors.append(f"{label}: output shape {tuple(out.shape)}, expected "
+                  f"{flipped if layout == 'bthd' else want_shape}")
+    return None
 
 
 def _heads_on_axis_2(run: Run, a: dict, case: Case) -> Target | None:

@@ -66,7 +66,7 @@ def _call_failed(fn: Any, check: str, call: Call, errors: list[str]) -> Finding:
     args = "fn(q, k, v[, mask])" if check == "attention" else (
         "fn(x, mask)" if check == "masked-softmax" else "fn(x)")
     if check == "attention":
-        layouts = "NumPy arrays and PyTorch tensors, (B, H, T, D) and (B, T, D)"
+        layouts = "NumPy arrays and PyTorch tensors, (B, H, T, D), (B, T, D) and (B, T, H, D)"
     else:
         layouts = "NumPy arrays and PyTorch tensors"
     fix = ("the check calls it as " + args + ": take the inputs positionally or by the names "

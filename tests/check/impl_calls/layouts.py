@@ -56,6 +56,17 @@ def attention_token_mask(q, k, v, mask=None):
     return torch.softmax(s, dim=-1).nan_to_num(0.0) @ v
 
 
+def attention_padding_required(q, k, v, key_padding_mask):
+    """The padding mask required, (B, H, T, D) inputs."""
+    return attention_key_padding(q, k, v, key_padding_mask)
+
+
+def attention_token_mask_required(q, k, v, mask):
+    """A required mask (B, Tk), True = a real token, for (B, T, D) inputs: every call needs
+    it, so the first call already has to find its layout."""
+    return attention_token_mask(q, k, v, mask)
+
+
 # -- heads on axis 2: (B, T, H, D) ------------------------------------------------------------
 def dot_product_attention(query, key, value, bias=None, mask=None):
     """NumPy, JAX's layout: query (B, T, N, H), key/value (B, S, N, H); mask broadcastable
