@@ -22,7 +22,8 @@ import numpy as np
 from .adapt import PADDING_NAMES, Call, Framework, unwrap
 from .calls import Target
 from .cases import Case
-from .judge import Run, first_line
+from .judge import Run
+from .report import first_line
 
 __all__ = ["behaves_causal", "mask_convention", "mask_layout", "probe"]
 

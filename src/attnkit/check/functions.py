@@ -21,8 +21,8 @@ from .adapt import CONVENTIONS, Call, origin_of, read_call, target_spec, unwrap
 from .build import BuildError, build_callable
 from .cases import Case, attention_cases, masked_softmax_cases, softmax_cases
 from .detect import behaves_causal, mask_convention, mask_layout, probe
-from .judge import Run, first_line
-from .report import Finding, Report
+from .judge import Run
+from .report import Finding, Report, first_line
 from .repro import function_reproducer
 
 __all__ = ["check_attention", "check_masked_softmax", "check_softmax"]

@@ -20,6 +20,7 @@ import numpy as np
 from .calls import Target
 from .cases import Case, attention_setup, run_setup, softmax_setup
 from .oracle import Baseline, bound_of, keep_of, oracle_attention, oracle_softmax, rule_error
+from .report import first_line
 
 __all__ = ["Run", "Verdict", "first_line"]
 
@@ -324,10 +325,6 @@ class Run:
                                 f"with the oracle's (a custom backward?)", err, grad=name,
                                 bound=bound_of(want[key], base[key], factors[name]))
         return None
-
-
-def first_line(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [""])[0][:160]
 
 
 def _polarity(convention: str) -> str:

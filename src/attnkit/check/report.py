@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from .messages import ZH_CODES, ZH_WORDS, check_language, get_language, zh_phrases
 
-__all__ = ["CODES", "ERROR", "WARNING", "Finding", "Report"]
+__all__ = ["CODES", "ERROR", "WARNING", "Finding", "Report", "first_line"]
 
 ERROR, WARNING = "error", "warning"
 
@@ -39,6 +39,12 @@ CODES: dict[str, tuple[str, str]] = {
     "fully-masked-row": (WARNING, "a row with no allowed key is not 0"),
     "causal-alignment": (WARNING, "causal mask aligned top-left, not bottom-right"),
 }
+
+
+def first_line(err: BaseException, limit: int = 160) -> str:
+    """The first line of an exception's message, at most ``limit`` characters (``""`` when
+    it has none): what a finding quotes of an error the checked code raised."""
+    return (str(err).strip().splitlines() or [""])[0][:limit]
 
 
 @dataclass
