@@ -130,6 +130,19 @@ def test_a_causal_function_not_declared_is_judged_as_causal():
     assert "causal=True" in finding.reproducer  # the oracle it was judged against
 
 
+def test_causal_for_self_attention_only_is_no_leak_unless_declared():
+    """Causal when Tq == Tk, every key when Tq != Tk (a function shared by self- and
+    cross-attention): undeclared, each case is judged by what it does, and the report
+    says where it attends every key; declared causal, that is a leak."""
+    report = check_attention(fn("causal_when_square"))
+    assert report.findings == [], report.table()
+    assert report.causality.startswith(JUDGED_CAUSAL + "; attends every key (judged so) on: "
+                                       "Tq < Tk, Dk != Dv, Tq > Tk, Dk != Dv")
+    declared = check_attention(fn("causal_when_square"), causal=True)
+    assert declared.codes == ["causal-leak"], declared.table()
+    assert_errors_reproduce(declared)
+
+
 @pytest.mark.parametrize("name", ["sdpa_always_causal", "causal_top_left"])
 def test_a_top_left_causal_function_is_a_warning(name):
     report = check_attention(fn(name))

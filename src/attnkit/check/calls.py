@@ -51,7 +51,11 @@ class Target:
             ``(B, T, H, D)`` (JAX, flash-attn): they are transposed on the way in (the
             checker's arrays, the oracle and the gradients stay ``(B, H, T, D)``).
         mask_keys: the mask has one flag per key, ``(B, Tk)`` (a key padding mask).
-        causal: ``fn`` applies a causal mask itself (declared with ``causal=True``).
+        causal: ``fn`` applies a causal mask itself (declared with ``causal=True``, or
+            found by behaviour: ``causal_found``).
+        causal_found: not declared, ``fn`` was seen to mask the future: a case whose
+            output is that of attention over every key is judged so (a function may be
+            causal for self-attention, ``Tq == Tk``, and not for cross-attention).
         load: source lines that bind ``fn`` in a reproducer, when ``load_target(spec)``
             alone does not give it (a class the checker built: ``fn = Cls(dropout=0.0)``).
     """
@@ -69,6 +73,7 @@ class Target:
     causal: bool = False
     load: str = ""
     in_layout: str = "bhtd"
+    causal_found: bool = False
     mask_keys: bool = False
 
     @property

@@ -215,7 +215,7 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
         report.add(random)
         return
     if check == "attention" and not causal and conv != "sdpa" and behaves_causal(run):
-        target.causal = True  # a convention: named, and judged as what it is
+        target.causal = target.causal_found = True  # a convention: named, judged as it is
         report.causality = "behaves as causal (judged as causal; pass --causal to declare it)"
     for case in cases:
         report.cases.append(case.label(check != "attention"))
@@ -231,6 +231,9 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
                         break
             report.add(Finding(v.code, v.message, v.measured, used.label(check != "attention"),
                                function_reproducer(run, used, v)))
+    if run.unmasked:  # causal by behaviour on the probe, over every key on these cases
+        names = ", ".join(dict.fromkeys(n for n in run.unmasked if n != "probe"))
+        report.causality += f"; attends every key (judged so) on: {names}"
 
 
 def check_softmax(fn: Any, convention: str = "auto") -> Report:

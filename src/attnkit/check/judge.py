@@ -38,6 +38,7 @@ class Run:
     def __init__(self, target: Target) -> None:
         self.t = target
         self.fw = target.framework
+        self.unmasked: list[str] = []  # cases a causal_found target attends every key on
 
     # -- inputs and the oracle ------------------------------------------------------------
     def setup(self, case: Case) -> str:
@@ -142,6 +143,11 @@ class Run:
         except Exception as err:
             return verdicts + [Verdict("shape", f"fn returned {type(result).__name__}, not an "
                                         f"array or (out, weights): {err}")]
+        if self.t.causal_found and got.shape == want["out"].shape and case.sizes[2] > 1:
+            free = self.keep(a, causal=False)
+            if not self.fits(a, keep, None, case, got) and self.fits(a, free, None, case, got):
+                keep, want = free, self.want(a, free, grads=case.grads)  # not causal here
+                self.unmasked.append(case.name)
         verdict = self.judge_output(case, a, keep, want, got, weights)
         if verdict is not None:
             return verdicts + [verdict]

@@ -112,6 +112,15 @@ def causal_bottom_right(q, k, v):
     return _softmax_ignoring(s, ~np.tril(np.ones((Tq, Tk), dtype=bool), k=Tk - Tq)) @ v
 
 
+def causal_when_square(q, k, v):
+    """Self-attention (Tq == Tk) causal, cross-attention (Tq != Tk) over every key: one
+    function for both, as a decoder layer may share it."""
+    Tq, Tk = q.shape[-2], k.shape[-2]
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    future = ~np.tril(np.ones((Tq, Tk), dtype=bool)) if Tq == Tk else np.zeros((Tq, Tk), bool)
+    return _softmax_ignoring(s, future) @ v
+
+
 def causal_bottom_right_unscaled(q, k, v):
     """Bug: causal as above, the scores never scaled."""
     Tq, Tk = q.shape[-2], k.shape[-2]
