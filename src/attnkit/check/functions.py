@@ -269,14 +269,17 @@ def check_attention(fn: Any, convention: str = "auto", causal: bool = False) -> 
 
     Args:
         fn: a NumPy or PyTorch function (or an ``nn.Module`` without parameters), taking
-            ``(B, H, T, D)`` or ``(B, T, D)`` inputs (detected), returning ``out`` or
-            ``(out, weights)``.
+            ``(B, H, T, D)``, ``(B, T, D)`` or ``(B, T, H, D)`` inputs (detected), returning
+            ``out`` or ``(out, weights)``; its mask may have a flag per query and key or
+            one per key, ``(B, Tk)`` (a key padding mask; detected).
         convention: ``"auto"``, ``"valid_lens"``, ``"masked"``, ``"keep"``, ``"sdpa"``,
             ``"additive"`` (a float mask added to the scores: 0 or ``finfo.min``) or
             ``"none"`` (see :mod:`attnkit.check.adapt`).
         causal: ``fn`` masks the future itself (query ``i`` sees keys
             ``j <= i + Tk - Tq``): it is judged against causal attention, and one that lets
-            a query see later keys gets ``causal-leak``.
+            a query see later keys gets ``causal-leak``. Undeclared, a function whose
+            earlier outputs do not change with later keys is judged as causal too, and
+            ``report.causality`` says so.
 
     Returns:
         A :class:`Report`; ``report.ok`` is False when any finding is an error.

@@ -90,7 +90,9 @@ class Report:
             ``"keep"``, ``"sdpa"``, ``"none"``), and how it was chosen.
         layout: the input layout used, e.g. ``"(B, H, T, D)"``.
         causality: for self-attention, whether later positions change earlier outputs
-            (``"behaves as causal"`` or ``"bidirectional"``), and the intent if declared.
+            (``"behaves as causal"`` or ``"bidirectional"``), and the intent if declared;
+            for an attention function, ``"behaves as causal (judged as causal; ...)"``
+            when it masks the future without being declared causal.
         origin: where the target came from and how it was built, e.g. ``"built as
             MultiHeadedAttention(h=4, d_model=16, dropout=0.0)"`` or ``"defined in cell 3
             of notes.ipynb"`` (empty when there is nothing to say).
