@@ -22,13 +22,12 @@ with a warning.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -228,37 +227,17 @@ def cmd_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                 timeout=args.timeout)
 
 
-@contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """Send what is printed to stdout to stderr instead: Python's ``print`` and, where the
-    process has real file descriptors, writes to fd 1 from C code or child processes."""
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-        os.dup2(2, 1)
-    except OSError:
-        saved = None
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
-    finally:
-        sys.stderr.flush()
-        if saved is not None:
-            os.dup2(saved, 1)
-            os.close(saved)
-
-
 def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from attnkit.check import CHECKS, Finding, Report, load_target
-    from attnkit.check.adapt import TargetLoadError
     from attnkit.check.messages import get_language
+    from attnkit.check.targets import TargetLoadError, stdout_to_stderr
 
     if args.causal and args.kind not in ("attention", "multi-head"):
         parser.error(f"--causal applies to attention and multi-head, not {args.kind}")
     options = {"causal": True} if args.causal else {}
     # Whatever the user's code prints (at import, per call) goes to stderr: stdout carries
     # the report alone, so --json is one JSON document.
-    with _stdout_to_stderr():
+    with stdout_to_stderr():
         try:
             target = load_target(args.target)
         except (ValueError, ImportError) as err:
