@@ -71,7 +71,7 @@ def model_reproducer(folder: Path, impl: str, f: Any, call: tuple,
             "received = bool(d['keep'][b, h, i, j])  # what the call's mask allows",
             "expected = bool(d['expected'][b, 0, i, j])  # what config and padding allow",
             "print('query i may see key j: received', received, '| expected', expected)",
-            f"assert received == expected, {f.message[:90]!r}"])
+            f"assert received == expected, {f.message!r}"])
     lines = ["import torch",
              "from transformers import AttentionInterface",
              "from attnkit.testing import reference_attention"]
