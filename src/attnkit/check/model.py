@@ -359,7 +359,13 @@ def check_model(model: Any, inputs: dict | None = None, *,
             stderr is a terminal, or layers x implementations x steps >= 200).
 
     Returns:
-        A :class:`ModelReport`; ``report.ok`` is False when any finding is an error.
+        A :class:`ModelReport`; ``report.ok`` is False when any finding is an error (a
+        call that raised is ``call-failed``), or when no implementation had a call judged
+        (each was refused: see each result's ``note``).
+
+    Raises:
+        ValueError: ``inputs`` that do not fit ``model`` (shapes, dtypes, ids past the
+            vocabulary), a path that does not load, an unknown implementation.
     """
     from .model_load import check_inputs, load_model, make_inputs, require_transformers
 

@@ -89,8 +89,9 @@ class ImplementationResult:
 
     Attributes:
         name: the ``attn_implementation`` checked.
-        status: ``"ran"``, ``"refused: ..."`` (the model or the implementation declined,
-            e.g. SDPA with a softcap), or ``"stopped at ..."`` (it raised in a call).
+        status: ``"ran"``, ``"refused: ..."`` (the model or transformers declined the
+            implementation, e.g. SDPA with a softcap: a warning, see :attr:`note`), or
+            ``"stopped at ..."`` (it raised in a call: a ``call-failed`` finding).
         layers: one :class:`LayerRow` per attention module, in call order.
         findings: at most one per code (the first), errors first.
         hidden: per hidden state (``"embeddings"``, ``"layer 0"``, ...): max relative
@@ -155,8 +156,9 @@ class ModelReport:
 
     @property
     def judged(self) -> bool:
-        """True when some implementation had at least one attention call judged."""
-        return any(r.calls for r in self.implementations)
+        """True when some implementation ran to the end with at least one attention call
+        judged (a run refused or cut short by attnkit's own failure does not count)."""
+        return any(r.calls and not r.note for r in self.implementations)
 
     @property
     def codes(self) -> list[str]:
