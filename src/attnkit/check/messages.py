@@ -14,8 +14,8 @@ Chinese terms follow the Chinese edition of d2l (zh.d2l.ai): 查询、键、值,
 
 from __future__ import annotations
 
-__all__ = ["LANGUAGES", "ZH_CODES", "ZH_PHRASES", "ZH_WORDS", "check_language", "get_language",
-           "set_language", "zh_phrases"]
+__all__ = ["LANGUAGES", "ZH_CODES", "ZH_MODEL_PHRASES", "ZH_MODEL_WORDS", "ZH_PHRASES",
+           "ZH_WORDS", "check_language", "get_language", "set_language", "zh_phrases"]
 
 import os
 
@@ -178,10 +178,11 @@ ZH_PHRASES: tuple[tuple[str, str], ...] = (
 )
 
 
-def zh_phrases(text: str) -> str:
+def zh_phrases(text: str, phrases: tuple[tuple[str, str], ...] | None = None) -> str:
     """``text`` (a report header field written by a check) with its known phrases in
-    Chinese; what is not a known phrase (names, shapes) is left as it is."""
-    for en, zh in ZH_PHRASES:
+    Chinese (``phrases``, default :data:`ZH_PHRASES`); what is not a known phrase (names,
+    shapes) is left as it is."""
+    for en, zh in ZH_PHRASES if phrases is None else phrases:
         text = text.replace(en, zh)
     return text
 
@@ -211,3 +212,46 @@ def get_language() -> str:
         return _language
     env = os.environ.get("ATTNKIT_LANG", "").strip().lower()
     return env if env in LANGUAGES else "en"
+
+
+# The words of ``attnkit check model``'s report (attnkit.check.model_report), in Chinese;
+# the English ones sit beside the table code. Layer paths, codes and figures stay as they are.
+ZH_MODEL_WORDS: dict[str, str] = {
+    "title": "attnkit 检查模型：{model}",
+    "inputs": "{dtype}，{inputs}；用时 {seconds:.1f} 秒",
+    "ran": "已运行",
+    "masks": "；掩码：",
+    "not checked": "  [警告] 未检查：这个实现没有任何一次注意力调用被判定",
+    "layer": "层",
+    "calls": "调用",
+    "worst": "最大误差 / 规则",
+    "first failure": "首个出错位置",
+    "empty rows": "无可关注键的行",
+    "verdict": "结论",
+    "vs": "与 {first} 之差：注意力输出 / 隐状态",
+    "hidden": "与 {first} 相比，隐状态的最大差异为 {diff:.1e}，位于 {name}",
+    "first failing": "自身注意力最先出错的层：{layer}",
+    "measured": "实测",
+    "at": "位置",
+    "reproducer": "复现 {code} 的代码（输入保存在 {path}）：",
+    "verdict line": "{verdict}：{errors} 个错误，{warnings} 个警告",
+    "OK": "通过",
+    "FAILED": "未通过",
+    "nothing judged": "没有判定任何一次注意力调用：这不算通过",
+    "made here": "本层产生",
+    "inherited": "继承自前面的层",
+}
+
+# How check_model describes its inputs ("batch 2, length 12, padding left, prefill only").
+ZH_MODEL_PHRASES: tuple[tuple[str, str], ...] = (
+    ("prefill only", "仅预填充"),
+    (" decoding steps", " 个解码步"),
+    (" decoding step", " 个解码步"),
+    ("the caller's inputs", "调用者给的输入"),
+    ("padding left", "左侧填充"),
+    ("padding right", "右侧填充"),
+    ("padding none", "不填充"),
+    ("batch ", "批量大小 "),
+    ("length ", "长度 "),
+    (", ", "，"),
+)
