@@ -325,6 +325,11 @@ ERRORS = [
     ((2, 2, 4, 5), (2, 2, 6, 5), (2, 2, 6, 5), {"backend": "cudnn"}, ValueError, "backend"),
     ((2, 2, 4, 5), (2, 2, 6, 5), (2, 2, 6, 5), {"dropout_p": 1.0}, ValueError, "dropout_p"),
     ((4, 5), (2, 6, 5), (2, 6, 5), {}, ValueError, "same number of dims"),
+    # A mask of lower rank is named as the caller passed it, not as broadcast internally.
+    ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8), {"mask": torch.ones(5, 6, dtype=torch.bool)},
+     ValueError, r"mask of shape \(5, 6\) is not broadcastable to scores \(2, 4, 5, 7\)"),
+    ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8), {"mask": torch.ones(6, dtype=torch.bool)},
+     ValueError, r"mask of shape \(6,\) is not"),
 ]
 
 

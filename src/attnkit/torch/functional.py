@@ -49,12 +49,12 @@ from ..spec import (
 from ._checks import check_bias, check_call, check_segment_ids, check_sinks
 from ._dtypes import stats_dtype
 from ._math import math_path
-from ._packed import packed_attention, packed_runs
+from ._packed import PackedIds, packed_attention, packed_runs
 from ._scores import additive_mask, attention_weights, weights_mask
 from ._sdpa import bias_as, sdpa_path
 from ._triton_path import triton_path, triton_reason
 from .additive import additive_attention, additive_scores  # re-exported: they lived here
-from .masks import Window, attention_mask
+from .masks import Window, check_mask, combine_masks
 from .softmax import safe_softmax  # re-exported: it lived here
 
 __all__ = [
@@ -217,10 +217,182 @@ def attention(
         w = softmax(q @ k.transpose(-1, -2) * scale)
         out = w @ v
     """
+    prep = _prepared(q, k, v, mask, bias, valid_lens, causal, window, scale, softcap, sinks,
+                     segment_ids, dropout_p, training, need_weights, backend)
+    G, shape, call, how = prep.G, prep.shape, prep.call, prep.how
+    causal, window, softcap, scale, p = prep.causal, prep.window, prep.softcap, prep.scale, prep.p
+    dev = q.device
+    if prep.mask_view is not None:
+        mask = mask.reshape(prep.mask_view)
+    if prep.bias_view is not None:
+        bias = bias.reshape(prep.bias_view)
+    ids = None
+    if segment_ids is not None:  # checked: one (B, T) tensor, or a pair
+        ids = segment_ids if isinstance(segment_ids, tuple) else tuple(segment_ids) \
+            if isinstance(segment_ids, list) else (segment_ids, segment_ids)
+
+    def masks(band: tuple[int | None, int | None] = (None, None)) -> torch.Tensor | None:
+        """The bool mask (True = may attend) of the given constraints, or None."""
+        if mask is None and valid_lens is None and ids is None \
+                and band[0] is None and band[1] is None:
+            return None
+        return combine_masks(shape, mask=mask, valid_lens=valid_lens, band=band,
+                             segment_ids=ids, device=dev)
+
+    if check_finite:
+        _check_finite(q, k, v, G, shape, masks(prep.band), bias)
+    runs = None
+    if prep.may_pack and not torch.compiler.is_compiling():
+        runs = ids.runs() if isinstance(ids, PackedIds) else packed_runs(*ids)
+        if runs is not None:
+            call = call._replace(packed=True)
+            how = plan(call)
+    band = prep.band if how.band else (None, None)
+
+    match how.path:
+        case "sdpa":
+            allowed = masks(band)
+            attn_mask = allowed
+            if bias is not None:
+                attn_mask = bias_as(bias, q.dtype)
+                if allowed is not None:
+                    attn_mask = torch.where(allowed, attn_mask, float("-inf"))
+            out = sdpa_path(q, k, v, G=G, attn_mask=attn_mask, is_causal=how.is_causal,
+                            scale=scale, dropout_p=p, sinks=sinks)
+            if not need_weights:
+                return out, None
+            if how.is_causal:  # the weights need the band the kernel applied itself
+                allowed = masks(prep.band)
+            add, rows = additive_mask(allowed, bias, stats_dtype(q.dtype),
+                                      empty_rows=how.empty_rows and sinks is None)
+            w = attention_weights(q, k, G, scale, add, weights_mask(allowed, rows, True),
+                                  sinks=sinks)
+            return out, w.to(q.dtype)
+        case "math":
+            return math_path(q, k, v, G=G, allowed=masks(band), bias=bias,
+                             empty_rows=how.empty_rows, scale=scale, dropout_p=p,
+                             need_weights=need_weights, softcap=softcap, sinks=sinks)
+        case "triton":
+            allowed = masks(prep.band) if need_weights else None
+            return triton_path(q, k, v, G=G, causal=causal or False, window=window,
+                               scale=scale, need_weights=need_weights, allowed=allowed,
+                               softcap=softcap, sinks=sinks, segment_ids=ids)
+        case "packed":
+            one_block = partial(attention, softcap=softcap, sinks=sinks, scale=scale,
+                                dropout_p=p, need_weights=need_weights, backend=backend)
+            return packed_attention(one_block, q, k, v, runs, prep.band, shape, need_weights)
+    raise AssertionError(f"no path {how.path!r}")  # pragma: no cover
+
+
+# -- validate once per call signature -------------------------------------------------------
+
+
+class _Prepared(NamedTuple):
+    """What the checks of one call signature found (:func:`_prepare`): everything about a
+    call that does not depend on what its tensors hold."""
+
+    G: int
+    shape: tuple[int, ...]  # the scores (..., H, Tq, Tk)
+    call: Call
+    how: Plan  # plan(call), before packed runs are looked for
+    scale: float
+    p: float  # dropout probability in effect
+    causal: str | None
+    window: tuple[int | None, int | None] | None
+    softcap: float | None
+    band: tuple[int | None, int | None]  # causal and window as one band
+    mask_view: tuple[int, ...] | None  # the mask's shape with leading ones, when reshaped
+    bias_view: tuple[int, ...] | None
+    may_pack: bool  # the packed path could take it, once the ids are read
+
+
+# Checked call signatures -> their _Prepared. A signature is the call's structure only:
+# shapes, dtypes and devices of the tensors given, and the Python scalars (with their
+# types, so that True and 1 stay apart). Never a value a tensor holds, nor anything kept
+# on a caller's tensor: values are read (or used by the kernel) in every call, so a write
+# through `.data` or a shared NumPy array, or an inference tensor, cannot meet a stale
+# answer. Bounded; cleared when full.
+_PREPARED: dict[tuple, _Prepared] = {}
+_PREPARED_MAX = 2048
+_SCALARS = (type(None), float, int, bool)
+
+
+def _tensor_key(x: object) -> tuple | None:
+    """The structure of an optional tensor argument; ``_Unkeyed`` for anything that is
+    not a plain tensor (a subclass or another type takes the checked path every call)."""
+    if type(x) is torch.Tensor:
+        return (x.shape, x.dtype, x.device)
+    raise _Unkeyed
+
+
+def _ids_key(ids: object) -> tuple:
+    if type(ids) is torch.Tensor:
+        return (ids.shape, ids.dtype, ids.device)
+    if type(ids) in (tuple, PackedIds) and len(ids) == 2:  # type: ignore[arg-type]
+        return (type(ids), _tensor_key(ids[0]), _tensor_key(ids[1]))  # type: ignore[index]
+    raise _Unkeyed
+
+
+class _Unkeyed(Exception):
+    """An argument that has no signature: the call is checked in full."""
+
+
+def _prepared(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: object, bias: object,
+    valid_lens: object, causal: object, window: object, scale: object, softcap: object,
+    sinks: object, segment_ids: object, dropout_p: object, training: object,
+    need_weights: object, backend: object,
+) -> _Prepared:
+    """:func:`_prepare`'s answer for this call's signature: looked up (a decoding step
+    pays a dict lookup, not the checks), or checked and kept. While ``torch.compile``
+    traces, checked every time (each graph is traced once)."""
+    Tensor = torch.Tensor
+    key = None
+    if type(q) is Tensor and type(k) is Tensor and type(v) is Tensor \
+            and type(scale) in _SCALARS and type(softcap) in _SCALARS \
+            and type(dropout_p) in _SCALARS and not torch.compiler.is_compiling():
+        try:
+            key = (
+                q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device,
+                v.device,
+                None if mask is None else _tensor_key(mask),
+                None if bias is None else _tensor_key(bias),
+                None if valid_lens is None else _tensor_key(valid_lens),
+                None if sinks is None else _tensor_key(sinks),
+                None if segment_ids is None else _ids_key(segment_ids),
+                causal, type(causal),
+                None if window is None else (type(window), window, *map(type, window)),
+                scale, type(scale), softcap, type(softcap), dropout_p, type(dropout_p),
+                bool(training), bool(need_weights), backend,
+                bool(need_weights) and torch.is_grad_enabled()
+                and (q.requires_grad or k.requires_grad or v.requires_grad),
+            )
+            found = _PREPARED.get(key)
+        except (_Unkeyed, TypeError):  # TypeError: an unhashable argument
+            key = found = None
+        if found is not None:
+            return found
+    prep = _prepare(q, k, v, mask, bias, valid_lens, causal, window, scale, softcap, sinks,
+                    segment_ids, dropout_p, training, need_weights, backend)
+    if key is not None:
+        if len(_PREPARED) >= _PREPARED_MAX:
+            _PREPARED.clear()
+        _PREPARED[key] = prep
+    return prep
+
+
+def _prepare(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: object, bias: object,
+    valid_lens: object, causal: object, window: object, scale: object, softcap: object,
+    sinks: object, segment_ids: object, dropout_p: object, training: object,
+    need_weights: object, backend: object,
+) -> _Prepared:
+    """Every check of :func:`attention` that reads no tensor's values, and the plan: a
+    pure function of the call's structure. Raises ``ValueError``/``TypeError`` naming
+    the caller's shapes and values."""
     G, shape = check_call(q, k, v)
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-    # Each check only for an argument that is given: a decoding step runs this per layer.
     dev = q.device
     p = check_dropout(dropout_p) if training and dropout_p else 0.0
     scale = default_scale(scale, q.shape[-1])
@@ -232,22 +404,9 @@ def attention(
     ids = check_segment_ids(segment_ids, shape, dev) if segment_ids is not None else None
     if bias is not None:
         check_bias(bias, shape, dev)
-        bias = _with_rank(bias, len(shape))
-    if mask is not None and isinstance(mask, torch.Tensor):
-        mask = _with_rank(mask, len(shape))
-
-    def masks(causal: str | bool | None = False, window: Window | None = None
-              ) -> torch.Tensor | None:
-        """The bool mask (True = may attend) of the given constraints, or None."""
-        if mask is None and valid_lens is None and ids is None and not causal \
-                and window is None:
-            return None
-        return attention_mask(shape, mask=mask, valid_lens=valid_lens, causal=causal or False,
-                              window=window, segment_ids=ids, device=dev)
-
-    if check_finite:
-        _check_finite(q, k, v, G, shape, masks(causal=causal or False, window=window), bias)
-    grad = need_weights and torch.is_grad_enabled() and (
+    if mask is not None:
+        check_mask(mask, shape)  # before any reshape: the message names the caller's shape
+    grad = bool(need_weights) and torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad)
     masked = mask is not None or valid_lens is not None
     device = "cuda" if q.is_cuda else dev.type
@@ -255,55 +414,20 @@ def attention(
         device, q.dtype, q.shape, k.shape, v.shape[-1], masked, bias is not None, p > 0.0)
     call = Call(backend, device, why, q.shape, v.shape[-1], shape, masked, bias is not None,
                 causal, window, ids is not None, False, softcap is not None,
-                sinks is not None, p > 0.0, need_weights, grad)
-    runs = None
-    if ids is not None and may_pack(call):
-        runs = packed_runs(*ids)
-        call = call._replace(packed=runs is not None)
-    how = plan(call)
-    band = {"causal": causal or False, "window": window} if how.band else {}
+                sinks is not None, p > 0.0, bool(need_weights), grad)
 
-    match how.path:
-        case "sdpa":
-            allowed = masks(**band)
-            attn_mask = allowed
-            if bias is not None:
-                attn_mask = bias_as(bias, q.dtype)
-                if allowed is not None:
-                    attn_mask = torch.where(allowed, attn_mask, float("-inf"))
-            out = sdpa_path(q, k, v, G=G, attn_mask=attn_mask, is_causal=how.is_causal,
-                            scale=scale, dropout_p=p, sinks=sinks)
-            if not need_weights:
-                return out, None
-            if how.is_causal:  # the weights need the band the kernel applied itself
-                allowed = masks(causal=causal, window=window)
-            add, rows = additive_mask(allowed, bias, stats_dtype(q.dtype),
-                                      empty_rows=how.empty_rows and sinks is None)
-            w = attention_weights(q, k, G, scale, add, weights_mask(allowed, rows, True),
-                                  sinks=sinks)
-            return out, w.to(q.dtype)
-        case "math":
-            return math_path(q, k, v, G=G, allowed=masks(**band), bias=bias,
-                             empty_rows=how.empty_rows, scale=scale, dropout_p=p,
-                             need_weights=need_weights, softcap=softcap, sinks=sinks)
-        case "triton":
-            allowed = masks(causal=causal or False, window=window) if need_weights else None
-            return triton_path(q, k, v, G=G, causal=causal or False, window=window,
-                               scale=scale, need_weights=need_weights, allowed=allowed,
-                               softcap=softcap, sinks=sinks, segment_ids=ids)
-        case "packed":
-            one_block = partial(attention, softcap=softcap, sinks=sinks, scale=scale,
-                                dropout_p=p, need_weights=need_weights, backend=backend)
-            return packed_attention(one_block, q, k, v, runs,
-                                    resolve_band(causal, window, shape[-2], shape[-1]),
-                                    shape, need_weights)
-    raise AssertionError(f"no path {how.path!r}")  # pragma: no cover
+    def view(x: torch.Tensor) -> tuple[int, ...] | None:
+        """``x``'s shape with leading ones up to the scores' rank (0-D and 1-D masks and
+        biases then broadcast like any other), or None when it has that rank."""
+        n = len(shape) - x.ndim
+        return None if n <= 0 else (1,) * n + tuple(x.shape)
 
-
-def _with_rank(x: torch.Tensor, ndim: int) -> torch.Tensor:
-    """``x`` viewed with ``ndim`` axes (leading ones added): 0-D and 1-D masks and biases
-    then broadcast like any other, whatever rank the kernel insists on."""
-    return x if x.ndim >= ndim else x.reshape((1,) * (ndim - x.ndim) + tuple(x.shape))
+    return _Prepared(
+        G, shape, call, plan(call), scale, p, causal, window, softcap,
+        resolve_band(causal, window, shape[-2], shape[-1]),
+        None if mask is None else view(mask), None if bias is None else view(bias),
+        ids is not None and may_pack(call),
+    )
 
 
 def _check_finite(

@@ -52,6 +52,8 @@ __all__ = [
     "Window",
     "attention_mask",
     "causal_mask",
+    "check_mask",
+    "combine_masks",
     "from_attn_mask",
     "from_key_padding_mask",
     "masked_softmax",
@@ -347,6 +349,38 @@ def attention_mask(
     smallest shape that carries the constraints (a key-padding mask stays ``(B, 1, 1, Tk)``).
     """
     shape = tuple(scores_shape)
+    if mask is not None:
+        check_mask(mask, shape)
+    return combine_masks(shape, mask=mask, valid_lens=valid_lens,
+                         band=resolve_band(causal, window, shape[-2], shape[-1]),
+                         segment_ids=check_segment_ids(segment_ids, shape), device=device)
+
+
+def check_mask(mask: object, scores_shape: tuple[int, ...]) -> None:
+    """``mask`` is a bool tensor (True = may attend) broadcastable to ``scores_shape``; the
+    messages name the shape the caller passed."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError(
+            f"mask must be a bool tensor (True = may attend), got "
+            f"{getattr(mask, 'dtype', type(mask))}; pass additive float values as `bias`"
+        )
+    check_broadcast("mask", tuple(mask.shape), tuple(scores_shape))
+
+
+def combine_masks(
+    shape: tuple[int, ...],
+    *,
+    mask: torch.Tensor | None,
+    valid_lens: torch.Tensor | None,
+    band: tuple[int | None, int | None],
+    segment_ids: tuple[torch.Tensor, torch.Tensor] | None,
+    device: torch.device | str | None,
+) -> torch.Tensor | None:
+    """The AND of constraints whose structure is already checked: :func:`attention_mask`
+    without its checks, for :func:`attnkit.torch.attention`, which checks the structure
+    once per call signature. ``mask`` broadcasts to ``shape``; ``valid_lens`` values are
+    still checked here (values are never cached); ``band = (left, right)`` is resolved;
+    ``segment_ids`` is the ``(q_ids, kv_ids)`` pair. None when nothing is masked."""
     Tq, Tk = shape[-2], shape[-1]
     allowed: torch.Tensor | None = None
 
@@ -355,17 +389,11 @@ def attention_mask(
         allowed = m if allowed is None else (allowed & m)
 
     if mask is not None:
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            raise TypeError(
-                f"mask must be a bool tensor (True = may attend), got "
-                f"{getattr(mask, 'dtype', type(mask))}; pass additive float values as `bias`"
-            )
-        check_broadcast("mask", tuple(mask.shape), shape)
         _and(mask if device is None or mask.device == device else mask.to(device))
     if valid_lens is not None:
         vm = valid_lens_mask(valid_lens, shape)
         _and(vm if device is None or vm.device == device else vm.to(device))
-    left, right = resolve_band(causal, window, Tq, Tk)  # causal and window: one band
+    left, right = band  # causal and window: one band
     if left is not None or right is not None:
         _and(window_mask(Tq, Tk, left, right, device=device))
     if segment_ids is not None:
