@@ -191,6 +191,7 @@ class MultiHeadAttention(nn.Module):
         average_weights: bool = True,
         cache: KVCache | None = None,
         segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+        padding_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Args:
             query: ``(B, Tq, E)`` (``(Tq, B, E)`` when ``batch_first=False``).
@@ -214,6 +215,12 @@ class MultiHeadAttention(nn.Module):
             segment_ids: ``(B, T)`` for self-attention or ``(q_ids (B, Tq), kv_ids
                 (B, Tk))``: packed documents and padding (id < 0), see
                 :func:`attnkit.torch.attention`.
+            padding_mask: ``(B, Tk)`` bool or 0/1 over the keys this call projects, True
+                (1) = a real token, False (0) = padding that no query attends (the
+                ``attention_mask`` convention of transformers). With a cache, the cache
+                keeps it for every position it holds: pass it with the left-padded
+                prompt, and later steps (whose tokens are real) need not pass it again;
+                the step's key mask is then a view of the cache's own buffer.
 
         Returns:
             ``(out (B, Tq, E) (or (Tq, B, E)), weights or None)``.
@@ -236,7 +243,7 @@ class MultiHeadAttention(nn.Module):
                     f"{name} must be (Tq, Tk) or (B|1, H|1, Tq, Tk), got {tuple(m.shape)}; "
                     f"for a per-batch (B, Tq, Tk) {name} pass {name}[:, None]"
                 )
-        variants = {"segment_ids": segment_ids}
+        variants = {"segment_ids": segment_ids, "padding_mask": padding_mask}
         if cache is None:
             return self._attend(query, key, value, None, mask, bias, valid_lens, causal,
                                 window, need_weights, average_weights, **variants)
@@ -266,13 +273,21 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool,
         average_weights: bool,
         segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+        padding_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:meth:`forward` after its argument checks."""
         B, Tq, _ = query.shape
         H, Dv = self.num_heads, self.v_head_dim
         q, k, v = self._project(query, key, value, cache)  # (B, H|Hkv, T, Dk|Dv)
+        if padding_mask is not None:
+            padding_mask = self._check_padding(padding_mask, B, None if k is None else k.shape[2])
         if cache is not None:
-            k, v = self._through_cache(cache, k, v)  # (B, Hkv, positions cached, D)
+            k, v = self._through_cache(cache, k, v, padding_mask)  # (B, Hkv, cached, D)
+            keys = cache.padding_mask()  # (B, 1, 1, Tk) view, or None
+        else:
+            keys = None if padding_mask is None else padding_mask[:, None, None, :]
+        if keys is not None:
+            mask = keys if mask is None else mask & keys
         out = weights = None
         bottom_right = causal is True or causal == "bottom_right" or (not causal and Tq == 1)
         if cache is not None and q.is_cuda and not cache.cross and bottom_right \
@@ -299,8 +314,23 @@ class MultiHeadAttention(nn.Module):
     # -- cache ---------------------------------------------------------------------------
 
     @staticmethod
+    def _check_padding(padding_mask: torch.Tensor, B: int, Tk: int | None) -> torch.Tensor:
+        """``padding_mask`` as bool ``(B, Tk)`` (True = real token); ``Tk`` is the number
+        of keys this call projects (None: a filled cross cache projects none)."""
+        if not isinstance(padding_mask, torch.Tensor) or padding_mask.is_floating_point():
+            raise TypeError(f"padding_mask must be a bool or 0/1 integer tensor (True = real "
+                            f"token), got {getattr(padding_mask, 'dtype', padding_mask)!r}")
+        if Tk is None or tuple(padding_mask.shape) != (B, Tk):
+            what = ("no keys (a filled cross-attention cache)" if Tk is None
+                    else f"(B, Tk) = ({B}, {Tk})")
+            raise ValueError(f"padding_mask covers the keys this call adds, {what}; got "
+                             f"{tuple(padding_mask.shape)}")
+        return padding_mask if padding_mask.dtype == torch.bool else padding_mask != 0
+
+    @staticmethod
     def _through_cache(
-        cache: KVCache, k: torch.Tensor | None, v: torch.Tensor | None
+        cache: KVCache, k: torch.Tensor | None, v: torch.Tensor | None,
+        valid: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append this call's k/v (every step of a self cache; a cross cache once) and
         return every cached position. Earlier positions are stored detached; when autograd
@@ -308,7 +338,7 @@ class MultiHeadAttention(nn.Module):
         their projections get a gradient."""
         if k is None or v is None:
             return cache.keys(), cache.values()  # a filled cross cache
-        cache.append(k, v)
+        cache.append(k, v, valid)
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
             past = cache.length - k.shape[2]
             return (torch.cat([cache.k[:, :, :past], k], dim=2),
