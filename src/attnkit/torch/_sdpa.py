@@ -32,12 +32,11 @@ def sdpa_path(
     sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``out (..., H, Tq, Dv)`` from SDPA; ``attn_mask`` bool or float (in q's dtype)."""
-    Tq, Dv = q.shape[-2], v.shape[-1]
     if sinks is not None:
+        Tq, Dv = q.shape[-2], v.shape[-1]
         q, k, v, attn_mask = _with_sink_key(q, k, v, sinks, scale, attn_mask, is_causal)
-    gqa = {"enable_gqa": True} if G > 1 else {}
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
-                                         is_causal=is_causal, scale=scale, **gqa)
+                                         is_causal=is_causal, scale=scale, enable_gqa=G > 1)
     if sinks is not None:  # drop the sink's key (and the causal path's extra query)
         out = out[..., -Tq:, :Dv]
     if out.requires_grad and torch.is_grad_enabled():

@@ -54,7 +54,7 @@ from ._scores import additive_mask, attention_weights, weights_mask
 from ._sdpa import bias_as, sdpa_path
 from ._triton_path import triton_path, triton_reason
 from .additive import additive_attention, additive_scores  # re-exported: they lived here
-from .masks import Window, check_mask, combine_masks
+from .masks import Window, check_mask, combine_masks, lengths_mask, valid_lens_view
 from .softmax import safe_softmax  # re-exported: it lived here
 
 __all__ = [
@@ -219,6 +219,14 @@ def attention(
     """
     prep = _prepared(q, k, v, mask, bias, valid_lens, causal, window, scale, softcap, sinks,
                      segment_ids, dropout_p, training, need_weights, backend)
+    if prep.lean and not check_finite:  # SDPA with the caller's mask and/or valid_lens
+        allowed = mask
+        if valid_lens is not None:
+            allowed = lengths_mask(valid_lens, prep.lengths_view, prep.shape[-1])
+            if mask is not None:
+                allowed = mask & allowed
+        return sdpa_path(q, k, v, G=prep.G, attn_mask=allowed, is_causal=prep.how.is_causal,
+                         scale=prep.scale, dropout_p=prep.p), None
     G, shape, call, how = prep.G, prep.shape, prep.call, prep.how
     causal, window, softcap, scale, p = prep.causal, prep.window, prep.softcap, prep.scale, prep.p
     dev = q.device
@@ -303,7 +311,9 @@ class _Prepared(NamedTuple):
     band: tuple[int | None, int | None]  # causal and window as one band
     mask_view: tuple[int, ...] | None  # the mask's shape with leading ones, when reshaped
     bias_view: tuple[int, ...] | None
+    lengths_view: tuple[int, ...] | None  # valid_lens as key counts against the scores
     may_pack: bool  # the packed path could take it, once the ids are read
+    lean: bool  # SDPA with at most the caller's mask and valid_lens, nothing to add
 
 
 # Checked call signatures -> their _Prepared. A signature is the call's structure only:
@@ -422,11 +432,20 @@ def _prepare(
         n = len(shape) - x.ndim
         return None if n <= 0 else (1,) * n + tuple(x.shape)
 
+    how = plan(call)
+    lengths_view = None
+    if isinstance(valid_lens, torch.Tensor):
+        lengths_view = valid_lens_view(tuple(valid_lens.shape), shape)
+    mask_view = None if mask is None else view(mask)
+    lean = (how.path == "sdpa" and not how.band and not need_weights and bias is None
+            and sinks is None and ids is None and mask_view is None
+            and (mask is None or mask.device == dev)
+            and (valid_lens is None or (lengths_view is not None and valid_lens.device == dev)))
     return _Prepared(
-        G, shape, call, plan(call), scale, p, causal, window, softcap,
+        G, shape, call, how, scale, p, causal, window, softcap,
         resolve_band(causal, window, shape[-2], shape[-1]),
-        None if mask is None else view(mask), None if bias is None else view(bias),
-        ids is not None and may_pack(call),
+        mask_view, None if bias is None else view(bias), lengths_view,
+        ids is not None and may_pack(call), lean,
     )
 
 

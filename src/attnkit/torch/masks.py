@@ -54,6 +54,7 @@ __all__ = [
     "causal_mask",
     "check_mask",
     "combine_masks",
+    "lengths_mask",
     "from_attn_mask",
     "from_key_padding_mask",
     "masked_softmax",
@@ -64,6 +65,7 @@ __all__ = [
     "sequence_mask",
     "valid_lens_limits",
     "valid_lens_mask",
+    "valid_lens_view",
     "window_mask",
 ]
 
@@ -138,22 +140,37 @@ def valid_lens_limits(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -
     shape = tuple(scores_shape)
     if not isinstance(valid_lens, torch.Tensor):
         valid_lens = torch.as_tensor(valid_lens)
+    view = valid_lens_view(tuple(valid_lens.shape), shape)
+    return _check_lengths(valid_lens, shape[-1]).reshape(view)
+
+
+def valid_lens_view(lengths_shape: tuple[int, ...], scores_shape: tuple[int, ...]
+                    ) -> tuple[int, ...]:
+    """The shape ``valid_lens`` of ``lengths_shape`` take to broadcast against the scores
+    as key counts (:func:`valid_lens_limits`); ``ValueError`` naming both shapes when they
+    do not fit."""
+    shape = tuple(scores_shape)
     if len(shape) < 3:
         raise ValueError(
             f"valid_lens needs scores with a batch axis (B, ..., Tq, Tk), got scores {shape}"
         )
-    B, Tq, Tk = shape[0], shape[-2], shape[-1]
-    vl = tuple(valid_lens.shape)
+    B, Tq = shape[0], shape[-2]
+    vl = tuple(lengths_shape)
     if vl == (B,):
-        view = (B,) + (1,) * (len(shape) - 1)
-    elif vl == (B, Tq):
-        view = (B,) + (1,) * (len(shape) - 3) + (Tq, 1)
-    else:
-        raise ValueError(
-            f"valid_lens of shape {vl} does not fit scores of shape {shape}: expected "
-            f"(B,) = ({B},) or (B, Tq) = ({B}, {Tq})"
-        )
-    return _check_lengths(valid_lens, Tk).reshape(view)
+        return (B,) + (1,) * (len(shape) - 1)
+    if vl == (B, Tq):
+        return (B,) + (1,) * (len(shape) - 3) + (Tq, 1)
+    raise ValueError(
+        f"valid_lens of shape {vl} does not fit scores of shape {shape}: expected "
+        f"(B,) = ({B},) or (B, Tq) = ({B}, {Tq})"
+    )
+
+
+def lengths_mask(valid_lens: torch.Tensor, view: tuple[int, ...], Tk: int) -> torch.Tensor:
+    """``valid_lens`` (a tensor whose shape :func:`valid_lens_view` turned into ``view``)
+    as a bool key mask: their values checked (or clamped off the host), one compare."""
+    limits = _check_lengths(valid_lens, Tk).reshape(view)
+    return _positions(Tk, limits.device) < limits
 
 
 @functools.lru_cache(maxsize=64)
