@@ -144,15 +144,22 @@ class KVCache(nn.Module):
                 f"(cache k {tuple(self.k.shape)}); nothing was written"
             )
         start, end = self.length, self.length + T
-        with torch.no_grad():
-            self.k[:, :, start:end] = k
-            self.v[:, :, start:end] = v
-            if valid is not None:
-                self.key_valid[:, start:end] = valid if valid.dtype == torch.bool else valid != 0
-                self.padded, self._padded_to = True, max(self._padded_to, end)
-            elif start < self._padded_to:  # positions once written as padding: real now
-                self.key_valid[:, start:min(end, self._padded_to)] = True
+        if torch.is_grad_enabled():  # stored detached (a decoding step is already so)
+            with torch.no_grad():
+                self._write(start, end, k, v, valid)
+        else:
+            self._write(start, end, k, v, valid)
         self.length = end
+
+    def _write(self, start: int, end: int, k: torch.Tensor, v: torch.Tensor,
+               valid: torch.Tensor | None) -> None:
+        self.k[:, :, start:end] = k
+        self.v[:, :, start:end] = v
+        if valid is not None:
+            self.key_valid[:, start:end] = valid if valid.dtype == torch.bool else valid != 0
+            self.padded, self._padded_to = True, max(self._padded_to, end)
+        elif start < self._padded_to:  # positions once written as padding: real now
+            self.key_valid[:, start:min(end, self._padded_to)] = True
 
     def padding_mask(self) -> torch.Tensor | None:
         """The key mask of the positions held, ``(B, 1, 1, length)`` bool (True = may

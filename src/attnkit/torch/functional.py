@@ -54,7 +54,14 @@ from ._scores import additive_mask, attention_weights, weights_mask
 from ._sdpa import bias_as, sdpa_path
 from ._triton_path import triton_path, triton_reason
 from .additive import additive_attention, additive_scores  # re-exported: they lived here
-from .masks import Window, check_mask, combine_masks, lengths_mask, valid_lens_view
+from .masks import (
+    Window,
+    check_mask,
+    combine_masks,
+    lengths_mask,
+    positions_of,
+    valid_lens_view,
+)
 from .softmax import safe_softmax  # re-exported: it lived here
 
 __all__ = [
@@ -222,7 +229,7 @@ def attention(
     if prep.lean and not check_finite:  # SDPA with the caller's mask and/or valid_lens
         allowed = mask
         if valid_lens is not None:
-            allowed = lengths_mask(valid_lens, prep.lengths_view, prep.shape[-1])
+            allowed = lengths_mask(valid_lens, prep.lengths_view, prep.positions)
             if mask is not None:
                 allowed = mask & allowed
         return sdpa_path(q, k, v, G=prep.G, attn_mask=allowed, is_causal=prep.how.is_causal,
@@ -312,6 +319,7 @@ class _Prepared(NamedTuple):
     mask_view: tuple[int, ...] | None  # the mask's shape with leading ones, when reshaped
     bias_view: tuple[int, ...] | None
     lengths_view: tuple[int, ...] | None  # valid_lens as key counts against the scores
+    positions: torch.Tensor | None  # arange(Tk) on valid_lens' device (attnkit's own)
     may_pack: bool  # the packed path could take it, once the ids are read
     lean: bool  # SDPA with at most the caller's mask and valid_lens, nothing to add
 
@@ -359,25 +367,33 @@ def _prepared(
     Tensor = torch.Tensor
     key = None
     if type(q) is Tensor and type(k) is Tensor and type(v) is Tensor \
-            and type(scale) in _SCALARS and type(softcap) in _SCALARS \
-            and type(dropout_p) in _SCALARS and not torch.compiler.is_compiling():
+            and not torch.compiler.is_compiling():
         try:
-            key = (
-                q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device,
-                v.device,
-                None if mask is None else _tensor_key(mask),
-                None if bias is None else _tensor_key(bias),
-                None if valid_lens is None else _tensor_key(valid_lens),
-                None if sinks is None else _tensor_key(sinks),
-                None if segment_ids is None else _ids_key(segment_ids),
-                causal, type(causal),
-                None if window is None else (type(window), window, *map(type, window)),
-                scale, type(scale), softcap, type(softcap), dropout_p, type(dropout_p),
-                bool(training), bool(need_weights), backend,
-                bool(need_weights) and torch.is_grad_enabled()
-                and (q.requires_grad or k.requires_grad or v.requires_grad),
-            )
-            found = _PREPARED.get(key)
+            if bias is None and window is None and scale is None and softcap is None \
+                    and sinks is None and segment_ids is None and type(dropout_p) is float \
+                    and dropout_p == 0.0 and not need_weights and backend == "auto":
+                # The decoding step's signature: short, so that it hashes fast.
+                key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device,
+                       k.device, v.device, causal, type(causal),
+                       None if mask is None else _tensor_key(mask),
+                       None if valid_lens is None else _tensor_key(valid_lens))
+            elif type(scale) in _SCALARS and type(softcap) in _SCALARS \
+                    and type(dropout_p) in _SCALARS:
+                key = (
+                    q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device,
+                    k.device, v.device, causal, type(causal),
+                    None if mask is None else _tensor_key(mask),
+                    None if valid_lens is None else _tensor_key(valid_lens),
+                    None if bias is None else _tensor_key(bias),
+                    None if sinks is None else _tensor_key(sinks),
+                    None if segment_ids is None else _ids_key(segment_ids),
+                    None if window is None else (type(window), window, *map(type, window)),
+                    scale, type(scale), softcap, type(softcap), dropout_p, type(dropout_p),
+                    bool(training), bool(need_weights), backend,
+                    bool(need_weights) and torch.is_grad_enabled()
+                    and (q.requires_grad or k.requires_grad or v.requires_grad),
+                )
+            found = None if key is None else _PREPARED.get(key)
         except (_Unkeyed, TypeError):  # TypeError: an unhashable argument
             key = found = None
         if found is not None:
@@ -433,9 +449,10 @@ def _prepare(
         return None if n <= 0 else (1,) * n + tuple(x.shape)
 
     how = plan(call)
-    lengths_view = None
+    lengths_view = positions = None
     if isinstance(valid_lens, torch.Tensor):
         lengths_view = valid_lens_view(tuple(valid_lens.shape), shape)
+        positions = positions_of(shape[-1], valid_lens.device)
     mask_view = None if mask is None else view(mask)
     lean = (how.path == "sdpa" and not how.band and not need_weights and bias is None
             and sinks is None and ids is None and mask_view is None
@@ -444,7 +461,7 @@ def _prepare(
     return _Prepared(
         G, shape, call, how, scale, p, causal, window, softcap,
         resolve_band(causal, window, shape[-2], shape[-1]),
-        mask_view, None if bias is None else view(bias), lengths_view,
+        mask_view, None if bias is None else view(bias), lengths_view, positions,
         ids is not None and may_pack(call), lean,
     )
 

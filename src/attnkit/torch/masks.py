@@ -58,6 +58,7 @@ __all__ = [
     "from_attn_mask",
     "from_key_padding_mask",
     "masked_softmax",
+    "positions_of",
     "segment_ids_from_cu_seqlens",
     "segment_ids_from_lengths",
     "segment_ids_from_padding_mask",
@@ -76,6 +77,9 @@ def _on_host(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
+_INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
 def _number(x: float) -> int | float:
     """``x`` as it reads best in a message: an int when whole (``3``, not ``3.0``)."""
     return int(x) if float(x).is_integer() else x
@@ -89,6 +93,12 @@ def _check_lengths(valid_lens: object, maxlen: int) -> torch.Tensor:
     they are clamped to ``[0, maxlen]`` by tensor ops instead: a device-side assert would
     leave the CUDA context unusable, and a read-back would stall the stream."""
     vl = valid_lens if isinstance(valid_lens, torch.Tensor) else torch.as_tensor(valid_lens)
+    if vl.dtype in _INTEGER_DTYPES and vl.ndim == 1 and _on_host(vl):
+        # The decoding step's form, (B,) integers on the CPU: read and checked in one go.
+        values = vl.tolist()
+        if values and (min(values) < 0 or max(values) > maxlen):
+            check_length_range(min(values), max(values), maxlen)
+        return vl
     if vl.dtype == torch.bool or vl.is_complex():
         raise TypeError(f"valid_lens must hold integers, got dtype {vl.dtype}")
     if not _on_host(vl):
@@ -166,15 +176,17 @@ def valid_lens_view(lengths_shape: tuple[int, ...], scores_shape: tuple[int, ...
     )
 
 
-def lengths_mask(valid_lens: torch.Tensor, view: tuple[int, ...], Tk: int) -> torch.Tensor:
+def lengths_mask(
+    valid_lens: torch.Tensor, view: tuple[int, ...], positions: torch.Tensor
+) -> torch.Tensor:
     """``valid_lens`` (a tensor whose shape :func:`valid_lens_view` turned into ``view``)
-    as a bool key mask: their values checked (or clamped off the host), one compare."""
-    limits = _check_lengths(valid_lens, Tk).reshape(view)
-    return _positions(Tk, limits.device) < limits
+    as a bool key mask against ``positions = arange(Tk)`` on their device: their values
+    checked (or clamped off the host), then one compare."""
+    return positions < _check_lengths(valid_lens, positions.shape[0]).view(view)
 
 
 @functools.lru_cache(maxsize=64)
-def _positions(n: int, device: torch.device) -> torch.Tensor:
+def positions_of(n: int, device: torch.device) -> torch.Tensor:
     """``arange(n)`` on ``device``, made once per length (a decoding step would otherwise
     allocate it per layer); never written to."""
     return torch.arange(n, device=device)
@@ -187,7 +199,7 @@ def valid_lens_mask(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -> 
     per query.
     """
     limits = valid_lens_limits(valid_lens, scores_shape)
-    return _positions(scores_shape[-1], limits.device) < limits
+    return positions_of(scores_shape[-1], limits.device) < limits
 
 
 def window_mask(

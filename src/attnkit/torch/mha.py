@@ -236,7 +236,8 @@ class MultiHeadAttention(nn.Module):
         if not self.batch_first:  # (T, B, E) -> (B, T, E) views; `key is query` survives
             query, key, value = batch_major(query, key, value)
         B = query.shape[0]
-        for name, m in (("mask", mask), ("bias", bias)):
+        for name, m in (("mask", mask), ("bias", bias)) if mask is not None or bias is not None \
+                else ():
             if m is not None and m.ndim not in (2, 4):
                 # (B, Tq, Tk) would silently broadcast B against the head axis.
                 raise ValueError(
