@@ -369,12 +369,13 @@ def _prepared(
     if type(q) is Tensor and type(k) is Tensor and type(v) is Tensor \
             and not torch.compiler.is_compiling():
         try:
-            if bias is None and window is None and scale is None and softcap is None \
-                    and sinks is None and segment_ids is None and type(dropout_p) is float \
-                    and dropout_p == 0.0 and not need_weights and backend == "auto":
+            if bias is None and window is None and softcap is None and sinks is None \
+                    and segment_ids is None and type(dropout_p) is float and dropout_p == 0.0 \
+                    and (scale is None or type(scale) is float) and not need_weights \
+                    and backend == "auto":
                 # The decoding step's signature: short, so that it hashes fast.
                 key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device,
-                       k.device, v.device, causal, type(causal),
+                       k.device, v.device, causal, type(causal), scale,
                        None if mask is None else _tensor_key(mask),
                        None if valid_lens is None else _tensor_key(valid_lens))
             elif type(scale) in _SCALARS and type(softcap) in _SCALARS \
