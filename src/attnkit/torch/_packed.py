@@ -7,10 +7,11 @@ is zero. Running attention on each block alone, instead of on ``Tq x Tk`` scores
 dense mask, does ``sum_d Tq_d * Tk_d`` work instead of ``Tq * Tk``: for 8 equal documents,
 an eighth.
 
-Finding the runs reads the ids back to the host, once per id tensor (the answer is kept
-on it), and only here, where the tensors already live on the CPU, so it never stalls a
-GPU stream. It is never tried for a decoding step (one query), nor under
-``torch.compile`` (the read would break the graph; the dense mask path is traced
+Finding the runs reads the ids back to the host in each call (nothing is kept on a
+caller's tensor; a :class:`PackedIds` pair that attnkit made itself keeps its own), and
+only here, where the tensors already live on the CPU, so it never stalls a GPU stream. It
+is never tried for a decoding step (one query), nor under ``torch.compile`` (the read
+would break the graph; the dense mask path is traced
 instead). Ids that repeat after a gap, or a call with a ``mask``, ``bias`` or
 ``valid_lens`` as well, take the dense mask path.
 

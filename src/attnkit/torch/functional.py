@@ -21,7 +21,7 @@ asks :func:`plan` for a path, and runs it:
 - ``"triton"`` (:mod:`attnkit.torch._triton_path`): attnkit's fused GPU kernel (CUDA,
   fp16/bf16, no mask/bias/valid_lens, no dropout), imported lazily.
 - ``"packed"`` (:mod:`attnkit.torch._packed`): ``segment_ids`` whose ids each fill one run
-  of positions, on the CPU, block by block (the runs are found once per ids tensor).
+  of positions, on the CPU, block by block (the runs are read from each call's ids).
 
 The contract (docs/torch.md): a query with no allowed key gets output 0, weights 0 and zero
 gradients; masked scores are ``-inf`` or a select; NaN/inf in an attended position
