@@ -275,3 +275,22 @@ def test_padded_decoding_compiles_whole_and_matches_eager():
         want = _decode(m, x, REAL, m.init_cache(2, 8))
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     assert counter.frame_count == 1
+
+
+def test_a_copied_cache_keeps_its_own_padding():
+    """Forking a cache (``copy.deepcopy``, as some beam searches do) gives the copy its own
+    padding: steps on either follow their own rows, never the other's."""
+    import copy
+
+    m, x = _layer(), _tokens()
+    cache = m.init_cache(2, 8)
+    with torch.no_grad():
+        m(x[:, :5], causal=True, cache=cache, padding_mask=REAL[:, :5])
+        m(x[:, 5:6], causal=True, cache=cache)  # the padding's view is made by now
+        fork = copy.deepcopy(cache)
+        fork.reorder(torch.tensor([1, 0]))
+        got = m(x[[1, 0], 6:7], causal=True, cache=fork)[0]
+        mine = m(x[:, 6:7], causal=True, cache=cache)[0]
+        want = _decode(m, x, REAL, m.init_cache(2, 8))[:, 6:7]
+    torch.testing.assert_close(mine, want, rtol=0, atol=0)
+    torch.testing.assert_close(got, want[[1, 0]], rtol=0, atol=0)

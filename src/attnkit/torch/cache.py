@@ -88,12 +88,14 @@ class KVCache(nn.Module):
         self.length: int = 0
         self.padded = False  # some position in [0, length) was appended as padding
         self._padded_to = 0  # key_valid is True from here on (positions never padded)
+        self._keys_of: torch.Tensor | None = None  # the buffer that _keys views
+        self._keys = self.key_valid
         self.cross = bool(cross)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # `length` changes at every decoding step: a plain attribute, set without
         # nn.Module's search of its parameters, buffers and submodules.
-        if name in ("length", "padded", "_padded_to"):
+        if name in ("length", "padded", "_padded_to", "_keys", "_keys_of"):
             object.__setattr__(self, name, value)
         else:
             super().__setattr__(name, value)
@@ -167,7 +169,9 @@ class KVCache(nn.Module):
         padding since the last :meth:`reset`."""
         if not self.padded:
             return None
-        return self.key_valid[:, None, None, : self.length]
+        if self._keys_of is not self.key_valid:  # made once per buffer (.to() makes another)
+            self._keys, self._keys_of = self.key_valid[:, None, None, :], self.key_valid
+        return self._keys.narrow(-1, 0, self.length)
 
     def reset(self) -> None:
         """Forget every position and its padding (the buffers are kept and overwritten
