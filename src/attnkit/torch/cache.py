@@ -100,17 +100,23 @@ class KVCache(nn.Module):
         else:
             super().__setattr__(name, value)
 
+    def sizes(self) -> tuple[int, int, int, int]:
+        """``(B, Hkv, Dk, Dv)`` of the buffers."""
+        k_buf, v_buf = self._buffers["k"], self._buffers["v"]
+        assert k_buf is not None and v_buf is not None
+        return (k_buf.shape[0], k_buf.shape[1], k_buf.shape[3], v_buf.shape[3])
+
     @property
     def capacity(self) -> int:
         return self.k.shape[2]
 
     def keys(self) -> torch.Tensor:
         """The filled keys ``(B, Hkv, length, Dk)`` (a view, no copy)."""
-        return self.k[:, :, : self.length]
+        return self._buffers["k"][:, :, : self.length]  # type: ignore[index]
 
     def values(self) -> torch.Tensor:
         """The filled values ``(B, Hkv, length, Dv)`` (a view, no copy)."""
-        return self.v[:, :, : self.length]
+        return self._buffers["v"][:, :, : self.length]  # type: ignore[index]
 
     def append(
         self, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None = None
@@ -127,8 +133,12 @@ class KVCache(nn.Module):
             ValueError: on a shape mismatch, or when ``length + T > capacity``; the cache
                 is left unchanged.
         """
-        B, Hkv, cap, Dk = self.k.shape
-        Dv = self.v.shape[-1]
+        # The buffers straight from nn.Module's table: a decoding step calls this per
+        # layer, and each `self.k` would be a Python-level __getattr__.
+        k_buf, v_buf = self._buffers["k"], self._buffers["v"]
+        assert k_buf is not None and v_buf is not None
+        B, Hkv, cap, Dk = k_buf.shape
+        Dv = v_buf.shape[-1]
         if k.ndim != 4 or v.ndim != 4 or k.shape[:2] != (B, Hkv) or k.shape[-1] != Dk \
                 or v.shape[:3] != k.shape[:3] or v.shape[-1] != Dv:
             raise ValueError(
@@ -143,20 +153,20 @@ class KVCache(nn.Module):
         if self.length + T > cap:
             raise ValueError(
                 f"KV cache overflow: {self.length} positions filled + {T} new > capacity {cap} "
-                f"(cache k {tuple(self.k.shape)}); nothing was written"
+                f"(cache k {tuple(k_buf.shape)}); nothing was written"
             )
         start, end = self.length, self.length + T
         if torch.is_grad_enabled():  # stored detached (a decoding step is already so)
             with torch.no_grad():
-                self._write(start, end, k, v, valid)
+                self._write(k_buf, v_buf, start, end, k, v, valid)
         else:
-            self._write(start, end, k, v, valid)
+            self._write(k_buf, v_buf, start, end, k, v, valid)
         self.length = end
 
-    def _write(self, start: int, end: int, k: torch.Tensor, v: torch.Tensor,
-               valid: torch.Tensor | None) -> None:
-        self.k[:, :, start:end] = k
-        self.v[:, :, start:end] = v
+    def _write(self, k_buf: torch.Tensor, v_buf: torch.Tensor, start: int, end: int,
+               k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None) -> None:
+        k_buf[:, :, start:end] = k
+        v_buf[:, :, start:end] = v
         if valid is not None:
             self.key_valid[:, start:end] = valid if valid.dtype == torch.bool else valid != 0
             self.padded, self._padded_to = True, max(self._padded_to, end)

@@ -145,8 +145,10 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("an empty cross-attention cache needs `key` to fill it")
         key = query if key is None else key
         value = key if value is None else value
-        self._check_input("key", key, self.kdim)
-        self._check_input("value", value, self.vdim)
+        if key is not query or self.kdim != self.embed_dim:  # query is checked already
+            self._check_input("key", key, self.kdim)
+        if value is not query or self.vdim != self.embed_dim:
+            self._check_input("value", value, self.vdim)
         if key.shape[:2] != value.shape[:2] or key.shape[0] != B:
             raise ValueError(
                 f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
@@ -371,7 +373,7 @@ class MultiHeadAttention(nn.Module):
 
     def _check_cache(self, cache: KVCache, B: int) -> None:
         want = (B, self.num_kv_heads, self.head_dim, self.v_head_dim)
-        got = (cache.k.shape[0], cache.k.shape[1], cache.k.shape[3], cache.v.shape[3])
+        got = cache.sizes()
         if want != got:
             raise ValueError(
                 f"cache (B, Hkv, Dk, Dv) = {got} does not match this layer and batch {want}"
