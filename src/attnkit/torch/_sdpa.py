@@ -13,6 +13,8 @@ fused kernels and autograd serve them too.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.nn import functional as F
 
@@ -27,16 +29,27 @@ def sdpa_path(
     G: int,
     attn_mask: torch.Tensor | None,
     is_causal: bool,
-    scale: float,
+    scale: float | None,
     dropout_p: float,
     sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``out (..., H, Tq, Dv)`` from SDPA; ``attn_mask`` bool or float (in q's dtype)."""
+    """``out (..., H, Tq, Dv)`` from SDPA; ``attn_mask`` bool or float (in q's dtype);
+    ``scale`` None = SDPA's own ``1/sqrt(Dk)``."""
     if sinks is not None:
         Tq, Dv = q.shape[-2], v.shape[-1]
+        if scale is None:  # fixed before the sink's feature widens Dk
+            scale = 1.0 / math.sqrt(q.shape[-1])
         q, k, v, attn_mask = _with_sink_key(q, k, v, sinks, scale, attn_mask, is_causal)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
-                                         is_causal=is_causal, scale=scale, enable_gqa=G > 1)
+    # Positional arguments, and keywords only when they differ from SDPA's defaults: a
+    # decoding step's whole SDPA call is ~0.1 ms, and parsing keywords shows in it.
+    if G > 1:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal,
+                                             scale=scale, enable_gqa=True)
+    elif scale is not None:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal,
+                                             scale=scale)
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)
     if sinks is not None:  # drop the sink's key (and the causal path's extra query)
         out = out[..., -Tq:, :Dv]
     if out.requires_grad and torch.is_grad_enabled():

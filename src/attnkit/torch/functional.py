@@ -233,7 +233,7 @@ def attention(
             if mask is not None:
                 allowed = mask & allowed
         return sdpa_path(q, k, v, G=prep.G, attn_mask=allowed, is_causal=prep.how.is_causal,
-                         scale=prep.scale, dropout_p=prep.p), None
+                         scale=prep.sdpa_scale, dropout_p=prep.p), None
     G, shape, call, how = prep.G, prep.shape, prep.call, prep.how
     causal, window, softcap, scale, p = prep.causal, prep.window, prep.softcap, prep.scale, prep.p
     dev = q.device
@@ -311,6 +311,7 @@ class _Prepared(NamedTuple):
     call: Call
     how: Plan  # plan(call), before packed runs are looked for
     scale: float
+    sdpa_scale: float | None  # None when it is SDPA's own default, 1/sqrt(Dk)
     p: float  # dropout probability in effect
     causal: str | None
     window: tuple[int | None, int | None] | None
@@ -422,6 +423,7 @@ def _prepare(
         raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
     dev = q.device
     p = check_dropout(dropout_p) if training and dropout_p else 0.0
+    given_scale = scale
     scale = default_scale(scale, q.shape[-1])
     causal = check_causal(causal) if causal is not False else None
     window = check_window(window) if window is not None else None
@@ -460,7 +462,8 @@ def _prepare(
             and (mask is None or mask.device == dev)
             and (valid_lens is None or (lengths_view is not None and valid_lens.device == dev)))
     return _Prepared(
-        G, shape, call, how, scale, p, causal, window, softcap,
+        G, shape, call, how, scale, None if given_scale is None else scale, p, causal, window,
+        softcap,
         resolve_band(causal, window, shape[-2], shape[-1]),
         mask_view, None if bias is None else view(bias), lengths_view, positions,
         ids is not None and may_pack(call), lean,

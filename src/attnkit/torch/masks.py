@@ -74,7 +74,7 @@ __all__ = [
 def _on_host(x: torch.Tensor) -> bool:
     """Whether ``x``'s values may be read here: a CPU tensor (no device to wait for) and no
     ``torch.compile`` trace (a read would break the graph)."""
-    return x.device.type == "cpu" and not torch.compiler.is_compiling()
+    return x.is_cpu and not torch.compiler.is_compiling()
 
 
 _INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
@@ -93,7 +93,7 @@ def _check_lengths(valid_lens: object, maxlen: int) -> torch.Tensor:
     they are clamped to ``[0, maxlen]`` by tensor ops instead: a device-side assert would
     leave the CUDA context unusable, and a read-back would stall the stream."""
     vl = valid_lens if isinstance(valid_lens, torch.Tensor) else torch.as_tensor(valid_lens)
-    if vl.dtype in _INTEGER_DTYPES and vl.ndim == 1 and _on_host(vl):
+    if vl.ndim == 1 and vl.dtype in _INTEGER_DTYPES and _on_host(vl):
         # The decoding step's form, (B,) integers on the CPU: read and checked in one go.
         values = vl.tolist()
         if values and (min(values) < 0 or max(values) > maxlen):
