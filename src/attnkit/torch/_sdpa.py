@@ -18,7 +18,7 @@ import math
 import torch
 from torch.nn import functional as F
 
-__all__ = ["bias_as", "sdpa_path"]
+__all__ = ["bias_as", "first_order_only", "sdpa_path"]
 
 
 def sdpa_path(
@@ -52,9 +52,13 @@ def sdpa_path(
         out = F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)
     if sinks is not None:  # drop the sink's key (and the causal path's extra query)
         out = out[..., -Tq:, :Dv]
-    if out.requires_grad and torch.is_grad_enabled():
-        out = _FirstOrderOnly.apply(out)
-    return out
+    return first_order_only(out) if out.requires_grad else out
+
+
+def first_order_only(out: torch.Tensor) -> torch.Tensor:
+    """SDPA's output, marked so that a double backward through it names the path that
+    has one (:class:`_FirstOrderOnly`) when autograd records it."""
+    return _FirstOrderOnly.apply(out) if torch.is_grad_enabled() else out
 
 
 def bias_as(bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

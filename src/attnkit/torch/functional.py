@@ -37,6 +37,7 @@ from functools import lru_cache, partial
 from typing import Literal, NamedTuple
 
 import torch
+from torch.nn import functional as F
 
 from ..spec import (
     check_causal,
@@ -51,7 +52,7 @@ from ._dtypes import stats_dtype
 from ._math import math_path
 from ._packed import PackedIds, packed_attention, packed_runs
 from ._scores import additive_mask, attention_weights, weights_mask
-from ._sdpa import bias_as, sdpa_path
+from ._sdpa import bias_as, first_order_only, sdpa_path
 from ._triton_path import triton_path, triton_reason
 from .additive import additive_attention, additive_scores  # re-exported: they lived here
 from .masks import (
@@ -232,6 +233,9 @@ def attention(
             allowed = lengths_mask(valid_lens, prep.lengths_view, prep.positions)
             if mask is not None:
                 allowed = mask & allowed
+        if prep.G == 1 and prep.sdpa_scale is None:  # SDPA's own defaults: called here
+            out = F.scaled_dot_product_attention(q, k, v, allowed, prep.p, prep.how.is_causal)
+            return (first_order_only(out) if out.requires_grad else out), None
         return sdpa_path(q, k, v, G=prep.G, attn_mask=allowed, is_causal=prep.how.is_causal,
                          scale=prep.sdpa_scale, dropout_p=prep.p), None
     G, shape, call, how = prep.G, prep.shape, prep.call, prep.how
