@@ -294,3 +294,17 @@ def test_a_copied_cache_keeps_its_own_padding():
         want = _decode(m, x, REAL, m.init_cache(2, 8))[:, 6:7]
     torch.testing.assert_close(mine, want, rtol=0, atol=0)
     torch.testing.assert_close(got, want[[1, 0]], rtol=0, atol=0)
+
+
+def test_the_signature_table_is_bounded(monkeypatch):
+    """A loop over ever new shapes (a decoding loop whose Tk grows) cannot grow the table
+    past its bound; answers stay right after it is cleared."""
+    from attnkit.torch import functional
+
+    monkeypatch.setattr(functional, "_PREPARED", {})
+    monkeypatch.setattr(functional, "_PREPARED_MAX", 8)
+    for Tk in range(1, 30):
+        q, k, v = _qkv(1, Tk)
+        out, _ = at.attention(q, k, v, causal=True)
+        torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
+        assert len(functional._PREPARED) <= 8
