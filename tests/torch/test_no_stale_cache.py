@@ -299,7 +299,7 @@ def test_a_copied_cache_keeps_its_own_padding():
 def test_the_signature_table_is_bounded(monkeypatch):
     """A loop over ever new shapes (a decoding loop whose Tk grows) cannot grow the table
     past its bound; answers stay right after it is cleared."""
-    from attnkit.torch import functional
+    from attnkit.torch import _signature as functional
 
     monkeypatch.setattr(functional, "_PREPARED", {})
     monkeypatch.setattr(functional, "_PREPARED_MAX", 8)

@@ -46,13 +46,13 @@ from ..spec import (
     check_window_side,
     resolve_band,
 )
+from ._checks import check_mask, valid_lens_view
 from .softmax import safe_softmax
 
 __all__ = [
     "Window",
     "attention_mask",
     "causal_mask",
-    "check_mask",
     "combine_masks",
     "lengths_mask",
     "from_attn_mask",
@@ -66,7 +66,6 @@ __all__ = [
     "sequence_mask",
     "valid_lens_limits",
     "valid_lens_mask",
-    "valid_lens_view",
     "window_mask",
 ]
 
@@ -152,28 +151,6 @@ def valid_lens_limits(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -
         valid_lens = torch.as_tensor(valid_lens)
     view = valid_lens_view(tuple(valid_lens.shape), shape)
     return _check_lengths(valid_lens, shape[-1]).reshape(view)
-
-
-def valid_lens_view(lengths_shape: tuple[int, ...], scores_shape: tuple[int, ...]
-                    ) -> tuple[int, ...]:
-    """The shape ``valid_lens`` of ``lengths_shape`` take to broadcast against the scores
-    as key counts (:func:`valid_lens_limits`); ``ValueError`` naming both shapes when they
-    do not fit."""
-    shape = tuple(scores_shape)
-    if len(shape) < 3:
-        raise ValueError(
-            f"valid_lens needs scores with a batch axis (B, ..., Tq, Tk), got scores {shape}"
-        )
-    B, Tq = shape[0], shape[-2]
-    vl = tuple(lengths_shape)
-    if vl == (B,):
-        return (B,) + (1,) * (len(shape) - 1)
-    if vl == (B, Tq):
-        return (B,) + (1,) * (len(shape) - 3) + (Tq, 1)
-    raise ValueError(
-        f"valid_lens of shape {vl} does not fit scores of shape {shape}: expected "
-        f"(B,) = ({B},) or (B, Tq) = ({B}, {Tq})"
-    )
 
 
 def lengths_mask(
@@ -383,17 +360,6 @@ def attention_mask(
     return combine_masks(shape, mask=mask, valid_lens=valid_lens,
                          band=resolve_band(causal, window, shape[-2], shape[-1]),
                          segment_ids=check_segment_ids(segment_ids, shape), device=device)
-
-
-def check_mask(mask: object, scores_shape: tuple[int, ...]) -> None:
-    """``mask`` is a bool tensor (True = may attend) broadcastable to ``scores_shape``; the
-    messages name the shape the caller passed."""
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        raise TypeError(
-            f"mask must be a bool tensor (True = may attend), got "
-            f"{getattr(mask, 'dtype', type(mask))}; pass additive float values as `bias`"
-        )
-    check_broadcast("mask", tuple(mask.shape), tuple(scores_shape))
 
 
 def combine_masks(

@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from ..numpy.mha_params import MultiHeadParams, head_sizes
 from ..spec import check_dropout, check_softcap
+from ._checks import check_padding_mask
 from ._triton_path import triton_decode
 from .cache import KVCache
 from .functional import attention
@@ -283,7 +284,7 @@ class MultiHeadAttention(nn.Module):
         H, Dv = self.num_heads, self.v_head_dim
         q, k, v = self._project(query, key, value, cache)  # (B, H|Hkv, T, Dk|Dv)
         if padding_mask is not None:
-            padding_mask = self._check_padding(padding_mask, B, None if k is None else k.shape[2])
+            padding_mask = check_padding_mask(padding_mask, B, None if k is None else k.shape[2])
         if cache is not None:
             k, v = self._through_cache(cache, k, v, padding_mask)  # (B, Hkv, cached, D)
             keys = cache.padding_mask()  # (B, 1, 1, Tk) view, or None
@@ -315,20 +316,6 @@ class MultiHeadAttention(nn.Module):
         return out, weights
 
     # -- cache ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _check_padding(padding_mask: torch.Tensor, B: int, Tk: int | None) -> torch.Tensor:
-        """``padding_mask`` as bool ``(B, Tk)`` (True = real token); ``Tk`` is the number
-        of keys this call projects (None: a filled cross cache projects none)."""
-        if not isinstance(padding_mask, torch.Tensor) or padding_mask.is_floating_point():
-            raise TypeError(f"padding_mask must be a bool or 0/1 integer tensor (True = real "
-                            f"token), got {getattr(padding_mask, 'dtype', padding_mask)!r}")
-        if Tk is None or tuple(padding_mask.shape) != (B, Tk):
-            what = ("no keys (a filled cross-attention cache)" if Tk is None
-                    else f"(B, Tk) = ({B}, {Tk})")
-            raise ValueError(f"padding_mask covers the keys this call adds, {what}; got "
-                             f"{tuple(padding_mask.shape)}")
-        return padding_mask if padding_mask.dtype == torch.bool else padding_mask != 0
 
     @staticmethod
     def _through_cache(
