@@ -490,7 +490,7 @@ class Harness:
                             f"generator=torch.Generator().manual_seed(1))",
                             "y = x.clone()",
                             f"y[:, {T - 1}] += 1.0  # change only the last query",
-                            f"a, b = run(x, kv, kv), run(y, kv, kv)",
+                            "a, b = run(x, kv, kv), run(y, kv, kv)",
                             f"assert torch.allclose(a[:, :{T - 1}], b[:, :{T - 1}], "
                             f"atol=1e-5), {short!r}"]))]
 
