@@ -109,7 +109,7 @@ def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
         elif code == "mask-polarity" and case.mask:
             _, alt = _oracle_text(run, case, keep_expr="~keep")
             lines.append(f"print('error with the mask inverted:', np.abs(got - {alt}{tail}).max())")
-        elif code == "causal-leak":
+        elif code == "causal-leak" and "moved" not in d:
             _, alt = _oracle_text(run, case, keep_expr="no-causal")
             lines.append(f"print('error against attention with no causal mask:', "
                          f"np.abs(got - {alt}{tail}).max())")
