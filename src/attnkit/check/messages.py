@@ -153,6 +153,21 @@ ZH_WORDS: dict[str, str] = {
         "没有识别出掩码参数，因此没有测试掩码、整行被掩蔽和因果对齐"
         "（可用 --convention valid_lens、masked、keep、sdpa 或 additive 声明）"
     ),
+    # attnkit check model (model_report.py)
+    "model title": "attnkit 检查模型：{model}",
+    "model seconds": "用时 {seconds:.1f} 秒",
+    "masks": "掩码",
+    "layer": "层",
+    "calls": "调用",
+    "worst": "最大误差 / 规则",
+    "first failure": "首次失败",
+    "empty rows": "空行",
+    "row verdict": "结论",
+    "versus": "与 {first} 比较：注意力 / 隐藏状态",
+    "hidden": "隐藏状态与 {first} 相比：最大差异 {diff:.1e}，位于 {name}",
+    "first failing layer": "自身注意力首先失败的层：{layer}",
+    "at": "位置",
+    "model reproducer": "复现 {code} 的代码（输入保存在 {where}）：",
 }
 
 

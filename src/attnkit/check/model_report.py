@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
+from .messages import ZH_CODES, ZH_WORDS, check_language, get_language
 from .report import CODES, ERROR, Finding
 
 __all__ = ["ImplementationResult", "LayerRow", "ModelFinding", "ModelReport"]
@@ -134,33 +136,56 @@ class ModelReport:
     def findings(self, implementation: str) -> list[ModelFinding]:
         return next(r.findings for r in self.implementations if r.name == implementation)
 
-    def to_dict(self) -> dict:
+    def to_dict(self, lang: str = "en") -> dict:
+        """The report as plain data (``--json``); with ``lang="zh"`` each finding also
+        carries its Chinese ``title`` and ``diagnosis`` (codes are the same)."""
+        check_language(lang)
         d = asdict(self)
         d["ok"] = self.ok
         for r, item in zip(self.implementations, d["implementations"]):
             item["ok"] = r.ok
             for f, fi in zip(r.findings, item["findings"]):
                 fi["severity"] = f.severity
+                if lang == "zh":
+                    fi["title"], fi["diagnosis"] = ZH_CODES[f.code]
             for row in item["layers"]:
                 row.pop("_ratio", None)
         return d
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+    def to_json(self, lang: str = "en") -> str:
+        return json.dumps(self.to_dict(lang), indent=2, ensure_ascii=False)
 
-    def table(self, reproducers: bool = True) -> str:
-        """The report as text: per implementation a table by layer, then its findings."""
-        lines = [f"attnkit check model: {self.model}",
-                 f"  {self.dtype}, {self.inputs}; {self.seconds:.1f} s"]
+    def table(self, reproducers: bool = True, lang: str | None = None) -> str:
+        """The report as text: per implementation a table by layer, then its findings.
+
+        Args:
+            reproducers: print the first reproducer of each implementation.
+            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.messages.get_language`.
+                In Chinese the headers are Chinese and every finding gets its code's
+                Chinese title and diagnosis, with the check's English sentence under it;
+                codes, figures, layer names and reproducers are the same.
+        """
+        zh = check_language(lang or get_language()) == "zh"
+        w = ZH_WORDS
+
+        def say(key: str, en: str, **fields: Any) -> str:
+            return w[key].format(**fields) if zh else en.format(**fields)
+
+        seconds = say("model seconds", "{seconds:.1f} s", seconds=self.seconds)
+        lines = [say("model title", "attnkit check model: {model}", model=self.model),
+                 f"  {self.dtype}, {self.inputs}; {seconds}"]
         first = self.implementations[0].name if self.implementations else ""
         for r in self.implementations:
-            lines += ["", f"{r.name}: {r.status}" + (f"; masks: {', '.join(r.masks)}"
-                                                     if r.masks else "")]
+            lines += ["", f"{r.name}: {r.status}" + (f"; {say('masks', 'masks')}: "
+                                                     f"{', '.join(r.masks)}" if r.masks else "")]
             if r.layers:
-                diff_head = f"vs {first}: attention / hidden" if r.name != first else ""
-                head = (f"  {'layer':<34} {'calls':>5}  {'worst error / rule':<20} "
-                        f"{'first failure':<34} {'empty rows':<14} {'verdict':<18} "
-                        f"{diff_head}")
+                diff_head = say("versus", "vs {first}: attention / hidden",
+                                first=first) if r.name != first else ""
+                head = (f"  {say('layer', 'layer'):<34} {say('calls', 'calls'):>5}  "
+                        f"{say('worst', 'worst error / rule'):<20} "
+                        f"{say('first failure', 'first failure'):<34} "
+                        f"{say('empty rows', 'empty rows'):<14} "
+                        f"{say('row verdict', 'verdict'):<18} {diff_head}")
                 lines.append(head.rstrip())
                 for row in r.layers:
                     hold = "/".join(row.empty_hold) if row.empty_rows else ""
@@ -176,12 +201,23 @@ class ModelReport:
                                  f"{row.verdict:<18} {diff}".rstrip())
             if r.hidden and r.name != first:
                 worst = max(r.hidden, key=lambda h: h["diff"])
-                lines.append(f"  hidden states vs {first}: largest difference "
-                             f"{worst['diff']:.1e} at {worst['name']}")
+                lines.append("  " + say("hidden", "hidden states vs {first}: largest "
+                                        "difference {diff:.1e} at {name}", first=first,
+                                        diff=worst["diff"], name=worst["name"]))
             if r.first_failing_layer:
-                lines.append(f"  first layer whose own attention fails: "
-                             f"{r.first_failing_layer}")
+                lines.append("  " + say("first failing layer", "first layer whose own "
+                                        "attention fails: {layer}",
+                                        layer=r.first_failing_layer))
             for f in r.findings:
+                if zh:
+                    title, diagnosis = ZH_CODES[f.code]
+                    lines += [f"  [{w[f.severity]}] {f.code}：{title}", f"    {diagnosis}",
+                              f"    {w['detail']}：{f.message}"]
+                    if f.measured:
+                        lines.append(f"    {w['measured']}：{f.measured}")
+                    if f.case:
+                        lines.append(f"    {w['at']}：{f.case}")
+                    continue
                 lines.append(f"  {f.severity:<7}  {f.code}: {f.message}")
                 if f.measured:
                     lines.append(f"           measured: {f.measured}")
@@ -190,14 +226,23 @@ class ModelReport:
             if reproducers:
                 for f in r.findings:
                     if f.reproducer:
-                        lines += [f"  reproducer ({f.code}, inputs in {r.reproducer}):"]
+                        lines += ["  " + say("model reproducer", "reproducer ({code}, inputs "
+                                             "in {where}):", code=f.code, where=r.reproducer)]
                         lines += ["    " + x for x in f.reproducer.splitlines()]
                         break
         n_err = sum(f.is_error for r in self.implementations for f in r.findings)
         n_all = sum(len(r.findings) for r in self.implementations)
-        lines += ["", f"{'OK' if self.ok else 'FAILED'}: {n_err} error(s), "
-                      f"{n_all - n_err} warning(s)"]
+        if zh:
+            lines += ["", w["verdict"].format(verdict=w["ok"] if self.ok else w["failed"],
+                                              errors=n_err, warnings=n_all - n_err)]
+        else:
+            lines += ["", f"{'OK' if self.ok else 'FAILED'}: {n_err} error(s), "
+                          f"{n_all - n_err} warning(s)"]
         return "\n".join(lines)
+
+    def text(self, lang: str | None = None, reproducers: bool = True) -> str:
+        """The report as text in ``lang`` (see :meth:`table`), as ``Report.text``."""
+        return self.table(reproducers, lang)
 
     def __str__(self) -> str:
         return self.table()
