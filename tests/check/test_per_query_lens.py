@@ -127,3 +127,17 @@ def test_per_query_lengths_need_the_valid_lens_convention():
 
     with pytest.raises(ValueError, match="per_query_lens=True"):
         check_masked_softmax(keep_mask, convention="keep", per_query_lens=True)
+
+
+def test_the_command_takes_per_query_lens(capsys, monkeypatch):
+    from attnkit.cli import main
+
+    monkeypatch.chdir(ROOT)
+    target = "tests/check/test_per_query_lens.py:lens_batch_only"
+    assert main(["check", "masked-softmax", target]) == 0
+    capsys.readouterr()
+    assert main(["check", "masked-softmax", target, "--per-query-lens"]) == 1
+    assert "per-query lengths (B, Tq)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["check", "softmax", "examples/check/softmaxes.py:softmax", "--per-query-lens"])
+    assert "--per-query-lens applies to" in capsys.readouterr().err
