@@ -10,6 +10,7 @@ when given a bool mask or an additive float one.
 from __future__ import annotations
 
 import importlib.util
+import re
 import time
 import warnings
 from typing import Any
@@ -142,6 +143,12 @@ def _stopped(err: BaseException, report: Report) -> Finding:
                    case=report.cases[-1] if report.cases else "")
 
 
+# Errors that say the function ran into mismatched shapes inside (NumPy, PyTorch).
+_SHAPE_ERROR = re.compile(r"could not be broadcast|must match the size|size of tensor a|"
+                          r"shapes cannot be multiplied|mismatch in its core dimension|"
+                          r"not aligned")
+
+
 def _call_failed(fn: Any, check: str, call: Call, errors: list[str]) -> Finding:
     args = "fn(q, k, v[, mask])" if check == "attention" else (
         "fn(x, mask)" if check == "masked-softmax" else "fn(x)")
@@ -251,6 +258,14 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
     if target is None:
         if any("output shape" in e for e in errors):
             report.add(Finding("shape", "fn could not be called with any input layout: "
+                               + "; ".join(errors)))
+        elif any(_SHAPE_ERROR.search(e) for e in errors):
+            # It was called and failed inside, on its own arithmetic: a shape bug (a sum
+            # without keepdims, k where k.T was meant), not a call the check got wrong.
+            first = next(e for e in errors if _SHAPE_ERROR.search(e))
+            report.add(Finding("shape", f"fn raises a shape error on every input layout "
+                               f"tried ({first}): an axis that should be kept (keepdims) "
+                               f"or a transpose is missing", f"{len(errors)} call(s) tried: "
                                + "; ".join(errors)))
         else:
             report.add(_call_failed(fn, check, call, errors))
