@@ -8,7 +8,7 @@
     attnkit bench [--quick | --smoke]               the scripts under benchmarks/
     attnkit view  FILE.npz | MODEL --text "..."     a standalone HTML attention explorer
     attnkit check {softmax,masked-softmax,attention,multi-head} TARGET [--convention NAME]
-        [--causal] [--json] [--lang en|zh]
+        [--causal] [--per-query-lens] [--json] [--lang en|zh]
     attnkit check model MODEL|--tiny FAMILY [--implementations eager,sdpa,attnkit] [--generate N]
 
 Each subcommand parses its arguments and calls library functions (:mod:`attnkit.viz.tour`,
@@ -235,6 +235,11 @@ def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.causal and args.kind not in ("attention", "multi-head"):
         parser.error(f"--causal applies to attention and multi-head, not {args.kind}")
     options = {"causal": True} if args.causal else {}
+    if args.per_query_lens:
+        if args.kind not in ("masked-softmax", "attention"):
+            parser.error(f"--per-query-lens applies to masked-softmax and attention, not "
+                         f"{args.kind}")
+        options["per_query_lens"] = True
     # Whatever the user's code prints (at import, per call) goes to stderr: stdout carries
     # the report alone, so --json is one JSON document.
     with stdout_to_stderr():
@@ -397,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--causal", action="store_true",
                        help="TARGET is meant to be causal (attention, multi-head): a query "
                             "that sees later positions is the error causal-leak")
+    check.add_argument("--per-query-lens", action="store_true",
+                       help="with valid_lens (masked-softmax, attention): also pass d2l's "
+                            "per-query lengths (B, Tq), not only (B,)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.add_argument("--lang", choices=("en", "zh"), default=None,
                        help="the language of the report: en or zh (中文); codes are the "

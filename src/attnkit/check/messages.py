@@ -116,6 +116,13 @@ ZH_CODES: dict[str, tuple[str, str]] = {
         "声明了因果注意力（--causal），但改动靠后的位置会改变靠前位置的输出：查询看到了它"
         "之后的键。检查因果掩码是否真的作用在了注意力分数上。",
     ),
+    "mixes-queries": (
+        "查询之间相互串扰",
+        "只改动一个查询，其他查询的输出也跟着变了：每个查询的输出只应取决于它自己和键、值。多头"
+        "注意力中最常见的原因是拆分或合并多个头时少了转置：拆分应写 x.view(B, T, H, Dk)."
+        "transpose(1, 2)，而不是 x.view(B, H, T, Dk)；合并应写 out.transpose(1, 2)."
+        "contiguous().view(B, T, E)，而不是直接 out.view(B, T, E)。否则各个词元被混在了一起。",
+    ),
     "mask-mismatch": (
         "收到的掩码与应有的不符",
         "实现收到的掩码，与按模型配置和填充方式构造的掩码不一致：某个查询可以看到未来或填充位置的"
@@ -146,6 +153,21 @@ ZH_WORDS: dict[str, str] = {
         "没有识别出掩码参数，因此没有测试掩码、整行被掩蔽和因果对齐"
         "（可用 --convention valid_lens、masked、keep、sdpa 或 additive 声明）"
     ),
+    # attnkit check model (model_report.py)
+    "model title": "attnkit 检查模型：{model}",
+    "model seconds": "用时 {seconds:.1f} 秒",
+    "masks": "掩码",
+    "layer": "层",
+    "calls": "调用",
+    "worst": "最大误差 / 规则",
+    "first failure": "首次失败",
+    "empty rows": "空行",
+    "row verdict": "结论",
+    "versus": "与 {first} 比较：注意力 / 隐藏状态",
+    "hidden": "隐藏状态与 {first} 相比：最大差异 {diff:.1e}，位于 {name}",
+    "first failing layer": "自身注意力首先失败的层：{layer}",
+    "at": "位置",
+    "model reproducer": "复现 {code} 的代码（输入保存在 {where}）：",
 }
 
 
