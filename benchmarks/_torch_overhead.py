@@ -25,6 +25,11 @@ from torch.nn import functional as F
 
 import attnkit.torch as at
 
+# The clock of the ratios: wall time by default; ``torch_cpu.py --cpu-clock`` sets the
+# thread's CPU time, which time spent waiting for a core on a shared machine does not
+# inflate (with --threads 1 the thread does all of the work).
+CLOCK: Callable[[], float] = time.perf_counter
+
 
 def ratio(ours: Callable[[], object], peer: Callable[[], object], n: int,
           rounds: int) -> tuple[float, float, float]:
@@ -37,10 +42,10 @@ def ratio(ours: Callable[[], object], peer: Callable[[], object], n: int,
                                                                       (peer, t_peer))
         took = {}
         for fn, times in order:
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             for _ in range(n):
                 fn()
-            took[id(times)] = (time.perf_counter() - t0) / n
+            took[id(times)] = (CLOCK() - t0) / n
             times.append(took[id(times)])
         ratios.append(took[id(t_ours)] / took[id(t_peer)])
     return statistics.median(ratios), statistics.median(t_peer), statistics.median(t_ours)
@@ -89,7 +94,8 @@ def functional_rows(quick: bool) -> list[list[object]]:
 
 
 def _decode_rows(Tk: int, g: torch.Generator) -> list[list[object]]:
-    """One query (B=4, H=8, D=64) over Tk keys: causal and padding, vs SDPA."""
+    """One query (B=4, H=8, D=64) over Tk keys: causal, padding given as valid_lens (the
+    mask built and the lengths checked per call) and as the same key mask SDPA gets."""
     B, H, D = 4, 8, 64
     q = torch.randn(B, H, 1, D, generator=g)
     k, v = (torch.randn(B, H, Tk, D, generator=g) for _ in range(2))
@@ -100,6 +106,8 @@ def _decode_rows(Tk: int, g: torch.Generator) -> list[list[object]]:
         ("causal", lambda: at.attention(q, k, v, causal=True),
          lambda: F.scaled_dot_product_attention(q, k, v)),
         ("padding", lambda: at.attention(q, k, v, valid_lens=vl),
+         lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)),
+        ("padding (mask)", lambda: at.attention(q, k, v, mask=key_mask),
          lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)),
     ):
         r, tp, to = ratio(ours, peer, n, 31)
@@ -163,16 +171,25 @@ def mha_decode_rows(quick: bool) -> list[list[object]]:
 
 
 def _mha_step_rows(m: at.MultiHeadAttention, B: int, Tk: int) -> list[list[object]]:
+    """Causal; padding kept by the cache (a left-padded prompt: the first 10 positions of
+    row 0, given once with the prompt); padding given per step as valid_lens."""
     x = torch.randn(B, 1, m.embed_dim)
-    cache = m.init_cache(B, Tk)
+    cache, padded = m.init_cache(B, Tk), m.init_cache(B, Tk)
+    real = torch.ones(B, Tk, dtype=torch.bool)
+    real[0, :10] = False  # left padding
+    with torch.no_grad():
+        m(torch.randn(B, Tk - 1, m.embed_dim), causal=True, cache=padded,
+          padding_mask=real[:, :Tk - 1])
     peer = SdpaStep(m, B, Tk)
     vl, key_mask = _padding(B, Tk, 10)
     rows: list[list[object]] = []
-    for case, kw, pmask in (("causal", {"causal": True}, None),
-                            ("padding", {"valid_lens": vl}, key_mask)):
-        def ours(kw: dict = kw) -> None:
-            cache.length = Tk - 1  # the prefix stays cached; one new position
-            m(x, cache=cache, **kw)
+    for case, kw, pmask, c in (("causal", {"causal": True}, None, cache),
+                               ("padding (kept by the cache)", {}, real[:, None, None, :],
+                                padded),
+                               ("padding (valid_lens)", {"valid_lens": vl}, key_mask, cache)):
+        def ours(kw: dict = kw, c: at.KVCache = c) -> None:
+            c.length = Tk - 1  # the prefix stays cached; one new position
+            m(x, cache=c, **kw)
 
         def sdpa(pmask: torch.Tensor | None = pmask) -> None:
             peer.length = Tk - 1

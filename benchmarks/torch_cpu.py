@@ -28,6 +28,7 @@ import argparse
 import math
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+import _torch_overhead  # noqa: E402
 from _measure import MiB, paired_ratio, pin_malloc, rounds  # noqa: E402
 from _measure import peak_mib as peak_memory  # noqa: E402
 from _report import report  # noqa: E402
@@ -315,10 +317,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads (default: torch's own choice); on a "
                         "machine shared with other jobs, 1 avoids timing the OS scheduler")
+    parser.add_argument("--cpu-clock", action="store_true",
+                        help="time section 0's ratios with the thread's CPU time instead of "
+                        "wall time (use with --threads 1 on a machine shared with other jobs)")
     parser.add_argument("--only-overhead", action="store_true",
                         help="only section 0 (attnkit vs the PyTorch call it wraps)")
     args = parser.parse_args(argv)
     args.quick = args.quick or args.smoke
+    if args.cpu_clock:
+        _torch_overhead.CLOCK = time.thread_time
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     record = not args.quick

@@ -30,7 +30,7 @@ import torch._dynamo.testing
 import attnkit
 import attnkit.numpy as an
 import attnkit.torch as at
-import attnkit.torch.functional as functional
+import attnkit.torch._signature as _signature
 from attnkit.distributed import block_forward, ring_attention
 from attnkit.torch import masks
 from attnkit.torch._triton_path import triton_kernels
@@ -52,8 +52,10 @@ def _inputs(seed: int = 0) -> list[torch.Tensor]:
 
 @pytest.fixture
 def via_triton(monkeypatch):
-    """The dispatcher's answer for a CUDA half-precision call, for CPU float32 tensors."""
-    monkeypatch.setattr(functional, "triton_reason", lambda *a, **k: None)
+    """The dispatcher's answer for a CUDA half-precision call, for CPU float32 tensors
+    (decided per call signature: from an empty table, which is put back afterwards)."""
+    monkeypatch.setattr(_signature, "_PREPARED", {})
+    monkeypatch.setattr(_signature, "triton_reason", lambda *a, **k: None)
 
 
 def run(backend: str, q, k, v, dout, **kw) -> dict[str, np.ndarray | None]:

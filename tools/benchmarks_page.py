@@ -508,7 +508,10 @@ def build_page(records: Sequence[dict], plots: Sequence[str] = ()) -> str:
         "Each script under `benchmarks/` records its tables and rebuilds this page (`--quick`",
         "and `--smoke` record nothing). Ratios are measured side by side in one run, attnkit",
         "against its peer on the same inputs; a time ratio attnkit / peer below 1 means",
-        "attnkit is faster. Older runs, every column and the notes of a question:",
+        "attnkit is faster. A paired ratio is the median of the per-round ratios (both",
+        "sides timed back to back in each round), so it can differ from the ratio of the two",
+        "median times beside it; the ratio is the figure to read. Older runs, every column",
+        "and the notes of a question:",
         f"`{COMMAND} --history QUESTION` (the name under each table).",
         "",
         f"Unless a run says otherwise: {common['machine']} (a shared VM: absolute times are",
@@ -601,9 +604,11 @@ def draw_plots(records: Sequence[dict], folder: Path) -> list[str]:
             bars[:] = [b for b in bars if b[0] != qid] + sorted(
                 (b for b in bars if b[0] == qid), key=lambda b: b[3])
     if bars:
-        fig, ax = plt.subplots(figsize=(7.5, 1.6 + 0.19 * len(bars)))
         colors = plt.get_cmap("tab10")
         qids = list(dict.fromkeys(b[0] for b in bars))
+        legend_rows = (len(qids) + 1) // 2
+        height = 1.3 + 0.19 * len(bars) + 0.22 * legend_rows
+        fig, ax = plt.subplots(figsize=(10, height))
         y = list(range(len(bars)))[::-1]
         ax.barh(y, [b[2] for b in bars], left=0, height=0.7,
                 color=[colors(qids.index(b[0]) % 10) for b in bars])
@@ -612,14 +617,14 @@ def draw_plots(records: Sequence[dict], folder: Path) -> list[str]:
         ax.axvline(1.0, color="black", lw=0.8)
         ax.set_xlabel("attnkit / peer time (log scale; < 1: attnkit faster)")
         for yi, b in zip(y, bars):
-            ax.text(b[2], yi, f" {b[2]:.2f}", va="center", fontsize=7)
+            ax.text(b[2], yi, f" {b[2]:.2f}", va="center", fontsize=9)
         ax.set_xlim(min(0.3, min(b[2] for b in bars) / 1.5), max(b[2] for b in bars) * 2)
         ax.set_ylim(-0.6, len(bars) - 0.4)
         handles = [plt.Rectangle((0, 0), 1, 1, color=colors(i % 10)) for i in range(len(qids))]
         fig.legend(handles, [BY_ID[q].heading.replace("`", "") for q in qids], ncol=2,
-                   loc="lower center", fontsize=6.5, frameon=False)
+                   loc="lower center", fontsize=8.5, frameon=False)
         ax.set_title("attnkit / peer time, latest figure of each row")
-        fig.tight_layout(rect=(0, 0.9 / (1.6 + 0.19 * len(bars)), 1, 1))
+        fig.tight_layout(rect=(0, (0.25 + 0.22 * legend_rows) / height, 1, 1))
         fig.savefig(folder / "ratios.png", dpi=90, metadata=meta)
         plt.close(fig)
         made.append("ratios.png")
@@ -643,7 +648,7 @@ def draw_plots(records: Sequence[dict], folder: Path) -> list[str]:
         left.set_xlabel("cache length Tk")
         left.set_ylabel("attnkit / SDPA time")
         left.set_title("Decoding step vs SDPA (grey: earlier runs)")
-        left.legend(fontsize=6.5, loc="upper right")
+        left.legend(fontsize=8.5, loc="upper right")
         for name, points in sorted(numpy_points.items()):
             xs, ys = zip(*sorted(points.items()))
             right.plot(xs, ys, marker="o", label=name)
@@ -659,7 +664,7 @@ def draw_plots(records: Sequence[dict], folder: Path) -> list[str]:
         right.set_xlabel("sequence length T")
         right.set_ylabel("NumPy / torch SDPA time")
         right.set_title("NumPy attention vs torch SDPA (float32)")
-        right.legend(fontsize=6.5)
+        right.legend(fontsize=8.5)
         fig.tight_layout()
         fig.savefig(folder / "by_size.png", dpi=90, metadata=meta)
         plt.close(fig)

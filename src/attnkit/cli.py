@@ -8,7 +8,7 @@
     attnkit bench [--quick | --smoke]               the scripts under benchmarks/
     attnkit view  FILE.npz | MODEL --text "..."     a standalone HTML attention explorer
     attnkit check {softmax,masked-softmax,attention,multi-head} TARGET [--convention NAME]
-        [--causal] [--json] [--lang en|zh]
+        [--causal] [--per-query-lens] [--json] [--lang en|zh]
     attnkit check model MODEL|--tiny FAMILY [--implementations eager,sdpa,attnkit] [--generate N]
 
 Each subcommand parses its arguments and calls library functions (:mod:`attnkit.viz.tour`,
@@ -22,13 +22,12 @@ with a warning.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -228,37 +227,22 @@ def cmd_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                 timeout=args.timeout)
 
 
-@contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """Send what is printed to stdout to stderr instead: Python's ``print`` and, where the
-    process has real file descriptors, writes to fd 1 from C code or child processes."""
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-        os.dup2(2, 1)
-    except OSError:
-        saved = None
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
-    finally:
-        sys.stderr.flush()
-        if saved is not None:
-            os.dup2(saved, 1)
-            os.close(saved)
-
-
 def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from attnkit.check import CHECKS, Finding, Report, load_target
-    from attnkit.check.adapt import TargetLoadError
     from attnkit.check.messages import get_language
+    from attnkit.check.targets import TargetLoadError, stdout_to_stderr
 
     if args.causal and args.kind not in ("attention", "multi-head"):
         parser.error(f"--causal applies to attention and multi-head, not {args.kind}")
     options = {"causal": True} if args.causal else {}
+    if args.per_query_lens:
+        if args.kind not in ("masked-softmax", "attention"):
+            parser.error(f"--per-query-lens applies to masked-softmax and attention, not "
+                         f"{args.kind}")
+        options["per_query_lens"] = True
     # Whatever the user's code prints (at import, per call) goes to stderr: stdout carries
     # the report alone, so --json is one JSON document.
-    with _stdout_to_stderr():
+    with stdout_to_stderr():
         try:
             target = load_target(args.target)
         except (ValueError, ImportError) as err:
@@ -418,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--causal", action="store_true",
                        help="TARGET is meant to be causal (attention, multi-head): a query "
                             "that sees later positions is the error causal-leak")
+    check.add_argument("--per-query-lens", action="store_true",
+                       help="with valid_lens (masked-softmax, attention): also pass d2l's "
+                            "per-query lengths (B, Tq), not only (B,)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.add_argument("--lang", choices=("en", "zh"), default=None,
                        help="the language of the report: en or zh (中文); codes are the "

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_faults import register_faults  # noqa: E402
 
 from attnkit.check import CODES, check_model  # noqa: E402
+from attnkit.check.messages import ZH_CODES  # noqa: E402
 from attnkit.check.model_load import TINY_FAMILIES, make_inputs, tiny_model  # noqa: E402
 from attnkit.cli import main  # noqa: E402
 
@@ -221,6 +222,22 @@ def test_the_command_exits_1_on_a_fault_and_prints_the_table(capsys):
     assert code == 1
     assert "mask-polarity" in out and "layers.1.self_attn" in out and "made here" in out
     assert "FAILED: 1 error(s)" in out
+
+
+def test_the_command_writes_the_report_in_chinese(capsys):
+    code = main(["check", "model", "--tiny", "llama", "--implementations",
+                 "eager,fault-flip-layer-1", "--lang", "zh"])
+    out = capsys.readouterr().out
+    assert code == 1
+    title, diagnosis = ZH_CODES["mask-polarity"]
+    assert out.startswith("attnkit 检查模型：--tiny llama"), out[:80]
+    assert f"mask-polarity：{title}" in out and diagnosis in out and "layers.1.self_attn" in out
+    assert "最大误差 / 规则" in out and "未通过：1 个错误" in out
+    assert main(["check", "model", "--tiny", "llama", "--implementations",
+                 "eager,fault-flip-layer-1", "--lang", "zh", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    found = [f for r in data["implementations"] for f in r["findings"]]
+    assert found and all(f["title"] == ZH_CODES[f["code"]][0] for f in found)
 
 
 def test_the_command_prints_the_table_and_exits_0(capsys):

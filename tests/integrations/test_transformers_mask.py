@@ -120,7 +120,8 @@ def test_structure_reaches_attnkit_keywords():
     kw = mask_function(**_args(CASES[7])).attention_kwargs()
     assert kw["causal"] is True and kw["window"] == (2, None)
     kw = mask_function(**_args(CASES[14])).attention_kwargs()
-    assert kw["causal"] is True and torch.equal(kw["segment_ids"], ids)
+    q_ids, kv_ids = kw["segment_ids"]  # one pair for every layer: its runs are read once
+    assert kw["causal"] is True and torch.equal(q_ids, ids) and kv_ids is q_ids
 
 
 def test_unpadded_mask_carries_no_padding():

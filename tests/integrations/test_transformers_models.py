@@ -320,7 +320,34 @@ def test_packed_sequences_reach_attnkit_as_segments(family: str, calls: list[dic
     assert calls
     for kw in calls:
         assert kw.get("mask") is None
-        assert torch.equal(kw["segment_ids"], want)
+        q_ids, kv_ids = kw["segment_ids"]  # one pair per mask, its runs read once
+        assert torch.equal(q_ids, want) and kv_ids is q_ids
+
+
+def test_packed_runs_are_read_once_per_mask_not_per_layer(monkeypatch, calls: list[dict]):
+    """The documents' runs are read from the ids once per forward (one mask, shared by
+    every layer), and afresh for the next forward's mask, whose packing differs."""
+    from attnkit.torch import _packed
+
+    reads: list[torch.Tensor] = []
+    blocks = _packed._blocks
+
+    def counted(q_ids, kv_ids):
+        reads.append(q_ids)
+        return blocks(q_ids, kv_ids)
+
+    monkeypatch.setattr(_packed, "_blocks", counted)
+    eager, ours = model_pair("llama", torch.float32)
+    assert ours.config.num_hidden_layers >= 2
+    first = _run(ours, "llama", _ids(), position_ids=_packed_positions())
+    assert len(calls) == ours.config.num_hidden_layers and len(reads) == 1
+    other = torch.stack([torch.cat([torch.arange(n) for n in row])
+                         for row in ([2, 10], [6, 6], [12])])
+    second = _run(ours, "llama", _ids(), position_ids=other)
+    assert len(reads) == 2 and not torch.equal(reads[0], reads[1])
+    for got, positions in ((first, _packed_positions()), (second, other)):
+        want = _run(eager, "llama", _ids(), position_ids=positions)
+        _close(got["out"], want["out"], torch.float32, "packed logits")
 
 
 def test_the_output_attentions_switch_is_where_attnkit_reads_it():

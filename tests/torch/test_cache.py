@@ -206,3 +206,29 @@ def test_an_older_state_dict_with_the_nonfinite_buffer_loads_with_a_warning():
         fresh.load_state_dict(old)
     assert len(caught) == 1 and fresh.length == 3 and torch.equal(fresh.k, cache.k)
     assert "nonfinite" not in fresh.state_dict()
+
+
+def test_padding_and_reorder_errors_name_the_callers_shapes():
+    torch.manual_seed(0)
+    m = at.MultiHeadAttention(12, 2, dtype=torch.float64)
+    x = torch.randn(2, 3, 12, dtype=torch.float64)
+    cache = m.init_cache(2, 8)
+    with pytest.raises(ValueError, match=r"padding_mask covers.*\(2, 3\); got \(2, 4\)"):
+        m(x, cache=cache, padding_mask=torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(TypeError, match="padding_mask must be a bool or 0/1"):
+        m(x, cache=cache, padding_mask=torch.ones(2, 3))
+    assert cache.length == 0  # a refused call appends nothing
+    with pytest.raises(ValueError, match=r"reorder takes a \(2,\) integer tensor.*\(3,\)"):
+        cache.reorder(torch.tensor([0, 1, 1]))
+    with pytest.raises(ValueError, match="reorder takes"):
+        cache.reorder(torch.tensor([0.0, 1.0]))
+
+
+def test_padding_mask_without_a_cache_is_a_key_mask():
+    torch.manual_seed(0)
+    m = at.MultiHeadAttention(12, 2, dtype=torch.float64)
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    real = torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    got, _ = m(x, causal=True, padding_mask=real)
+    want, _ = m(x, causal=True, mask=real.bool()[:, None, None, :])
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

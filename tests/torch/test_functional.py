@@ -325,6 +325,11 @@ ERRORS = [
     ((2, 2, 4, 5), (2, 2, 6, 5), (2, 2, 6, 5), {"backend": "cudnn"}, ValueError, "backend"),
     ((2, 2, 4, 5), (2, 2, 6, 5), (2, 2, 6, 5), {"dropout_p": 1.0}, ValueError, "dropout_p"),
     ((4, 5), (2, 6, 5), (2, 6, 5), {}, ValueError, "same number of dims"),
+    # A mask of lower rank is named as the caller passed it, not as broadcast internally.
+    ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8), {"mask": torch.ones(5, 6, dtype=torch.bool)},
+     ValueError, r"mask of shape \(5, 6\) is not broadcastable to scores \(2, 4, 5, 7\)"),
+    ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8), {"mask": torch.ones(6, dtype=torch.bool)},
+     ValueError, r"mask of shape \(6,\) is not"),
 ]
 
 
@@ -350,10 +355,12 @@ def test_triton_hand_off_matches_math_path(monkeypatch):
     if torch.cuda.is_available():
         device, dtype, tol = "cuda", torch.float16, 2e-3
     else:
-        from attnkit.torch import functional as fn
+        from attnkit.torch import _signature
 
         monkeypatch.setenv("TRITON_INTERPRET", "1")  # read when the kernels first load
-        monkeypatch.setattr(fn, "triton_reason", lambda *a: None)
+        # The dispatch decision is kept per call signature: start from an empty table.
+        monkeypatch.setattr(_signature, "_PREPARED", {})
+        monkeypatch.setattr(_signature, "triton_reason", lambda *a: None)
         device, dtype, tol = "cpu", torch.float32, 1e-5
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 4, 5, 16, generator=g).to(device, dtype)

@@ -351,6 +351,8 @@ def test_mha_self_attention_defaults():
     ((torch.randn(2, 3, 8), torch.randn(2, 4, 8), torch.randn(2, 5, 8)), {}, "share Tk"),
     ((torch.randn(2, 3, 8),), {"mask": torch.ones(3, 2, 3, 3, dtype=torch.bool)},
      r"\(3, 2, 3, 3\).*\(2, 2, 3, 3\)"),
+    ((torch.randn(2, 5, 8), torch.randn(2, 7, 8)), {"mask": torch.ones(5, 6, dtype=torch.bool)},
+     r"mask of shape \(5, 6\) is not broadcastable to scores \(2, 2, 5, 7\)"),
 ])
 def test_mha_errors_name_shapes(args, kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):

@@ -153,9 +153,9 @@ def test_top_left_causal_runs_on_sdpas_own_is_causal(monkeypatch) -> None:
     calls = []
     real = torch.nn.functional.scaled_dot_product_attention
 
-    def spy(*args, **kwargs):
-        calls.append((kwargs.get("attn_mask"), kwargs.get("is_causal")))
-        return real(*args, **kwargs)
+    def spy(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
+        calls.append((attn_mask, is_causal))  # given by position or by keyword
+        return real(q, k, v, attn_mask, dropout_p, is_causal, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
     q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4)

@@ -16,10 +16,11 @@ has a stable code (:data:`CODES`), a one-line diagnosis, the measured error agai
 
 from __future__ import annotations
 
-from .adapt import CONVENTIONS, TargetLoadError, load_target
+from .adapt import CONVENTIONS
 from .functions import check_attention, check_masked_softmax, check_softmax
 from .modules import check_multi_head
 from .report import CODES, Finding, Report
+from .targets import TargetLoadError, load_target
 
 CHECKS = {
     "softmax": check_softmax,

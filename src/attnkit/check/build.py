@@ -144,7 +144,7 @@ def _factory_hint(fn: Any, spec: str | None, multi_head: bool) -> str:
 
 
 def _spec_of(obj: Any) -> str | None:
-    from .adapt import target_spec
+    from .targets import target_spec
 
     return target_spec(obj)
 

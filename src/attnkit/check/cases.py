@@ -27,7 +27,9 @@ class Case:
             ``"bfloat16"``.
         sizes: ``(B, H, Tq, Tk, Dk, Dv)``; ``H = 0`` means no head axis.
         mask: None, ``"random"`` (every row keeps one key and drops one) or ``"empty"``
-            (that, and query 0 sees no key); ``"lens"``/``"lens-empty"`` for d2l lengths.
+            (that, and query 0 sees no key); ``"lens"``/``"lens-empty"`` for d2l lengths
+            ``(B,)``; ``"lens-2d"``/``"lens-2d-empty"`` for d2l's per-query lengths
+            ``(B, Tq)`` (the empty one gives query 0 of batch row 0 no key).
         logit: scores near this value (q and k chosen so float32 math is exact), or None.
         causal: ``is_causal=True`` (``sdpa`` convention only).
         grads: also compare gradients (PyTorch functions).
@@ -56,7 +58,9 @@ class Case:
         else:
             lead = (B,) if H == 0 else (B, H)
             text = f"q {(*lead, Tq, Dk)}, k {(*lead, Tk, Dk)}, v {(*lead, Tk, Dv)}"
-        mask = f"mask {self.mask}" + (" per key" if self.per_key else "")
+        mask = {"lens-2d": "valid_lens (B, Tq), one length per query",
+                "lens-2d-empty": "valid_lens (B, Tq), query 0 of row 0 with length 0"}.get(
+            self.mask or "", f"mask {self.mask}") + (" per key" if self.per_key else "")
         extras = [self.dtype, text] + ([mask] if self.mask else []) + (
             [f"logits ~{self.logit:g}"] if self.logit else []) + (
             ["is_causal"] if self.causal else [])
@@ -81,6 +85,14 @@ def _shape(*dims: int) -> str:
 
 def _mask_lines(case: Case, lead: tuple[int, ...], Tq: int, Tk: int) -> list[str]:
     B = lead[0]
+    if case.mask in ("lens-2d", "lens-2d-empty"):
+        g = np.random.default_rng(1)
+        lens = g.integers(1, Tk + 1, size=(B, Tq))
+        lens[:, 0], lens[:, -1] = 1, Tk  # the queries of a batch row differ in length
+        if case.mask == "lens-2d-empty":
+            lens[0, 0] = 0
+        return [f"valid_lens = np.array({lens.tolist()})"
+                f"  # per query: query i of row b sees keys j < valid_lens[b, i]"]
     if case.mask in ("lens", "lens-empty"):
         g = np.random.default_rng(1)
         lens = g.integers(1, Tk + 1, size=B)
@@ -153,7 +165,8 @@ def run_setup(source: str) -> dict[str, np.ndarray]:
     return {k: v for k, v in namespace.items() if isinstance(v, np.ndarray)}
 
 
-def attention_cases(heads: bool, mask: str | None, causal: bool, torch: bool) -> list[Case]:
+def attention_cases(heads: bool, mask: str | None, causal: bool, torch: bool,
+                    per_query: bool = False) -> list[Case]:
     """The cases of ``check_attention``, smallest first.
 
     Args:
@@ -161,6 +174,7 @@ def attention_cases(heads: bool, mask: str | None, causal: bool, torch: bool) ->
         mask: None (no mask argument), ``"mask"`` (bool) or ``"lens"`` (d2l lengths).
         causal: the function takes ``is_causal``.
         torch: the function takes tensors (gradients, bfloat16).
+        per_query: with ``mask="lens"``, also d2l's per-query lengths ``(B, Tq)``.
     """
     H = 3 if heads else 0
     cases = [
@@ -184,6 +198,11 @@ def attention_cases(heads: bool, mask: str | None, causal: bool, torch: bool) ->
             Case("fully masked row", sizes=(2, H, 4, 5, 8, 8),
                  mask="lens-empty" if mask == "lens" else "empty"),
         ]
+        if mask == "lens" and per_query:
+            cases += [Case("per-query lengths", sizes=(2, H, 4, 5, 8, 8), mask="lens-2d",
+                           grads=torch),
+                      Case("per-query lengths, a query with none", sizes=(2, H, 4, 5, 8, 8),
+                           mask="lens-2d-empty")]
     if causal:
         cases += [Case("causal", sizes=(1, H, 5, 5, 8, 8), causal=True, grads=torch),
                   Case("causal, Tq < Tk", sizes=(1, H, 3, 7, 8, 8), causal=True),
@@ -218,8 +237,9 @@ def softmax_cases(torch: bool) -> list[Case]:
     return cases
 
 
-def masked_softmax_cases(lens: bool, torch: bool) -> list[Case]:
-    """``check_masked_softmax``: ``x`` is ``(B, Tq, Tk)``, as d2l's ``masked_softmax``."""
+def masked_softmax_cases(lens: bool, torch: bool, per_query: bool = False) -> list[Case]:
+    """``check_masked_softmax``: ``x`` is ``(B, Tq, Tk)``, as d2l's ``masked_softmax``;
+    ``per_query`` (with ``lens``): also d2l's per-query lengths ``(B, Tq)``."""
     kind, empty = ("lens", "lens-empty") if lens else ("random", "empty")
     cases = [
         Case("masked", sizes=(2, 0, 3, 5, 0, 0), mask=kind, grads=torch),
@@ -228,6 +248,11 @@ def masked_softmax_cases(lens: bool, torch: bool) -> list[Case]:
         Case("logits 1e4", sizes=(2, 0, 3, 6, 0, 0), mask=kind, logit=1e4, grads=torch),
         Case("fully masked row", sizes=(2, 0, 3, 5, 0, 0), mask=empty),
     ]
+    if lens and per_query:
+        cases += [Case("per-query lengths", sizes=(2, 0, 4, 5, 0, 0), mask="lens-2d",
+                       grads=torch),
+                  Case("per-query lengths, a query with none", sizes=(2, 0, 4, 5, 0, 0),
+                       mask="lens-2d-empty")]
     if not torch:
         cases.insert(1, Case("float64", dtype="float64", sizes=(2, 0, 3, 5, 0, 0), mask=kind))
     for dtype in ("float16", "bfloat16") if torch else ("float16",):

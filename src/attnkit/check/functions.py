@@ -10,6 +10,7 @@ itself (then it is judged as causal).
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from dataclasses import replace
@@ -32,7 +33,8 @@ _FILLED = {"scale": "1/sqrt(Dk)", "module": "a stand-in (training=False, num_key
            "zero": "0.0", "false": "False", "true": "True"}
 
 
-def _check(fn: Any, check: str, convention: str, causal: bool = False) -> Report:
+def _check(fn: Any, check: str, convention: str, causal: bool = False,
+           per_query_lens: bool = False) -> Report:
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
     if not callable(fn) and callable(getattr(fn, "forward", None)):
@@ -45,9 +47,10 @@ def _check(fn: Any, check: str, convention: str, causal: bool = False) -> Report
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
-            _check_quietly(fn, check, convention, causal, report, spec, name)
+            _check_quietly(fn, check, convention, causal, report, spec, name, per_query_lens)
         except ValueError as err:
-            if "takes no mask argument" in str(err) or "causal=True declares" in str(err):
+            if any(w in str(err) for w in ("takes no mask argument", "causal=True declares",
+                                           "per_query_lens=True")):
                 raise  # the convention does not fit the check: a bad argument
             report.add(_stopped(err, report))
         except (Exception, SystemExit) as err:  # the user's function may raise anything
@@ -60,6 +63,12 @@ def _stopped(err: BaseException, report: Report) -> Finding:
     return Finding("call-failed", f"the check stopped while running fn: {type(err).__name__}: "
                    f"{first_line(err)}", type(err).__name__,
                    case=report.cases[-1] if report.cases else "")
+
+
+# Errors that say the function ran into mismatched shapes inside (NumPy, PyTorch).
+_SHAPE_ERROR = re.compile(r"could not be broadcast|must match the size|size of tensor a|"
+                          r"shapes cannot be multiplied|mismatch in its core dimension|"
+                          r"not aligned")
 
 
 def _call_failed(fn: Any, check: str, call: Call, errors: list[str]) -> Finding:
@@ -126,7 +135,7 @@ def _nondeterministic(run: Run, fn: Any, case: Case) -> Finding | None:
 
 
 def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: Report,
-                   spec: str | None, name: str) -> None:
+                   spec: str | None, name: str, per_query_lens: bool = False) -> None:
     load = ""
     if not callable(fn):
         report.add(Finding("call-failed", f"{report.target} is a {type(fn).__name__} object, "
@@ -163,10 +172,22 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
     if causal and conv == "sdpa":
         raise ValueError("causal=True declares a function that masks the future itself; the "
                          "sdpa convention passes is_causal=True in its causal cases already")
+    if per_query_lens and conv not in ("valid_lens", None):
+        raise ValueError(f"per_query_lens=True passes d2l's valid_lens (B, Tq), but fn's mask "
+                         f"argument reads as {conv!r}: pass convention='valid_lens' if it "
+                         f"takes lengths")
     target, errors = probe(fn, check, conv, call, spec, name, causal, load)
     if target is None:
         if any("output shape" in e for e in errors):
             report.add(Finding("shape", "fn could not be called with any input layout: "
+                               + "; ".join(errors)))
+        elif any(_SHAPE_ERROR.search(e) for e in errors):
+            # It was called and failed inside, on its own arithmetic: a shape bug (a sum
+            # without keepdims, k where k.T was meant), not a call the check got wrong.
+            first = next(e for e in errors if _SHAPE_ERROR.search(e))
+            report.add(Finding("shape", f"fn raises a shape error on every input layout "
+                               f"tried ({first}): an axis that should be kept (keepdims) "
+                               f"or a transpose is missing", f"{len(errors)} call(s) tried: "
                                + "; ".join(errors)))
         else:
             report.add(_call_failed(fn, check, call, errors))
@@ -201,11 +222,11 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
     torch_fn = target.framework.name == "torch"
     if check == "attention":
         mask = None if conv == "none" else ("lens" if conv == "valid_lens" else "mask")
-        cases = attention_cases(target.heads, mask, conv == "sdpa", torch_fn)
+        cases = attention_cases(target.heads, mask, conv == "sdpa", torch_fn, per_query_lens)
     elif check == "softmax":
         cases = softmax_cases(torch_fn)
     else:
-        cases = masked_softmax_cases(conv == "valid_lens", torch_fn)
+        cases = masked_softmax_cases(conv == "valid_lens", torch_fn, per_query_lens)
     if target.mask_keys:
         cases = [replace(c, per_key=True) if c.mask in ("random", "empty") else c
                  for c in cases]
@@ -219,6 +240,7 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
         report.causality = "behaves as causal (judged as causal; pass --causal to declare it)"
     for case in cases:
         report.cases.append(case.label(check != "attention"))
+        only_2d = (case.mask or "").startswith("lens-2d") and report.ok
         for verdict in run.judge(case):
             if verdict.code in report.codes:
                 continue
@@ -229,7 +251,14 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
                     if sv.code == verdict.code:
                         used, v = small, sv
                         break
-            report.add(Finding(v.code, v.message, v.measured, used.label(check != "attention"),
+            message = v.message
+            if only_2d and v.code in ("shape", "inaccurate"):
+                # every (B,) case passed: the function reads lengths per batch row only
+                message = ("fn handles valid_lens (B,) but not d2l's per-query lengths "
+                           "(B, Tq) (query i of row b sees keys j < valid_lens[b, i]): "
+                           + message + "; turn (B,) into (B, Tq) first, then compare "
+                           "np.arange(Tk) < valid_lens[..., None]")
+            report.add(Finding(v.code, message, v.measured, used.label(check != "attention"),
                                function_reproducer(run, used, v)))
     if run.unmasked:  # causal by behaviour on the probe, over every key on these cases
         names = ", ".join(dict.fromkeys(n for n in run.unmasked if n != "probe"))
@@ -250,7 +279,8 @@ def check_softmax(fn: Any, convention: str = "auto") -> Report:
     return _check(fn, "softmax", "auto")
 
 
-def check_masked_softmax(fn: Any, convention: str = "auto") -> Report:
+def check_masked_softmax(fn: Any, convention: str = "auto",
+                         per_query_lens: bool = False) -> Report:
     """Judge ``fn(x, valid_lens)`` (d2l) or ``fn(x, mask)`` against
     :func:`attnkit.numpy.masked_softmax`, ``x`` being ``(B, Tq, Tk)``.
 
@@ -259,11 +289,17 @@ def check_masked_softmax(fn: Any, convention: str = "auto") -> Report:
         convention: ``"auto"`` (from the argument's name; a mask's polarity from
             behaviour), ``"valid_lens"``, ``"masked"`` (True = masked), ``"keep"``
             (True = may attend) or ``"additive"`` (0 or ``finfo.min``, added).
+        per_query_lens: also pass d2l's per-query lengths ``valid_lens (B, Tq)`` (query
+            ``i`` of batch row ``b`` sees keys ``j < valid_lens[b, i]``), besides ``(B,)``;
+            a function that reads only ``(B,)`` gets ``shape`` (it raises) or
+            ``inaccurate``, with a message that says so. Needs the ``valid_lens``
+            convention.
     """
-    return _check(fn, "masked-softmax", convention)
+    return _check(fn, "masked-softmax", convention, per_query_lens=per_query_lens)
 
 
-def check_attention(fn: Any, convention: str = "auto", causal: bool = False) -> Report:
+def check_attention(fn: Any, convention: str = "auto", causal: bool = False,
+                    per_query_lens: bool = False) -> Report:
     """Judge a scaled dot-product attention ``fn(q, k, v[, mask])`` against the float64
     oracle (:func:`attnkit.testing.reference_attention`).
 
@@ -280,8 +316,10 @@ def check_attention(fn: Any, convention: str = "auto", causal: bool = False) -> 
             a query see later keys gets ``causal-leak``. Undeclared, a function whose
             earlier outputs do not change with later keys is judged as causal too, and
             ``report.causality`` says so.
+        per_query_lens: with the ``valid_lens`` convention, also pass d2l's per-query
+            lengths ``(B, Tq)`` (see :func:`check_masked_softmax`).
 
     Returns:
         A :class:`Report`; ``report.ok`` is False when any finding is an error.
     """
-    return _check(fn, "attention", convention, causal)
+    return _check(fn, "attention", convention, causal, per_query_lens)

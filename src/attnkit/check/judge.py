@@ -236,8 +236,9 @@ class Run:
         bound = bound_of(ref, base, 2.0)
         if self.t.check == "attention":
             Tq, Tk, Dk, Dv = a["q"].shape[-2], a["k"].shape[-2], a["q"].shape[-1], a["v"].shape[-1]
-            if self.t.causal and Tq > 1 and self.fits(a, self.keep(a, causal=False), None,
-                                                      case, got):
+            declared = self.t.causal and not self.t.causal_found  # causal-leak needs intent
+            if declared and Tq > 1 and self.fits(a, self.keep(a, causal=False), None, case,
+                                                 got):
                 return Verdict("causal-leak",
                                 "declared causal, the function lets a query see later keys: "
                                 "its output is that of attention with no causal mask (apply "
@@ -262,6 +263,14 @@ class Run:
                                     "PyTorch SDPA and JAX; attnkit and flash-attn align it bottom-"
                                     "right (j <= i + Tk - Tq): for Tq != Tk pass the mask you mean",
                                     err, bound=bound, top_left=True)
+            moved = self.sees_later_keys(case, a) if declared and Tq > 1 else None
+            if moved is not None:
+                return Verdict("causal-leak",
+                                f"declared causal, the function lets a query see later keys: "
+                                f"changing only the keys and values after query {moved}'s "
+                                f"position (j > {moved} + Tk - Tq) changes its output (keep "
+                                f"keys j <= i + Tk - Tq, bottom-right)", err, bound=bound,
+                                moved=moved)
             default = 1.0 / math.sqrt(Dk)
             for scale, words in ((1.0, "not scaled (1/sqrt(Dk) is missing)"),
                                  (1.0 / Dk, "scaled by 1/Dk instead of 1/sqrt(Dk)"),
@@ -289,6 +298,44 @@ class Run:
                             f"fn reads the mask the other way round from the "
                             f"'{self.t.convention}' convention ({_polarity(self.t.convention)}): "
                             f"it attends exactly the keys the mask excludes", err, bound=bound)
+        return None
+
+    def sees_later_keys(self, case: Case, a: dict) -> int | None:
+        """For a function declared causal: the first query ``i`` whose output moves when
+        only the keys and values after its position (``j > i + Tk - Tq``) change; None when
+        none does (or the function cannot be called so)."""
+        tol = 1e-3 if case.half else 1e-6  # a key it does not see moves nothing at all
+        Tq, Tk = a["q"].shape[-2], a["k"].shape[-2]
+
+        def out(arrays: dict) -> np.ndarray | None:
+            result, error, _ = self.call(arrays, case, case.dtype)
+            if error is not None:
+                return None
+            try:
+                return self.fw.float64(self.t.output(result)[0])
+            except Exception:
+                return None
+
+        first = out(a)
+        if first is None:
+            return None
+        g = np.random.default_rng(11)
+        for i in range(min(Tq, 16)):
+            later = i + Tk - Tq + 1  # the first key query i must not see
+            if later >= Tk or later < 1:
+                continue
+            b = dict(a)
+            for name in ("k", "v"):
+                x = a[name].copy()
+                x[..., later:, :] += g.standard_normal(x[..., later:, :].shape)
+                b[name] = self.fw.rounded(x, case.dtype)
+            moved = out(b)
+            if moved is None:
+                return None
+            row_a, row_b = first[..., i, :], moved[..., i, :]
+            if np.isfinite(row_a).all() and not np.allclose(row_a, row_b, rtol=tol,
+                                                             atol=tol):
+                return i
         return None
 
     def fits(self, a: dict, keep: Any, scale: float | None, case: Case, got: np.ndarray) -> bool:

@@ -14,8 +14,8 @@ Chinese terms follow the Chinese edition of d2l (zh.d2l.ai): 查询、键、值,
 
 from __future__ import annotations
 
-__all__ = ["LANGUAGES", "ZH_CODES", "ZH_PHRASES", "ZH_WORDS", "check_language", "get_language",
-           "set_language", "zh_phrases"]
+__all__ = ["LANGUAGES", "ZH_CODES", "ZH_MODEL_PHRASES", "ZH_MODEL_WORDS", "ZH_PHRASES",
+           "ZH_WORDS", "check_language", "get_language", "set_language", "zh_phrases"]
 
 import os
 
@@ -116,6 +116,13 @@ ZH_CODES: dict[str, tuple[str, str]] = {
         "声明了因果注意力（--causal），但改动靠后的位置会改变靠前位置的输出：查询看到了它"
         "之后的键。检查因果掩码是否真的作用在了注意力分数上。",
     ),
+    "mixes-queries": (
+        "查询之间相互串扰",
+        "只改动一个查询，其他查询的输出也跟着变了：每个查询的输出只应取决于它自己和键、值。多头"
+        "注意力中最常见的原因是拆分或合并多个头时少了转置：拆分应写 x.view(B, T, H, Dk)."
+        "transpose(1, 2)，而不是 x.view(B, H, T, Dk)；合并应写 out.transpose(1, 2)."
+        "contiguous().view(B, T, E)，而不是直接 out.view(B, T, E)。否则各个词元被混在了一起。",
+    ),
     "mask-mismatch": (
         "收到的掩码与应有的不符",
         "实现收到的掩码，与按模型配置和填充方式构造的掩码不一致：某个查询可以看到未来或填充位置的"
@@ -146,6 +153,21 @@ ZH_WORDS: dict[str, str] = {
         "没有识别出掩码参数，因此没有测试掩码、整行被掩蔽和因果对齐"
         "（可用 --convention valid_lens、masked、keep、sdpa 或 additive 声明）"
     ),
+    # attnkit check model (model_report.py)
+    "model title": "attnkit 检查模型：{model}",
+    "model seconds": "用时 {seconds:.1f} 秒",
+    "masks": "掩码",
+    "layer": "层",
+    "calls": "调用",
+    "worst": "最大误差 / 规则",
+    "first failure": "首次失败",
+    "empty rows": "空行",
+    "row verdict": "结论",
+    "versus": "与 {first} 比较：注意力 / 隐藏状态",
+    "hidden": "隐藏状态与 {first} 相比：最大差异 {diff:.1e}，位于 {name}",
+    "first failing layer": "自身注意力首先失败的层：{layer}",
+    "at": "位置",
+    "model reproducer": "复现 {code} 的代码（输入保存在 {where}）：",
 }
 
 
@@ -178,10 +200,11 @@ ZH_PHRASES: tuple[tuple[str, str], ...] = (
 )
 
 
-def zh_phrases(text: str) -> str:
+def zh_phrases(text: str, phrases: tuple[tuple[str, str], ...] | None = None) -> str:
     """``text`` (a report header field written by a check) with its known phrases in
-    Chinese; what is not a known phrase (names, shapes) is left as it is."""
-    for en, zh in ZH_PHRASES:
+    Chinese (``phrases``, default :data:`ZH_PHRASES`); what is not a known phrase (names,
+    shapes) is left as it is."""
+    for en, zh in ZH_PHRASES if phrases is None else phrases:
         text = text.replace(en, zh)
     return text
 
@@ -211,3 +234,46 @@ def get_language() -> str:
         return _language
     env = os.environ.get("ATTNKIT_LANG", "").strip().lower()
     return env if env in LANGUAGES else "en"
+
+
+# The words of ``attnkit check model``'s report (attnkit.check.model_report), in Chinese;
+# the English ones sit beside the table code. Layer paths, codes and figures stay as they are.
+ZH_MODEL_WORDS: dict[str, str] = {
+    "title": "attnkit 检查模型：{model}",
+    "inputs": "{dtype}，{inputs}；用时 {seconds:.1f} 秒",
+    "ran": "已运行",
+    "masks": "；掩码：",
+    "not checked": "  [警告] 未检查：这个实现没有任何一次注意力调用被判定",
+    "layer": "层",
+    "calls": "调用",
+    "worst": "最大误差 / 规则",
+    "first failure": "首个出错位置",
+    "empty rows": "无可关注键的行",
+    "verdict": "结论",
+    "vs": "与 {first} 之差：注意力输出 / 隐状态",
+    "hidden": "与 {first} 相比，隐状态的最大差异为 {diff:.1e}，位于 {name}",
+    "first failing": "自身注意力最先出错的层：{layer}",
+    "measured": "实测",
+    "at": "位置",
+    "reproducer": "复现 {code} 的代码（输入保存在 {path}）：",
+    "verdict line": "{verdict}：{errors} 个错误，{warnings} 个警告",
+    "OK": "通过",
+    "FAILED": "未通过",
+    "nothing judged": "没有判定任何一次注意力调用：这不算通过",
+    "made here": "本层产生",
+    "inherited": "继承自前面的层",
+}
+
+# How check_model describes its inputs ("batch 2, length 12, padding left, prefill only").
+ZH_MODEL_PHRASES: tuple[tuple[str, str], ...] = (
+    ("prefill only", "仅预填充"),
+    (" decoding steps", " 个解码步"),
+    (" decoding step", " 个解码步"),
+    ("the caller's inputs", "调用者给的输入"),
+    ("padding left", "左侧填充"),
+    ("padding right", "右侧填充"),
+    ("padding none", "不填充"),
+    ("batch ", "批量大小 "),
+    ("length ", "长度 "),
+    (", ", "，"),
+)

@@ -448,6 +448,52 @@ class Harness:
                 break
         return found + ([self.mutation] if self.mutation else [])
 
+    def mixes_queries(self) -> list[Finding]:
+        """Does changing query row 4 leave output rows 0..3 alone (``m(query, key, value)``
+        only: each query's output depends on its own query and the keys/values)? Heads
+        split with ``view(B, H, T, Dk)``, or merged with ``view(B, T, E)`` without
+        transposing back, mix tokens: a change at one query moves other queries' rows."""
+        if self.self_only:
+            return []  # m(x): the query is also a key, and positional encodings mix rows
+        x, kv = _rand(B, T, E), _rand(B, T, E, seed=1)
+        y = x.clone()
+        y[:, T - 1] += 2 * _rand(B, E, seed=9)
+        m = self.eval(self.m)
+        try:
+            with torch.no_grad():
+                a, again, b = self.call(m, x, kv), self.call(m, x, kv), self.call(m, y, kv)
+        except Exception:
+            return []  # the shape probe says what the module raises
+        if a.shape != (B, T, E) or b.shape != (B, T, E):
+            return []  # a shape finding
+        if not torch.allclose(a, again, rtol=1e-6, atol=1e-6):
+            return []  # random (dropout on): nondeterministic or dropout-in-eval says so
+        if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+            return []  # nan-or-inf says what is wrong
+        rows = slice(0, T - 1)
+        if torch.allclose(a[:, rows], b[:, rows], rtol=1e-5, atol=1e-5):
+            return []
+        moved = [i for i in range(T - 1)
+                 if not torch.allclose(a[:, i], b[:, i], rtol=1e-5, atol=1e-5)]
+        msg = (f"changing query {T - 1} alone changes the outputs of queries {moved}: a "
+               f"query's output must depend only on its own query and the keys/values. The "
+               f"heads are split or merged so that tokens mix: split with "
+               f"x.view(B, T, H, Dk).transpose(1, 2), not x.view(B, H, T, Dk); merge with "
+               f"out.transpose(1, 2).contiguous().view(B, T, E), not out.view(B, T, E)")
+        short = ("changing one query changed other queries' outputs: heads split/merged "
+                 "without transpose(1, 2)")
+        return [Finding("mixes-queries", msg,
+                        f"outputs of queries {moved} moved, max change "
+                        f"{float((a - b)[:, rows].abs().max()):.3g}",
+                        reproducer=self.repro([
+                            f"kv = torch.randn({B}, {T}, {E}, "
+                            f"generator=torch.Generator().manual_seed(1))",
+                            "y = x.clone()",
+                            f"y[:, {T - 1}] += 1.0  # change only the last query",
+                            "a, b = run(x, kv, kv), run(y, kv, kv)",
+                            f"assert torch.allclose(a[:, :{T - 1}], b[:, :{T - 1}], "
+                            f"atol=1e-5), {short!r}"]))]
+
     def large_logits(self) -> list[Finding]:
         x = _rand(B, T, E)
         for c in (30.0, 100.0):

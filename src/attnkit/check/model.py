@@ -16,7 +16,7 @@ wrapper calls the implementation under test (for ``"eager"``: the ``eager_attent
 of the model's own modeling module) and judges the call right away, so the recorded inputs
 (q, k, v, the mask) are held one call at a time; only the first implementation's attention
 outputs and hidden states are kept, for the comparison (the size of what
-``output_hidden_states`` returns anyway):
+``output_hidden_states`` returns anyway), and nothing when only one implementation runs:
 
 - **the output**, against :func:`attnkit.testing.reference_attention` in float64 on the
   very q, k, v, mask, ``scaling``, ``softcap``, sinks (``s_aux``) and ``position_bias`` it
@@ -54,14 +54,13 @@ from .model_masks import CallPlace
 from .model_report import ImplementationResult, LayerRow, ModelFinding, ModelReport
 from .model_repro import model_reproducer
 from .model_session import (
-    SESSIONS,
-    WRAPPER_PREFIX,
     CheckFailed,
     Session,
     Stopped,
     first_line,
     known_implementations,
     register_wrapper,
+    unregister_wrappers,
 )
 from .report import CODES, ERROR
 
@@ -92,6 +91,7 @@ class _Check(CallJudge, Comparison):
         self.names = {id(m): n for n, m in model.named_modules()}
         self.reference_out: dict[tuple, Any] = {}
         self.reference_hidden: dict[tuple, Any] = {}
+        self.compared = True
         self.plan: list[Any] = []  # the tokens fed at each decoding step
         self.bar: Any = _bar(0, False)
         ids = inputs["input_ids"]
@@ -359,9 +359,15 @@ def check_model(model: Any, inputs: dict | None = None, *,
             stderr is a terminal, or layers x implementations x steps >= 200).
 
     Returns:
-        A :class:`ModelReport`; ``report.ok`` is False when any finding is an error.
+        A :class:`ModelReport`; ``report.ok`` is False when any finding is an error (a
+        call that raised is ``call-failed``), or when no implementation had a call judged
+        (each was refused: see each result's ``note``).
+
+    Raises:
+        ValueError: ``inputs`` that do not fit ``model`` (shapes, dtypes, ids past the
+            vocabulary), a path that does not load, an unknown implementation.
     """
-    from .model_load import load_model, make_inputs, require_transformers
+    from .model_load import check_inputs, load_model, make_inputs, require_transformers
 
     require_transformers()
     t0 = time.perf_counter()
@@ -382,11 +388,8 @@ def check_model(model: Any, inputs: dict | None = None, *,
         inputs = make_inputs(model, batch=batch, length=length, padding=padding)
         described = f"batch {batch}, length {length}, padding {padding}"
     else:
-        if "input_ids" not in inputs:
-            raise ValueError(f"inputs need input_ids, got keys {sorted(inputs)}")
+        check_inputs(model, inputs)
         ids = inputs["input_ids"]
-        if ids.ndim != 2:
-            raise ValueError(f"input_ids must be (B, T), got shape {tuple(ids.shape)}")
         described = f"batch {ids.shape[0]}, length {ids.shape[1]}, the caller's inputs"
     if inputs.get("position_ids") is not None and inputs.get("attention_mask") is None \
             and generate:
@@ -400,6 +403,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
     training = model.training
     model.eval()
     check = _Check(model, inputs, generate, sample, save_to)
+    check.compared = len(impls) > 1  # one implementation: no outputs kept to compare with
     if progress is None:  # a terminal, or a model whose check takes a while
         layers = getattr(model.config.get_text_config(), "num_hidden_layers", 0) or 0
         progress = sys.stderr.isatty() or layers * len(impls) * (generate + 1) >= 200
@@ -410,7 +414,6 @@ def check_model(model: Any, inputs: dict | None = None, *,
     finally:
         bar.close()
         model.train(training)
-        for impl in impls:
-            SESSIONS.pop(WRAPPER_PREFIX + impl, None)
+        unregister_wrappers()  # transformers' registries as they were before the check
     report.seconds = time.perf_counter() - t0
     return report

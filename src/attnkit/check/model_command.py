@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from .messages import get_language
 from .model_load import TINY_FAMILIES, load_model, require_transformers, tiny_model
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
@@ -50,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser, positive_int: Callable[[str], int]
     p.add_argument("--save", default=None, metavar="DIR",
                    help="folder for the reproducers' .pt files (default: a temporary folder)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--lang", choices=("en", "zh"), default=None,
+                   help="the language of the report: en or zh (中文); codes are the same in "
+                        "both (default: $ATTNKIT_LANG, else en)")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -75,5 +79,6 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ValueError as err:
         parser.error(str(err))
     report.model = f"--tiny {args.tiny}" if args.tiny else args.model
-    print(report.to_json() if args.json else report.table())
+    lang = args.lang or get_language()
+    print(report.to_json(lang) if args.json else report.text(lang))
     return 0 if report.ok else 1

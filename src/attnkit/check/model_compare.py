@@ -22,9 +22,12 @@ _DIFF_TOL = {"float64": 1e-9, "float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-2
 
 class Comparison:
     """Comparison methods of the check (``self`` also has ``torch``, ``model``, ``pad``,
-    ``pad0``, ``total``, ``enc_dec``, ``reference_out``, ``reference_hidden``, ``find``)."""
+    ``pad0``, ``total``, ``enc_dec``, ``reference_out``, ``reference_hidden``, ``find``, and
+    ``compared``: False when only one implementation runs, so nothing is kept)."""
 
     def compare(self, s: Any, row: LayerRow, index: int, out: Any, place: CallPlace) -> None:
+        if not self.compared:  # one implementation: nothing to compare, nothing kept
+            return
         key = (s.step, index)
         real = place.query_real  # (B, Tq)
         o = _kept(out)
@@ -38,6 +41,8 @@ class Comparison:
         row.diff_attention = d if row.diff_attention is None else max(row.diff_attention, d)
 
     def compare_hidden(self, s: Any, states: list[tuple[str, Any, Any]]) -> None:
+        if not self.compared:
+            return
         for name, h, real in states:
             key = (s.step, name)
             h = _kept(h)
@@ -93,7 +98,7 @@ class Comparison:
                 self.find(s, row, "fully-masked-row", "queries with no allowed key (padding) "
                           "get NaN: through the padded tokens it can reach later layers; "
                           "attnkit, SDPA and flash-attn give 0", f"{row.empty_rows} rows",
-                          {"step": 0, "layer": row.layer})
+                          {"step": row._nan_step or 0, "layer": row.layer})
                 break
 
 

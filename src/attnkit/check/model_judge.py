@@ -87,7 +87,7 @@ class CallJudge:
         q, k, v = (t.cpu() for t in snap)  # judged on the CPU, in float64
         B, H, Tq, _ = q.shape
         nonempty = keep4.any(-1)  # (B, H, Tq)
-        self.empty_rows(row, keep4, nonempty, got, v, H)
+        self.empty_rows(row, keep4, nonempty, got, v, H, s.step)
         # --sample: evenly spaced heads and queries; key/value heads follow their queries
         qsel, hsel = torch.arange(Tq), torch.arange(H)
         if self.sample and Tq > self.sample:
@@ -209,7 +209,7 @@ class CallJudge:
                   f"than 2x the error of plain {dtype} math", failure, where, call=call, **at)
 
     def empty_rows(self, row: LayerRow, keep4: Any, nonempty: Any, got: Any, v: Any,
-                   H: int) -> None:
+                   H: int, step: int = 0) -> None:
         empty = ~nonempty
         if not bool(empty.any()):
             return
@@ -223,6 +223,8 @@ class CallJudge:
         holds = []
         if bool(vals.isnan().any()):
             holds.append("NaN")
+            if row._nan_step is None:
+                row._nan_step = step
         finite = vals[vals.isfinite().all(-1)]
         fmeans = means[vals.isfinite().all(-1)]
         if finite.numel():
@@ -272,6 +274,13 @@ class CallJudge:
                 f"fit in half precision; use -inf or torch.finfo(dtype).min"),
                 f"{type(err).__name__}", where,
                 call=(snap, mask, kwargs, None, None, None, fn, module))
+            return
+        self.find(s, row, "call-failed", (
+            f"the attention function raised {type(err).__name__} at step {s.step}, layer "
+            f"{name}: {first_line(err)} (q {tuple(snap[0].shape)}, k {tuple(snap[1].shape)}, "
+            f"{dtype}); the layers after it did not run"),
+            f"{type(err).__name__}", where,
+            call=(snap, mask, kwargs, None, None, None, fn, module))
 
     # -- across implementations ---------------------------------------------------------------
 

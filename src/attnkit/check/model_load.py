@@ -129,23 +129,46 @@ def load_model(spec: str, dtype: str = "float32", seed: int = 0) -> Any:
         raise ValueError(f"MODEL {spec!r} needs trust_remote_code (its own Python code, or "
                          f"no model_type transformers knows): attnkit check never runs it")
     torch_dtype = _dtype(dtype)
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if raw["model_type"] not in CONFIG_MAPPING_NAMES:
+        raise ValueError(f"MODEL {spec!r}: transformers does not know model_type "
+                         f"{raw['model_type']!r}; reading it would mean running the model's "
+                         f"own code (trust_remote_code), which attnkit check never does")
+    # Whatever transformers or safetensors raise on a config or weights that do not fit
+    # (a width heads do not divide, a truncated file) is one line naming the model.
     try:
         config = tf.AutoConfig.for_model(**raw) if path.is_file() else \
             tf.AutoConfig.from_pretrained(str(folder), local_files_only=True)
-    except (ValueError, KeyError) as err:
-        raise ValueError(f"MODEL {spec!r}: transformers cannot read this config without "
-                         f"running the model's own code ({str(err).splitlines()[0]})") from None
+    except Exception as err:
+        raise ValueError(f"MODEL {spec!r}: cannot read {config_file.name}: {_why(err)}") \
+            from None
     auto = _auto_class(tf, config)
     weights = list(folder.glob("*.safetensors")) + list(folder.glob("*.bin"))
-    if path.is_file() or not weights:
-        import torch
+    try:
+        if path.is_file() or not weights:
+            import torch
 
-        torch.manual_seed(seed)
-        return auto.from_config(config, attn_implementation="eager", dtype=torch_dtype).eval()
-    safetensors = any(w.suffix == ".safetensors" for w in weights)
-    return auto.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False,
-                                use_safetensors=safetensors, dtype=torch_dtype,
-                                attn_implementation="eager").eval()
+            torch.manual_seed(seed)
+            return auto.from_config(config, attn_implementation="eager",
+                                    dtype=torch_dtype).eval()
+        safetensors = any(w.suffix == ".safetensors" for w in weights)
+        return auto.from_pretrained(str(folder), local_files_only=True,
+                                    trust_remote_code=False, use_safetensors=safetensors,
+                                    dtype=torch_dtype, attn_implementation="eager").eval()
+    except Exception as err:
+        what = "build the model" if path.is_file() or not weights else "load the weights"
+        raise ValueError(f"MODEL {spec!r}: cannot {what}: {type(err).__name__}: "
+                         f"{_why(err)}") from None
+
+
+def _why(err: BaseException) -> str:
+    """The first line of the innermost cause of ``err`` (a validation error wraps the
+    sentence that says what is wrong), at most 200 characters."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    lines = [x.strip() for x in str(err).strip().splitlines() if x.strip()]
+    return (lines[0] if lines else type(err).__name__)[:200]
 
 
 def make_inputs(model: Any, batch: int = 2, length: int = 12, padding: str = "left",
@@ -185,3 +208,52 @@ def make_inputs(model: Any, batch: int = 2, length: int = 12, padding: str = "le
         dec[:, 0] = start
         inputs["decoder_input_ids"] = dec
     return inputs
+
+
+def check_inputs(model: Any, inputs: dict) -> None:
+    """Raise ``ValueError`` naming the caller's shapes and values when ``inputs`` cannot be
+    the inputs of ``model``: ``input_ids`` not ``(B, T)`` integers in ``[0, vocab_size)``
+    with ``B, T >= 1``; an ``attention_mask`` (of 0 and 1) or ``position_ids`` that do not
+    match it; ``decoder_input_ids`` of another batch or vocabulary."""
+    import torch
+
+    if not isinstance(inputs, dict) or "input_ids" not in inputs:
+        keys = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
+        raise ValueError(f"inputs need input_ids, got {keys}")
+    vocab = getattr(model.config.get_text_config(), "vocab_size", None)
+
+    def ids_ok(name: str, batch: int | None) -> tuple[int, ...]:
+        ids = inputs[name]
+        if not isinstance(ids, torch.Tensor) or ids.ndim != 2:
+            what = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
+            raise ValueError(f"{name} must be a (B, T) tensor, got {what}")
+        shape = tuple(ids.shape)
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise ValueError(f"{name} must hold integer token ids, got {ids.dtype} {shape}")
+        if min(shape) < 1:
+            raise ValueError(f"{name} must have batch and length >= 1, got {shape}")
+        if batch is not None and shape[0] != batch:
+            raise ValueError(f"{name} {shape} has another batch than input_ids "
+                             f"{tuple(inputs['input_ids'].shape)}")
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or (vocab and high >= vocab):
+            raise ValueError(f"{name} {shape} holds ids from {low} to {high}; the model's "
+                             f"vocabulary has ids 0 to {vocab - 1 if vocab else '?'}")
+        return shape
+
+    shape = ids_ok("input_ids", None)
+    am = inputs.get("attention_mask")
+    if am is not None:
+        got = tuple(am.shape) if isinstance(am, torch.Tensor) else type(am).__name__
+        if got != shape:
+            raise ValueError(f"attention_mask {got} does not match input_ids {shape}")
+        if not bool(((am == 0) | (am == 1)).all()):
+            raise ValueError(f"attention_mask {got} must hold 0 (padding) and 1 (a real "
+                             f"token), got values {sorted(set(am.unique().tolist()))[:6]}")
+    pos = inputs.get("position_ids")
+    if pos is not None:
+        got = tuple(pos.shape) if isinstance(pos, torch.Tensor) else type(pos).__name__
+        if got not in (shape, (1, shape[1])):
+            raise ValueError(f"position_ids {got} does not match input_ids {shape}")
+    if inputs.get("decoder_input_ids") is not None:
+        ids_ok("decoder_input_ids", shape[0])

@@ -9,8 +9,18 @@ path) and the first batch row, head, query and key concerned.
 from __future__ import annotations
 
 import json
+import unicodedata
 from dataclasses import asdict, dataclass, field
 
+from .messages import (
+    ZH_CODES,
+    ZH_MODEL_PHRASES,
+    ZH_MODEL_WORDS,
+    ZH_WORDS,
+    check_language,
+    get_language,
+    zh_phrases,
+)
 from .report import CODES, ERROR, Finding
 
 __all__ = ["ImplementationResult", "LayerRow", "ModelFinding", "ModelReport"]
@@ -70,6 +80,7 @@ class LayerRow:
     diff_hidden: float | None = None
     origin: str = ""
     _ratio: float = field(default=0.0, repr=False)
+    _nan_step: int | None = field(default=None, repr=False)  # first step a row held NaN
 
 
 @dataclass
@@ -78,8 +89,9 @@ class ImplementationResult:
 
     Attributes:
         name: the ``attn_implementation`` checked.
-        status: ``"ran"``, ``"refused: ..."`` (the model or the implementation declined,
-            e.g. SDPA with a softcap), or ``"stopped at ..."`` (it raised in a call).
+        status: ``"ran"``, ``"refused: ..."`` (the model or transformers declined the
+            implementation, e.g. SDPA with a softcap: a warning, see :attr:`note`), or
+            ``"stopped at ..."`` (it raised in a call: a ``call-failed`` finding).
         layers: one :class:`LayerRow` per attention module, in call order.
         findings: at most one per code (the first), errors first.
         hidden: per hidden state (``"embeddings"``, ``"layer 0"``, ...): max relative
@@ -101,6 +113,20 @@ class ImplementationResult:
     @property
     def ok(self) -> bool:
         return not any(f.is_error for f in self.findings)
+
+    @property
+    def calls(self) -> int:
+        """Attention calls seen (judged, or raised: a ``call-failed`` finding)."""
+        return sum(row.calls for row in self.layers)
+
+    @property
+    def note(self) -> str:
+        """A warning when this implementation was not checked (transformers or the model
+        refused it, or attnkit's check failed), else ""."""
+        if self.status.startswith(("refused", "not judged")) and not self.findings:
+            return (f"{self.name} was not checked ({self.calls} call(s) judged): "
+                    f"{self.status}")
+        return ""
 
 
 @dataclass
@@ -124,8 +150,15 @@ class ModelReport:
 
     @property
     def ok(self) -> bool:
-        """True when no implementation has an error finding."""
-        return all(r.ok for r in self.implementations)
+        """True when no implementation has an error finding and at least one attention
+        call was judged (a check that judged nothing is not a pass)."""
+        return all(r.ok for r in self.implementations) and self.judged
+
+    @property
+    def judged(self) -> bool:
+        """True when some implementation ran to the end with at least one attention call
+        judged (a run refused or cut short by attnkit's own failure does not count)."""
+        return any(r.calls and not r.note for r in self.implementations)
 
     @property
     def codes(self) -> list[str]:
@@ -134,33 +167,60 @@ class ModelReport:
     def findings(self, implementation: str) -> list[ModelFinding]:
         return next(r.findings for r in self.implementations if r.name == implementation)
 
-    def to_dict(self) -> dict:
+    def to_dict(self, lang: str = "en") -> dict:
+        """The report as plain data (``--json``). With ``lang="zh"`` each finding also
+        carries its code's Chinese ``title`` and ``diagnosis``; codes never change."""
+        check_language(lang)
         d = asdict(self)
         d["ok"] = self.ok
+        d["judged"] = self.judged
         for r, item in zip(self.implementations, d["implementations"]):
-            item["ok"] = r.ok
+            item["ok"], item["calls"] = r.ok, r.calls
+            item["warning"] = r.note or None
             for f, fi in zip(r.findings, item["findings"]):
                 fi["severity"] = f.severity
+                if lang == "zh":
+                    fi["title"], fi["diagnosis"] = ZH_CODES[f.code]
             for row in item["layers"]:
                 row.pop("_ratio", None)
+                row.pop("_nan_step", None)
         return d
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+    def to_json(self, lang: str = "en") -> str:
+        return json.dumps(self.to_dict(lang), indent=2, ensure_ascii=False)
 
-    def table(self, reproducers: bool = True) -> str:
-        """The report as text: per implementation a table by layer, then its findings."""
-        lines = [f"attnkit check model: {self.model}",
-                 f"  {self.dtype}, {self.inputs}; {self.seconds:.1f} s"]
+    def table(self, reproducers: bool = True, lang: str | None = None) -> str:
+        """The report as text (:meth:`text`)."""
+        return self.text(lang, reproducers)
+
+    def text(self, lang: str | None = None, reproducers: bool = True) -> str:
+        """The report as text: per implementation a table by layer, then its findings.
+
+        Args:
+            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.messages.get_language`.
+                In Chinese the headers are Chinese and every finding gets its code's
+                Chinese title and diagnosis, with the check's English sentence under it;
+                codes, figures and reproducers are the same.
+            reproducers: print the first failing call's reproducer of each implementation.
+        """
+        lang = check_language(lang or get_language())
+        w = ZH_MODEL_WORDS if lang == "zh" else _EN_WORDS
+        inputs = zh_phrases(self.inputs, ZH_MODEL_PHRASES) if lang == "zh" else self.inputs
+        lines = [w["title"].format(model=self.model),
+                 "  " + w["inputs"].format(dtype=self.dtype, inputs=inputs,
+                                           seconds=self.seconds)]
         first = self.implementations[0].name if self.implementations else ""
         for r in self.implementations:
-            lines += ["", f"{r.name}: {r.status}" + (f"; masks: {', '.join(r.masks)}"
-                                                     if r.masks else "")]
+            status = w["ran"] if r.status == "ran" else r.status
+            lines += ["", f"{r.name}: {status}" + (f"{w['masks']}{', '.join(r.masks)}"
+                                                   if r.masks else "")]
+            if r.note:
+                lines.append(w["not checked"])
             if r.layers:
-                diff_head = f"vs {first}: attention / hidden" if r.name != first else ""
-                head = (f"  {'layer':<34} {'calls':>5}  {'worst error / rule':<20} "
-                        f"{'first failure':<34} {'empty rows':<14} {'verdict':<18} "
-                        f"{diff_head}")
+                diff_head = w["vs"].format(first=first) if r.name != first else ""
+                head = (f"  {_pad(w['layer'], 34)} {_pad(w['calls'], 5, True)}  "
+                        f"{_pad(w['worst'], 20)} {_pad(w['first failure'], 34)} "
+                        f"{_pad(w['empty rows'], 14)} {_pad(w['verdict'], 18)} {diff_head}")
                 lines.append(head.rstrip())
                 for row in r.layers:
                     hold = "/".join(row.empty_hold) if row.empty_rows else ""
@@ -170,37 +230,72 @@ class ModelReport:
                     if row.diff_hidden is not None:
                         diff += f" / {row.diff_hidden:.1e}"
                     if row.origin:
-                        diff += f" {row.origin}"
+                        diff += f" {w.get(row.origin, row.origin)}"
                     lines.append(f"  {_short(row.layer):<34} {row.calls:>5}  {err:<20} "
                                  f"{row.first_failure or '-':<34} {empty:<14} "
                                  f"{row.verdict:<18} {diff}".rstrip())
             if r.hidden and r.name != first:
                 worst = max(r.hidden, key=lambda h: h["diff"])
-                lines.append(f"  hidden states vs {first}: largest difference "
-                             f"{worst['diff']:.1e} at {worst['name']}")
+                lines.append("  " + w["hidden"].format(first=first, diff=worst["diff"],
+                                                       name=worst["name"]))
             if r.first_failing_layer:
-                lines.append(f"  first layer whose own attention fails: "
-                             f"{r.first_failing_layer}")
+                lines.append("  " + w["first failing"].format(layer=r.first_failing_layer))
             for f in r.findings:
-                lines.append(f"  {f.severity:<7}  {f.code}: {f.message}")
-                if f.measured:
-                    lines.append(f"           measured: {f.measured}")
-                if f.case:
-                    lines.append(f"           at: {f.case}")
+                lines += _finding_lines(f, w, lang)
             if reproducers:
                 for f in r.findings:
                     if f.reproducer:
-                        lines += [f"  reproducer ({f.code}, inputs in {r.reproducer}):"]
+                        lines += ["  " + w["reproducer"].format(code=f.code, path=r.reproducer)]
                         lines += ["    " + x for x in f.reproducer.splitlines()]
                         break
         n_err = sum(f.is_error for r in self.implementations for f in r.findings)
-        n_all = sum(len(r.findings) for r in self.implementations)
-        lines += ["", f"{'OK' if self.ok else 'FAILED'}: {n_err} error(s), "
-                      f"{n_all - n_err} warning(s)"]
+        n_warn = sum(len(r.findings) + bool(r.note) for r in self.implementations) - n_err
+        lines += ["", w["verdict line"].format(verdict=w["OK"] if self.ok else w["FAILED"],
+                                               errors=n_err, warnings=n_warn)]
+        if not self.judged:
+            lines.append(w["nothing judged"])
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        return self.table()
+        return self.text()
+
+
+# The words of the table in English; the Chinese ones are ZH_MODEL_WORDS in messages.py.
+_EN_WORDS: dict[str, str] = {
+    "title": "attnkit check model: {model}",
+    "inputs": "{dtype}, {inputs}; {seconds:.1f} s",
+    "ran": "ran", "masks": "; masks: ",
+    "not checked": "  warning  not checked: no attention call of this implementation was judged",
+    "layer": "layer", "calls": "calls", "worst": "worst error / rule",
+    "first failure": "first failure", "empty rows": "empty rows", "verdict": "verdict",
+    "vs": "vs {first}: attention / hidden",
+    "hidden": "hidden states vs {first}: largest difference {diff:.1e} at {name}",
+    "first failing": "first layer whose own attention fails: {layer}",
+    "measured": "measured", "at": "at",
+    "reproducer": "reproducer ({code}, inputs in {path}):",
+    "verdict line": "{verdict}: {errors} error(s), {warnings} warning(s)",
+    "OK": "OK", "FAILED": "FAILED",
+    "nothing judged": "no attention call was judged: this is not a pass",
+}
+
+
+def _finding_lines(f: ModelFinding, w: dict[str, str], lang: str) -> list[str]:
+    if lang == "zh":
+        title, diagnosis = ZH_CODES[f.code]
+        lines = [f"  [{ZH_WORDS[f.severity]}] {f.code}：{title}", f"    {diagnosis}",
+                 f"    {ZH_WORDS['detail']}：{f.message}"]
+        lines += [f"    {w['measured']}：{f.measured}"] if f.measured else []
+        return lines + ([f"    {w['at']}：{f.case}"] if f.case else [])
+    lines = [f"  {f.severity:<7}  {f.code}: {f.message}"]
+    lines += [f"           measured: {f.measured}"] if f.measured else []
+    return lines + ([f"           at: {f.case}"] if f.case else [])
+
+
+def _pad(text: str, width: int, right: bool = False) -> str:
+    """``text`` padded to ``width`` terminal columns (a Chinese character takes two)."""
+    cols = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    fill = " " * max(0, width - cols)
+    return fill + text if right else text + fill
 
 
 def _short(path: str) -> str:

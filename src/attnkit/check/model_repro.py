@@ -59,6 +59,19 @@ def model_reproducer(folder: Path, impl: str, f: Any, call: tuple,
         load_fn = (f"fn = AttentionInterface()[{impl!r}]"
                    + ("" if impl in ("sdpa", "attnkit") else
                       "  # register your function first"))
+    if f.code == "mask-mismatch" and "ignores" not in f.message:
+        # The mask this call received (as the check read it: True = may attend) against
+        # the one the config and padding call for, at the pair the finding names.
+        h = 0 if data["keep"].shape[1] == 1 else f.head
+        where = f"batch row {f.batch}, " + (f"head {f.head}, " if f.head is not None else "")
+        return path, "\n".join([
+            "import torch",
+            f"d = torch.load({str(path)!r}, weights_only=True)",
+            f"b, h, i, j = {f.batch}, {h}, {f.query}, {f.key}  # {where}query i, key j",
+            "received = bool(d['keep'][b, h, i, j])  # what the call's mask allows",
+            "expected = bool(d['expected'][b, 0, i, j])  # what config and padding allow",
+            "print('query i may see key j: received', received, '| expected', expected)",
+            f"assert received == expected, {f.message!r}"])
     lines = ["import torch",
              "from transformers import AttentionInterface",
              "from attnkit.testing import reference_attention"]
@@ -68,20 +81,14 @@ def model_reproducer(folder: Path, impl: str, f: Any, call: tuple,
               "module = torch.nn.Module().eval()  # what fn reads off the calling module",
               "module.is_causal, module.layer_idx = d['is_causal'], d['layer_idx']",
               "module.num_key_value_groups = d['num_key_value_groups']"]
-    if f.code == "float16-overflow" and keep4 is None:
+    if keep4 is None:  # the call raised: calling it again raises the same
+        why = "in half precision" if f.code == "float16-overflow" else f"({f.measured})"
         lines += ["fn(module, d['q'], d['k'], d['v'], d.get('attention_mask'), "
-                  "scaling=d['scaling'], **d['kwargs'])  # raises in half precision"]
+                  f"scaling=d['scaling'], **d['kwargs'])  # raises {why}"]
         return path, "\n".join(lines)
     lines += ["out, _ = fn(module, d['q'], d['k'], d['v'], d.get('attention_mask'), "
               "scaling=d['scaling'], dropout=0.0, **d['kwargs'])",
               "got = out.transpose(1, 2).double()  # (B, H, Tq, Dv)"]
-    if f.code == "mask-mismatch" and "ignores" not in f.message:
-        lines += [f"b, i, j = {f.batch}, {f.query}, {f.key}",
-                  "print('received allows key j:', bool(d['keep'][b, 0, i, j]),"
-                  " '| expected:', bool(d['expected'][b, 0, i, j]))",
-                  "assert bool(d['keep'][b, 0, i, j]) == bool(d['expected'][b, 0, i, j]),"
-                  f" {f.message[:90]!r}"]
-        return path, "\n".join(lines)
     lines += ["kw = d['kwargs']",
               "want = reference_attention(d['q'], d['k'], d['v'], mask=d['keep'], "
               "bias=d.get('bias'), scale=d['scaling'], softcap=kw.get('softcap'),"

@@ -11,7 +11,7 @@ from typing import Any
 from .model_report import ImplementationResult, LayerRow
 
 __all__ = ["WRAPPER_PREFIX", "CheckFailed", "Session", "Stopped", "first_line",
-           "known_implementations", "register_wrapper"]
+           "known_implementations", "register_wrapper", "unregister_wrappers"]
 
 WRAPPER_PREFIX = "attnkit-check-"
 
@@ -117,11 +117,30 @@ def register_wrapper(impl: str, session: Session) -> str:
         raise ValueError(f"attn_implementation {impl!r} is not registered with transformers' "
                          f"AttentionInterface (known: eager, "
                          f"{', '.join(AttentionInterface().valid_keys())})")
+    for iface in (AttentionInterface, AttentionMaskInterface):  # put back by unregister
+        _BEFORE.setdefault((iface, name), iface._global_mapping.get(name, _NONE))
     AttentionInterface.register(name, wrapper)
     masks = AttentionMaskInterface()
     if impl in masks:
         AttentionMaskInterface.register(name, masks[impl])
     return name
+
+
+_NONE = object()
+_BEFORE: dict[tuple[Any, str], Any] = {}
+
+
+def unregister_wrappers() -> None:
+    """Take the ``attnkit-check-*`` wrappers out of transformers' global
+    ``AttentionInterface`` and ``AttentionMaskInterface`` again (putting back whatever
+    was registered under the name before), and forget their sessions."""
+    for (iface, name), value in list(_BEFORE.items()):
+        if value is _NONE:
+            iface._global_mapping.pop(name, None)
+        else:
+            iface._global_mapping[name] = value
+        SESSIONS.pop(name, None)
+        del _BEFORE[(iface, name)]
 
 
 def known_implementations(impls: list[str]) -> None:

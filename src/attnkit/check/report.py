@@ -36,6 +36,8 @@ CODES: dict[str, tuple[str, str]] = {
     "state-dict": (ERROR, "state_dict does not round-trip the module"),
     "dropout-in-eval": (ERROR, "dropout still active after eval()"),
     "causal-leak": (ERROR, "declared causal, a query sees later positions"),
+    "mixes-queries": (ERROR, "a query's output changes with another query: heads split or "
+                             "merged so that tokens mix"),
     "fully-masked-row": (WARNING, "a row with no allowed key is not 0"),
     "causal-alignment": (WARNING, "causal mask aligned top-left, not bottom-right"),
 }

@@ -14,6 +14,9 @@ from typing import Any
 __all__ = ["function_reproducer"]
 
 
+LENS_KINDS = ("lens", "lens-empty", "lens-2d", "lens-2d-empty")  # d2l's valid_lens
+
+
 def _oracle_text(run: Any, case: Any, keep_expr: str = "keep", scale: str = "",
                  grads: bool = False) -> tuple[str, str]:
     """``(import line, expression)`` of the oracle's answer for ``case``."""
@@ -22,7 +25,7 @@ def _oracle_text(run: Any, case: Any, keep_expr: str = "keep", scale: str = "",
     if keep_expr in ("no-causal", "top-left"):  # a declared-causal function, read otherwise
         causal, keep_expr = ("" if keep_expr == "no-causal" else "'top_left'"), "keep"
     if t.check == "attention":
-        if case.mask in ("lens", "lens-empty"):
+        if case.mask in LENS_KINDS:
             opts = ", valid_lens=valid_lens"
         elif case.mask or case.causal:
             opts = f", mask={keep_expr}"
@@ -36,7 +39,7 @@ def _oracle_text(run: Any, case: Any, keep_expr: str = "keep", scale: str = "",
     x64 = t.framework.to_float64_text("X")
     if t.check == "softmax":
         return "from attnkit.numpy import softmax", f"softmax({x64})"
-    opts = "valid_lens" if case.mask in ("lens", "lens-empty") else f"mask={keep_expr}"
+    opts = "valid_lens" if case.mask in LENS_KINDS else f"mask={keep_expr}"
     return "from attnkit.numpy import masked_softmax", f"masked_softmax({x64}, {opts})"
 
 
@@ -89,6 +92,9 @@ def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
         lines += ["print(got)", f"assert np.isfinite(got).all(), {verdict.message!r}"]
     elif code == "fully-masked-row":
         empty = ("valid_lens == 0" if case.mask == "lens-empty"
+                 else "(valid_lens == 0)[..., None].repeat(got.shape[-1], -1)"
+                 if case.mask == "lens-2d-empty" and t.check != "attention"
+                 else "valid_lens == 0" if case.mask == "lens-2d-empty"
                  else "~keep.any(-1)" if t.check == "attention"
                  else "~keep.any(-1, keepdims=True).repeat(keep.shape[-1], -1)")
         lines += [f"empty = {empty}  # rows with no allowed key",
@@ -103,7 +109,7 @@ def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
         elif code == "mask-polarity" and case.mask:
             _, alt = _oracle_text(run, case, keep_expr="~keep")
             lines.append(f"print('error with the mask inverted:', np.abs(got - {alt}{tail}).max())")
-        elif code == "causal-leak":
+        elif code == "causal-leak" and "moved" not in d:
             _, alt = _oracle_text(run, case, keep_expr="no-causal")
             lines.append(f"print('error against attention with no causal mask:', "
                          f"np.abs(got - {alt}{tail}).max())")

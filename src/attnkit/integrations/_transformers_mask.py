@@ -36,6 +36,8 @@ from typing import Any
 import torch
 from transformers import masking_utils as mu
 
+from ..torch._packed import PackedIds
+
 __all__ = ["StructuredMask", "mask_function"]
 
 _warned: set[str] = set()
@@ -134,7 +136,9 @@ class StructuredMask(torch.Tensor):
         ``hi + delta == 0`` is attnkit's causal, ``hi + offset == 0`` top-left causal.
 
         Computed once: every layer of one kind shares its mask (a new dict each call, so
-        callers may add to it).
+        callers may add to it). Packed sequences come as one
+        :class:`attnkit.torch._packed.PackedIds` pair shared by every layer, which finds
+        its runs on the first layer's call.
         """
         if self._kwargs is None:
             self._kwargs = self._attention_kwargs()
@@ -144,7 +148,9 @@ class StructuredMask(torch.Tensor):
         _, _, Tq, Tk = self.shape
         kw: dict[str, Any] = {}
         if self.segments is not None:
-            kw["segment_ids"] = self.segments
+            # One pair for every layer's call: the packed runs are read from it once per
+            # mask, not once per layer (attnkit's own object, never transformers' tensor).
+            kw["segment_ids"] = PackedIds(self.segments, self.segments)
         if self.key_valid is not None:
             kw["mask"] = self.key_valid[:, None, None, :]  # (B, 1, 1, Tk): keys only
         if self.lo is None and self.hi is None:

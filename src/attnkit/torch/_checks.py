@@ -16,8 +16,8 @@ import torch
 from .. import spec
 
 __all__ = [
-    "check_bias", "check_call", "check_qkv", "check_segment_ids", "check_sinks", "check_tensor",
-    "qkv_shapes",
+    "check_bias", "check_call", "check_mask", "check_padding_mask", "check_qkv",
+    "check_segment_ids", "check_sinks", "check_tensor", "qkv_shapes", "valid_lens_view",
 ]
 
 
@@ -133,3 +133,50 @@ def check_segment_ids(
         if ids.device != device:
             raise ValueError(f"segment_ids {name} is on {ids.device}, q on {device}")
     return pair
+
+
+def check_mask(mask: object, scores_shape: tuple[int, ...]) -> None:
+    """``mask`` is a bool tensor (True = may attend) broadcastable to ``scores_shape``; the
+    messages name the shape the caller passed."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError(
+            f"mask must be a bool tensor (True = may attend), got "
+            f"{getattr(mask, 'dtype', type(mask))}; pass additive float values as `bias`"
+        )
+    spec.check_broadcast("mask", tuple(mask.shape), tuple(scores_shape))
+
+
+def valid_lens_view(lengths_shape: tuple[int, ...], scores_shape: tuple[int, ...]
+                    ) -> tuple[int, ...]:
+    """The shape ``valid_lens`` of ``lengths_shape`` take to broadcast against the scores
+    as key counts (:func:`valid_lens_limits`); ``ValueError`` naming both shapes when they
+    do not fit."""
+    shape = tuple(scores_shape)
+    if len(shape) < 3:
+        raise ValueError(
+            f"valid_lens needs scores with a batch axis (B, ..., Tq, Tk), got scores {shape}"
+        )
+    B, Tq = shape[0], shape[-2]
+    vl = tuple(lengths_shape)
+    if vl == (B,):
+        return (B,) + (1,) * (len(shape) - 1)
+    if vl == (B, Tq):
+        return (B,) + (1,) * (len(shape) - 3) + (Tq, 1)
+    raise ValueError(
+        f"valid_lens of shape {vl} does not fit scores of shape {shape}: expected "
+        f"(B,) = ({B},) or (B, Tq) = ({B}, {Tq})"
+    )
+
+
+def check_padding_mask(padding_mask: torch.Tensor, B: int, Tk: int | None) -> torch.Tensor:
+    """``padding_mask`` as bool ``(B, Tk)`` (True = real token); ``Tk`` is the number
+    of keys this call projects (None: a filled cross cache projects none)."""
+    if not isinstance(padding_mask, torch.Tensor) or padding_mask.is_floating_point():
+        raise TypeError(f"padding_mask must be a bool or 0/1 integer tensor (True = real "
+                        f"token), got {getattr(padding_mask, 'dtype', padding_mask)!r}")
+    if Tk is None or tuple(padding_mask.shape) != (B, Tk):
+        what = ("no keys (a filled cross-attention cache)" if Tk is None
+                else f"(B, Tk) = ({B}, {Tk})")
+        raise ValueError(f"padding_mask covers the keys this call adds, {what}; got "
+                         f"{tuple(padding_mask.shape)}")
+    return padding_mask if padding_mask.dtype == torch.bool else padding_mask != 0

@@ -7,10 +7,11 @@ is zero. Running attention on each block alone, instead of on ``Tq x Tk`` scores
 dense mask, does ``sum_d Tq_d * Tk_d`` work instead of ``Tq * Tk``: for 8 equal documents,
 an eighth.
 
-Finding the runs reads the ids back to the host, once per id tensor (the answer is kept
-on it), and only here, where the tensors already live on the CPU, so it never stalls a
-GPU stream. It is never tried for a decoding step (one query), nor under
-``torch.compile`` (the read would break the graph; the dense mask path is traced
+Finding the runs reads the ids back to the host in each call (nothing is kept on a
+caller's tensor; a :class:`PackedIds` pair that attnkit made itself keeps its own), and
+only here, where the tensors already live on the CPU, so it never stalls a GPU stream. It
+is never tried for a decoding step (one query), nor under ``torch.compile`` (the read
+would break the graph; the dense mask path is traced
 instead). Ids that repeat after a gap, or a call with a ``mask``, ``bias`` or
 ``valid_lens`` as well, take the dense mask path.
 
@@ -27,7 +28,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["Runs", "packed_attention", "packed_runs"]
+__all__ = ["PackedIds", "Runs", "packed_attention", "packed_runs"]
 
 # One block (q_start, q_end, k_start, k_end) per document; per batch row.
 Runs = list[tuple[int, int, int, int]]
@@ -67,6 +68,27 @@ def packed_runs(q_ids: torch.Tensor, kv_ids: torch.Tensor) -> list[Runs] | None:
     tensors: an answer cached there went stale when the ids were written through ``.data``
     or a shared NumPy array, and inference tensors have no version counter to check."""
     return _blocks(q_ids, kv_ids)
+
+
+class PackedIds(tuple):
+    """A ``(q_ids, kv_ids)`` pair of segment ids that attnkit itself made (never a
+    caller's tensors) and that keeps its packed runs once found: what transformers' mask
+    function hands every layer of one forward, so that the runs are read once per mask,
+    not once per layer. The ids must not be written after the first call."""
+
+    _runs: list[Runs] | None
+    _found: bool
+
+    def __new__(cls, q_ids: torch.Tensor, kv_ids: torch.Tensor) -> PackedIds:
+        pair = super().__new__(cls, (q_ids, kv_ids))
+        pair._found = False
+        return pair
+
+    def runs(self) -> list[Runs] | None:
+        """:func:`packed_runs` of the pair, read on the first call only."""
+        if not self._found:
+            self._runs, self._found = packed_runs(*self), True
+        return self._runs
 
 
 def _blocks(q_ids: torch.Tensor, kv_ids: torch.Tensor) -> list[Runs] | None:

@@ -13,10 +13,12 @@ fused kernels and autograd serve them too.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.nn import functional as F
 
-__all__ = ["bias_as", "sdpa_path"]
+__all__ = ["bias_as", "first_order_only", "sdpa_path"]
 
 
 def sdpa_path(
@@ -27,22 +29,36 @@ def sdpa_path(
     G: int,
     attn_mask: torch.Tensor | None,
     is_causal: bool,
-    scale: float,
+    scale: float | None,
     dropout_p: float,
     sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``out (..., H, Tq, Dv)`` from SDPA; ``attn_mask`` bool or float (in q's dtype)."""
-    Tq, Dv = q.shape[-2], v.shape[-1]
+    """``out (..., H, Tq, Dv)`` from SDPA; ``attn_mask`` bool or float (in q's dtype);
+    ``scale`` None = SDPA's own ``1/sqrt(Dk)``."""
     if sinks is not None:
+        Tq, Dv = q.shape[-2], v.shape[-1]
+        if scale is None:  # fixed before the sink's feature widens Dk
+            scale = 1.0 / math.sqrt(q.shape[-1])
         q, k, v, attn_mask = _with_sink_key(q, k, v, sinks, scale, attn_mask, is_causal)
-    gqa = {"enable_gqa": True} if G > 1 else {}
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
-                                         is_causal=is_causal, scale=scale, **gqa)
+    # Positional arguments, and keywords only when they differ from SDPA's defaults: a
+    # decoding step's whole SDPA call is ~0.1 ms, and parsing keywords shows in it.
+    if G > 1:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal,
+                                             scale=scale, enable_gqa=True)
+    elif scale is not None:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal,
+                                             scale=scale)
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)
     if sinks is not None:  # drop the sink's key (and the causal path's extra query)
         out = out[..., -Tq:, :Dv]
-    if out.requires_grad and torch.is_grad_enabled():
-        out = _FirstOrderOnly.apply(out)
-    return out
+    return first_order_only(out) if out.requires_grad else out
+
+
+def first_order_only(out: torch.Tensor) -> torch.Tensor:
+    """SDPA's output, marked so that a double backward through it names the path that
+    has one (:class:`_FirstOrderOnly`) when autograd records it."""
+    return _FirstOrderOnly.apply(out) if torch.is_grad_enabled() else out
 
 
 def bias_as(bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -21,7 +21,7 @@ asks :func:`plan` for a path, and runs it:
 - ``"triton"`` (:mod:`attnkit.torch._triton_path`): attnkit's fused GPU kernel (CUDA,
   fp16/bf16, no mask/bias/valid_lens, no dropout), imported lazily.
 - ``"packed"`` (:mod:`attnkit.torch._packed`): ``segment_ids`` whose ids each fill one run
-  of positions, on the CPU, block by block (the runs are found once per ids tensor).
+  of positions, on the CPU, block by block (the runs are read from each call's ids).
 
 The contract (docs/torch.md): a query with no allowed key gets output 0, weights 0 and zero
 gradients; masked scores are ``-inf`` or a select; NaN/inf in an attended position
@@ -32,123 +32,28 @@ tensor back from a GPU or breaks a ``torch.compile`` graph.
 
 from __future__ import annotations
 
-import math
-from functools import lru_cache, partial
-from typing import Literal, NamedTuple
+from functools import partial
 
 import torch
+from torch.nn import functional as F
 
-from ..spec import (
-    check_causal,
-    check_dropout,
-    check_softcap,
-    check_window,
-    default_scale,
-    resolve_band,
-)
-from ._checks import check_bias, check_call, check_segment_ids, check_sinks
 from ._dtypes import stats_dtype
 from ._math import math_path
-from ._packed import packed_attention, packed_runs
+from ._packed import PackedIds, packed_attention, packed_runs
+from ._plan import ONE_PASS_MAX_SCORES, Backend, Call, Plan, may_pack, plan  # re-exported
 from ._scores import additive_mask, attention_weights, weights_mask
-from ._sdpa import bias_as, sdpa_path
-from ._triton_path import triton_path, triton_reason
+from ._sdpa import bias_as, first_order_only, sdpa_path
+from ._signature import prepared
+from ._triton_path import triton_path
 from .additive import additive_attention, additive_scores  # re-exported: they lived here
-from .masks import Window, attention_mask
+from .masks import Window, combine_masks, lengths_mask
 from .softmax import safe_softmax  # re-exported: it lived here
 
 __all__ = [
-    "Backend", "Call", "Plan", "additive_attention", "additive_scores", "attention", "plan",
-    "safe_softmax",
+    "ONE_PASS_MAX_SCORES", "Backend", "Call", "Plan", "additive_attention", "additive_scores",
+    "attention", "may_pack", "plan", "safe_softmax",
 ]
 
-Backend = Literal["auto", "sdpa", "math", "triton"]
-_BACKENDS = ("auto", "sdpa", "math", "triton")
-
-# need_weights under autograd: above this many scores the output comes from the fused
-# kernel, whose backward keeps O(T * D), and the weights are computed beside it (freed with
-# the caller's reference); below it, one pass (its backward keeps the weights) is cheaper.
-ONE_PASS_MAX_SCORES = 1 << 22
-
-# SDPA gives a row with no allowed key output 0 and zero gradients from PyTorch 2.5 on
-# (attnkit needs torch >= 2.13), so empty rows need nothing of their own on the SDPA path.
-
-
-class Call(NamedTuple):
-    """The structure of one call, which alone decides its path: shapes, device, dtype
-    and which arguments are given (never what the tensors hold)."""
-
-    backend: str
-    device: str  # q.device.type
-    triton: str | None  # why the Triton kernel cannot take the call (None: it can)
-    q_shape: tuple[int, ...]
-    Dv: int
-    scores: tuple[int, ...]  # (..., H, Tq, Tk)
-    masked: bool  # a mask or valid_lens
-    bias: bool
-    causal: str | None  # "bottom_right", "top_left" or None
-    window: tuple[int | None, int | None] | None
-    segment_ids: bool
-    packed: bool  # segment_ids whose runs the packed path can take
-    softcap: bool
-    sinks: bool
-    dropout: bool
-    need_weights: bool
-    grad: bool  # autograd records q, k or v (read only for need_weights)
-
-
-class Plan(NamedTuple):
-    """What :func:`plan` decides: the path, whether SDPA's own ``is_causal`` carries the
-    band, whether the band (causal/window) must go into the mask, and whether a query
-    may be left with no allowed key."""
-
-    path: Literal["sdpa", "math", "triton", "packed"]
-    is_causal: bool
-    band: bool
-    empty_rows: bool
-
-
-@lru_cache(maxsize=4096)
-def plan(call: Call) -> Plan:
-    """The path for a call of this structure (memoised: a pure function of ``call``).
-    ``ValueError`` when a forced backend cannot take the call, saying why."""
-    Tq, Tk = call.scores[-2], call.scores[-1]
-    left, right = resolve_band(call.causal, call.window, Tq, Tk)
-    # Row i allows keys [d - left, d + right], d = i + Tk - Tq, within [0, Tk).
-    band = not ((left is None or left >= Tk - 1) and (right is None or right >= Tq - 1))
-    band_empties = band and not ((right is None or Tk - Tq + right >= 0)
-                                 and (left is None or left >= 0)
-                                 and (left is None or right is None or right >= -left))
-    other = call.masked or call.bias or call.segment_ids
-    empty_rows = other or band_empties or Tk == 0
-    is_causal = band and not other and left is None and right == Tq - Tk
-    mask_band = band and not is_causal
-
-    if call.backend == "triton" and call.triton is not None:
-        raise ValueError(f"backend='triton' cannot take this call: {call.triton}")
-    if call.backend in ("auto", "triton") and call.triton is None and Tq and Tk:
-        return Plan("triton", False, band, empty_rows)
-    if call.backend == "sdpa" and call.softcap:
-        raise ValueError("backend='sdpa' cannot take softcap (SDPA applies no score "
-                         "function); use backend='math' or 'auto'")
-    if call.packed:
-        return Plan("packed", False, band, empty_rows)
-    if call.backend == "math" or call.softcap or 0 in call.scores or 0 in call.q_shape \
-            or not call.Dv:
-        return Plan("math", False, band, empty_rows)  # empty sizes: zeros, in the graph
-    if call.backend == "auto" and call.need_weights and (
-            not call.grad or math.prod(call.scores) <= ONE_PASS_MAX_SCORES):
-        return Plan("math", False, band, empty_rows)  # one pass: the weights are the buffer
-    return Plan("sdpa", is_causal, mask_band, empty_rows)
-
-
-def may_pack(call: Call) -> bool:
-    """Whether the packed path could take the call, before its ids are read: CPU,
-    ``segment_ids`` with no other mask or bias, more than one query (never a decoding
-    step), not while ``torch.compile`` traces, no forced Triton."""
-    return (call.segment_ids and call.device == "cpu" and not call.masked and not call.bias
-            and call.scores[-2] > 1 and call.scores[-1] > 0 and call.backend != "triton"
-            and not torch.compiler.is_compiling())
 
 
 def attention(
@@ -217,55 +122,52 @@ def attention(
         w = softmax(q @ k.transpose(-1, -2) * scale)
         out = w @ v
     """
-    G, shape = check_call(q, k, v)
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-    # Each check only for an argument that is given: a decoding step runs this per layer.
+    prep = prepared(q, k, v, mask, bias, valid_lens, causal, window, scale, softcap, sinks,
+                     segment_ids, dropout_p, training, need_weights, backend)
+    if prep.lean and not check_finite:  # SDPA with the caller's mask and/or valid_lens
+        allowed = mask
+        if valid_lens is not None:
+            allowed = lengths_mask(valid_lens, prep.lengths_view, prep.positions)
+            if mask is not None:
+                allowed = mask & allowed
+        if prep.G == 1 and prep.sdpa_scale is None:  # SDPA's own defaults: called here
+            out = F.scaled_dot_product_attention(q, k, v, allowed, prep.p, prep.how.is_causal)
+            return (first_order_only(out) if out.requires_grad else out), None
+        return sdpa_path(q, k, v, G=prep.G, attn_mask=allowed, is_causal=prep.how.is_causal,
+                         scale=prep.sdpa_scale, dropout_p=prep.p), None
+    G, shape, call, how = prep.G, prep.shape, prep.call, prep.how
+    causal, window, softcap, scale, p = prep.causal, prep.window, prep.softcap, prep.scale, prep.p
     dev = q.device
-    p = check_dropout(dropout_p) if training and dropout_p else 0.0
-    scale = default_scale(scale, q.shape[-1])
-    causal = check_causal(causal) if causal is not False else None
-    window = check_window(window) if window is not None else None
-    softcap = check_softcap(softcap) if softcap is not None else None
-    if sinks is not None:
-        check_sinks(sinks, shape[-3] if len(shape) >= 3 else 1, dev)
-    ids = check_segment_ids(segment_ids, shape, dev) if segment_ids is not None else None
-    if bias is not None:
-        check_bias(bias, shape, dev)
-        bias = _with_rank(bias, len(shape))
-    if mask is not None and isinstance(mask, torch.Tensor):
-        mask = _with_rank(mask, len(shape))
+    if prep.mask_view is not None:
+        mask = mask.reshape(prep.mask_view)
+    if prep.bias_view is not None:
+        bias = bias.reshape(prep.bias_view)
+    ids = None
+    if segment_ids is not None:  # checked: one (B, T) tensor, or a pair
+        ids = segment_ids if isinstance(segment_ids, tuple) else tuple(segment_ids) \
+            if isinstance(segment_ids, list) else (segment_ids, segment_ids)
 
-    def masks(causal: str | bool | None = False, window: Window | None = None
-              ) -> torch.Tensor | None:
+    def masks(band: tuple[int | None, int | None] = (None, None)) -> torch.Tensor | None:
         """The bool mask (True = may attend) of the given constraints, or None."""
-        if mask is None and valid_lens is None and ids is None and not causal \
-                and window is None:
+        if mask is None and valid_lens is None and ids is None \
+                and band[0] is None and band[1] is None:
             return None
-        return attention_mask(shape, mask=mask, valid_lens=valid_lens, causal=causal or False,
-                              window=window, segment_ids=ids, device=dev)
+        return combine_masks(shape, mask=mask, valid_lens=valid_lens, band=band,
+                             segment_ids=ids, device=dev)
 
     if check_finite:
-        _check_finite(q, k, v, G, shape, masks(causal=causal or False, window=window), bias)
-    grad = need_weights and torch.is_grad_enabled() and (
-        q.requires_grad or k.requires_grad or v.requires_grad)
-    masked = mask is not None or valid_lens is not None
-    device = "cuda" if q.is_cuda else dev.type
-    why = "not asked for" if backend not in ("auto", "triton") else triton_reason(
-        device, q.dtype, q.shape, k.shape, v.shape[-1], masked, bias is not None, p > 0.0)
-    call = Call(backend, device, why, q.shape, v.shape[-1], shape, masked, bias is not None,
-                causal, window, ids is not None, False, softcap is not None,
-                sinks is not None, p > 0.0, need_weights, grad)
+        _check_finite(q, k, v, G, shape, masks(prep.band), bias)
     runs = None
-    if ids is not None and may_pack(call):
-        runs = packed_runs(*ids)
-        call = call._replace(packed=runs is not None)
-    how = plan(call)
-    band = {"causal": causal or False, "window": window} if how.band else {}
+    if prep.may_pack and not torch.compiler.is_compiling():
+        runs = ids.runs() if isinstance(ids, PackedIds) else packed_runs(*ids)
+        if runs is not None:
+            call = call._replace(packed=True)
+            how = plan(call)
+    band = prep.band if how.band else (None, None)
 
     match how.path:
         case "sdpa":
-            allowed = masks(**band)
+            allowed = masks(band)
             attn_mask = allowed
             if bias is not None:
                 attn_mask = bias_as(bias, q.dtype)
@@ -276,34 +178,26 @@ def attention(
             if not need_weights:
                 return out, None
             if how.is_causal:  # the weights need the band the kernel applied itself
-                allowed = masks(causal=causal, window=window)
+                allowed = masks(prep.band)
             add, rows = additive_mask(allowed, bias, stats_dtype(q.dtype),
                                       empty_rows=how.empty_rows and sinks is None)
             w = attention_weights(q, k, G, scale, add, weights_mask(allowed, rows, True),
                                   sinks=sinks)
             return out, w.to(q.dtype)
         case "math":
-            return math_path(q, k, v, G=G, allowed=masks(**band), bias=bias,
+            return math_path(q, k, v, G=G, allowed=masks(band), bias=bias,
                              empty_rows=how.empty_rows, scale=scale, dropout_p=p,
                              need_weights=need_weights, softcap=softcap, sinks=sinks)
         case "triton":
-            allowed = masks(causal=causal or False, window=window) if need_weights else None
+            allowed = masks(prep.band) if need_weights else None
             return triton_path(q, k, v, G=G, causal=causal or False, window=window,
                                scale=scale, need_weights=need_weights, allowed=allowed,
                                softcap=softcap, sinks=sinks, segment_ids=ids)
         case "packed":
             one_block = partial(attention, softcap=softcap, sinks=sinks, scale=scale,
                                 dropout_p=p, need_weights=need_weights, backend=backend)
-            return packed_attention(one_block, q, k, v, runs,
-                                    resolve_band(causal, window, shape[-2], shape[-1]),
-                                    shape, need_weights)
+            return packed_attention(one_block, q, k, v, runs, prep.band, shape, need_weights)
     raise AssertionError(f"no path {how.path!r}")  # pragma: no cover
-
-
-def _with_rank(x: torch.Tensor, ndim: int) -> torch.Tensor:
-    """``x`` viewed with ``ndim`` axes (leading ones added): 0-D and 1-D masks and biases
-    then broadcast like any other, whatever rank the kernel insists on."""
-    return x if x.ndim >= ndim else x.reshape((1,) * (ndim - x.ndim) + tuple(x.shape))
 
 
 def _check_finite(

@@ -46,15 +46,19 @@ from ..spec import (
     check_window_side,
     resolve_band,
 )
+from ._checks import check_mask, valid_lens_view
 from .softmax import safe_softmax
 
 __all__ = [
     "Window",
     "attention_mask",
     "causal_mask",
+    "combine_masks",
+    "lengths_mask",
     "from_attn_mask",
     "from_key_padding_mask",
     "masked_softmax",
+    "positions_of",
     "segment_ids_from_cu_seqlens",
     "segment_ids_from_lengths",
     "segment_ids_from_padding_mask",
@@ -69,7 +73,10 @@ __all__ = [
 def _on_host(x: torch.Tensor) -> bool:
     """Whether ``x``'s values may be read here: a CPU tensor (no device to wait for) and no
     ``torch.compile`` trace (a read would break the graph)."""
-    return x.device.type == "cpu" and not torch.compiler.is_compiling()
+    return x.is_cpu and not torch.compiler.is_compiling()
+
+
+_INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
 def _number(x: float) -> int | float:
@@ -85,6 +92,12 @@ def _check_lengths(valid_lens: object, maxlen: int) -> torch.Tensor:
     they are clamped to ``[0, maxlen]`` by tensor ops instead: a device-side assert would
     leave the CUDA context unusable, and a read-back would stall the stream."""
     vl = valid_lens if isinstance(valid_lens, torch.Tensor) else torch.as_tensor(valid_lens)
+    if vl.ndim == 1 and vl.dtype in _INTEGER_DTYPES and _on_host(vl):
+        # The decoding step's form, (B,) integers on the CPU: read and checked in one go.
+        values = vl.tolist()
+        if values and (min(values) < 0 or max(values) > maxlen):
+            check_length_range(min(values), max(values), maxlen)
+        return vl
     if vl.dtype == torch.bool or vl.is_complex():
         raise TypeError(f"valid_lens must hold integers, got dtype {vl.dtype}")
     if not _on_host(vl):
@@ -136,26 +149,21 @@ def valid_lens_limits(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -
     shape = tuple(scores_shape)
     if not isinstance(valid_lens, torch.Tensor):
         valid_lens = torch.as_tensor(valid_lens)
-    if len(shape) < 3:
-        raise ValueError(
-            f"valid_lens needs scores with a batch axis (B, ..., Tq, Tk), got scores {shape}"
-        )
-    B, Tq, Tk = shape[0], shape[-2], shape[-1]
-    vl = tuple(valid_lens.shape)
-    if vl == (B,):
-        view = (B,) + (1,) * (len(shape) - 1)
-    elif vl == (B, Tq):
-        view = (B,) + (1,) * (len(shape) - 3) + (Tq, 1)
-    else:
-        raise ValueError(
-            f"valid_lens of shape {vl} does not fit scores of shape {shape}: expected "
-            f"(B,) = ({B},) or (B, Tq) = ({B}, {Tq})"
-        )
-    return _check_lengths(valid_lens, Tk).reshape(view)
+    view = valid_lens_view(tuple(valid_lens.shape), shape)
+    return _check_lengths(valid_lens, shape[-1]).reshape(view)
+
+
+def lengths_mask(
+    valid_lens: torch.Tensor, view: tuple[int, ...], positions: torch.Tensor
+) -> torch.Tensor:
+    """``valid_lens`` (a tensor whose shape :func:`valid_lens_view` turned into ``view``)
+    as a bool key mask against ``positions = arange(Tk)`` on their device: their values
+    checked (or clamped off the host), then one compare."""
+    return positions < _check_lengths(valid_lens, positions.shape[0]).view(view)
 
 
 @functools.lru_cache(maxsize=64)
-def _positions(n: int, device: torch.device) -> torch.Tensor:
+def positions_of(n: int, device: torch.device) -> torch.Tensor:
     """``arange(n)`` on ``device``, made once per length (a decoding step would otherwise
     allocate it per layer); never written to."""
     return torch.arange(n, device=device)
@@ -168,7 +176,7 @@ def valid_lens_mask(valid_lens: torch.Tensor, scores_shape: tuple[int, ...]) -> 
     per query.
     """
     limits = valid_lens_limits(valid_lens, scores_shape)
-    return _positions(scores_shape[-1], limits.device) < limits
+    return positions_of(scores_shape[-1], limits.device) < limits
 
 
 def window_mask(
@@ -347,6 +355,27 @@ def attention_mask(
     smallest shape that carries the constraints (a key-padding mask stays ``(B, 1, 1, Tk)``).
     """
     shape = tuple(scores_shape)
+    if mask is not None:
+        check_mask(mask, shape)
+    return combine_masks(shape, mask=mask, valid_lens=valid_lens,
+                         band=resolve_band(causal, window, shape[-2], shape[-1]),
+                         segment_ids=check_segment_ids(segment_ids, shape), device=device)
+
+
+def combine_masks(
+    shape: tuple[int, ...],
+    *,
+    mask: torch.Tensor | None,
+    valid_lens: torch.Tensor | None,
+    band: tuple[int | None, int | None],
+    segment_ids: tuple[torch.Tensor, torch.Tensor] | None,
+    device: torch.device | str | None,
+) -> torch.Tensor | None:
+    """The AND of constraints whose structure is already checked: :func:`attention_mask`
+    without its checks, for :func:`attnkit.torch.attention`, which checks the structure
+    once per call signature. ``mask`` broadcasts to ``shape``; ``valid_lens`` values are
+    still checked here (values are never cached); ``band = (left, right)`` is resolved;
+    ``segment_ids`` is the ``(q_ids, kv_ids)`` pair. None when nothing is masked."""
     Tq, Tk = shape[-2], shape[-1]
     allowed: torch.Tensor | None = None
 
@@ -355,17 +384,11 @@ def attention_mask(
         allowed = m if allowed is None else (allowed & m)
 
     if mask is not None:
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            raise TypeError(
-                f"mask must be a bool tensor (True = may attend), got "
-                f"{getattr(mask, 'dtype', type(mask))}; pass additive float values as `bias`"
-            )
-        check_broadcast("mask", tuple(mask.shape), shape)
         _and(mask if device is None or mask.device == device else mask.to(device))
     if valid_lens is not None:
         vm = valid_lens_mask(valid_lens, shape)
         _and(vm if device is None or vm.device == device else vm.to(device))
-    left, right = resolve_band(causal, window, Tq, Tk)  # causal and window: one band
+    left, right = band  # causal and window: one band
     if left is not None or right is not None:
         _and(window_mask(Tq, Tk, left, right, device=device))
     if segment_ids is not None:

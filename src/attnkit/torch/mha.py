@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from ..numpy.mha_params import MultiHeadParams, head_sizes
 from ..spec import check_dropout, check_softcap
+from ._checks import check_padding_mask
 from ._triton_path import triton_decode
 from .cache import KVCache
 from .functional import attention
@@ -145,8 +146,10 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("an empty cross-attention cache needs `key` to fill it")
         key = query if key is None else key
         value = key if value is None else value
-        self._check_input("key", key, self.kdim)
-        self._check_input("value", value, self.vdim)
+        if key is not query or self.kdim != self.embed_dim:  # query is checked already
+            self._check_input("key", key, self.kdim)
+        if value is not query or self.vdim != self.embed_dim:
+            self._check_input("value", value, self.vdim)
         if key.shape[:2] != value.shape[:2] or key.shape[0] != B:
             raise ValueError(
                 f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
@@ -191,6 +194,7 @@ class MultiHeadAttention(nn.Module):
         average_weights: bool = True,
         cache: KVCache | None = None,
         segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+        padding_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Args:
             query: ``(B, Tq, E)`` (``(Tq, B, E)`` when ``batch_first=False``).
@@ -214,6 +218,12 @@ class MultiHeadAttention(nn.Module):
             segment_ids: ``(B, T)`` for self-attention or ``(q_ids (B, Tq), kv_ids
                 (B, Tk))``: packed documents and padding (id < 0), see
                 :func:`attnkit.torch.attention`.
+            padding_mask: ``(B, Tk)`` bool or 0/1 over the keys this call projects, True
+                (1) = a real token, False (0) = padding that no query attends (the
+                ``attention_mask`` convention of transformers). With a cache, the cache
+                keeps it for every position it holds: pass it with the left-padded
+                prompt, and later steps (whose tokens are real) need not pass it again;
+                the step's key mask is then a view of the cache's own buffer.
 
         Returns:
             ``(out (B, Tq, E) (or (Tq, B, E)), weights or None)``.
@@ -229,14 +239,15 @@ class MultiHeadAttention(nn.Module):
         if not self.batch_first:  # (T, B, E) -> (B, T, E) views; `key is query` survives
             query, key, value = batch_major(query, key, value)
         B = query.shape[0]
-        for name, m in (("mask", mask), ("bias", bias)):
+        for name, m in (("mask", mask), ("bias", bias)) if mask is not None or bias is not None \
+                else ():
             if m is not None and m.ndim not in (2, 4):
                 # (B, Tq, Tk) would silently broadcast B against the head axis.
                 raise ValueError(
                     f"{name} must be (Tq, Tk) or (B|1, H|1, Tq, Tk), got {tuple(m.shape)}; "
                     f"for a per-batch (B, Tq, Tk) {name} pass {name}[:, None]"
                 )
-        variants = {"segment_ids": segment_ids}
+        variants = {"segment_ids": segment_ids, "padding_mask": padding_mask}
         if cache is None:
             return self._attend(query, key, value, None, mask, bias, valid_lens, causal,
                                 window, need_weights, average_weights, **variants)
@@ -266,13 +277,21 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool,
         average_weights: bool,
         segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+        padding_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:meth:`forward` after its argument checks."""
         B, Tq, _ = query.shape
         H, Dv = self.num_heads, self.v_head_dim
         q, k, v = self._project(query, key, value, cache)  # (B, H|Hkv, T, Dk|Dv)
+        if padding_mask is not None:
+            padding_mask = check_padding_mask(padding_mask, B, None if k is None else k.shape[2])
         if cache is not None:
-            k, v = self._through_cache(cache, k, v)  # (B, Hkv, positions cached, D)
+            k, v = self._through_cache(cache, k, v, padding_mask)  # (B, Hkv, cached, D)
+            keys = cache.padding_mask()  # (B, 1, 1, Tk) view, or None
+        else:
+            keys = None if padding_mask is None else padding_mask[:, None, None, :]
+        if keys is not None:
+            mask = keys if mask is None else mask & keys
         out = weights = None
         bottom_right = causal is True or causal == "bottom_right" or (not causal and Tq == 1)
         if cache is not None and q.is_cuda and not cache.cross and bottom_right \
@@ -300,7 +319,8 @@ class MultiHeadAttention(nn.Module):
 
     @staticmethod
     def _through_cache(
-        cache: KVCache, k: torch.Tensor | None, v: torch.Tensor | None
+        cache: KVCache, k: torch.Tensor | None, v: torch.Tensor | None,
+        valid: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append this call's k/v (every step of a self cache; a cross cache once) and
         return every cached position. Earlier positions are stored detached; when autograd
@@ -308,7 +328,7 @@ class MultiHeadAttention(nn.Module):
         their projections get a gradient."""
         if k is None or v is None:
             return cache.keys(), cache.values()  # a filled cross cache
-        cache.append(k, v)
+        cache.append(k, v, valid)
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
             past = cache.length - k.shape[2]
             return (torch.cat([cache.k[:, :, :past], k], dim=2),
@@ -340,7 +360,7 @@ class MultiHeadAttention(nn.Module):
 
     def _check_cache(self, cache: KVCache, B: int) -> None:
         want = (B, self.num_kv_heads, self.head_dim, self.v_head_dim)
-        got = (cache.k.shape[0], cache.k.shape[1], cache.k.shape[3], cache.v.shape[3])
+        got = cache.sizes()
         if want != got:
             raise ValueError(
                 f"cache (B, Hkv, Dk, Dv) = {got} does not match this layer and batch {want}"

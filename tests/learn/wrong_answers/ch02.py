@@ -90,14 +90,25 @@ def masked_softmax_per_query_minus_1e6(X, valid_lens):
     return _softmax(np.where(keep, X, -1e6))
 
 
+def masked_softmax_per_query_batch_lens_only(X, valid_lens):
+    """Exercise 2.1's answer kept as it was: right for (B,), it cannot broadcast (B, Tq)."""
+    keep = np.arange(X.shape[-1]) < valid_lens[:, None, None]
+    scores = np.where(keep, X, -np.inf)
+    m = scores.max(axis=-1, keepdims=True)
+    e = np.exp(scores - np.where(np.isneginf(m), 0.0, m))
+    total = e.sum(axis=-1, keepdims=True)
+    return e / np.where(total == 0, 1.0, total)
+
+
 WRONG = [
     ("masked_softmax", masked_softmax_fill_in_place, "mutates-input"),
     ("masked_softmax", masked_softmax_fill_minus_1e6, "float16-overflow"),
     ("masked_softmax", masked_softmax_fill_minus_1e6, "fully-masked-row"),
     ("masked_softmax", masked_softmax_no_guard, "nan-or-inf"),
     ("masked_softmax", masked_softmax_over_queries, "inaccurate"),
-    ("masked_softmax_per_query", masked_softmax_per_query_first_length, "mismatch"),
-    ("masked_softmax_per_query", masked_softmax_per_query_minus_1e6, "mismatch"),
+    ("masked_softmax_per_query", masked_softmax_per_query_first_length, "inaccurate"),
+    ("masked_softmax_per_query", masked_softmax_per_query_minus_1e6, "fully-masked-row"),
+    ("masked_softmax_per_query", masked_softmax_per_query_batch_lens_only, "shape"),
     ("attention_masked", attention_masked_inverted, "mask-polarity"),
     ("attention_masked", attention_masked_minus_1e9, "float16-overflow"),
     ("attention_masked", attention_masked_no_guard, "nan-or-inf"),

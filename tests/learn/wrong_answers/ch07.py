@@ -74,8 +74,8 @@ class KVCacheConcatenatesAcrossCalls(_Cache):
 
 WRONG = [
     ("causal_keep", causal_keep_top_left, "causal-alignment"),
-    ("causal_keep", causal_keep_sign_flipped, "inaccurate"),
-    ("causal_keep", causal_keep_future, "inaccurate"),
+    ("causal_keep", causal_keep_sign_flipped, "causal-leak"),
+    ("causal_keep", causal_keep_future, "causal-leak"),
     ("KVCache", KVCacheWritesAtZero, "inaccurate"),
     ("KVCache", KVCacheWholeCapacity, "inaccurate"),
     ("KVCache", KVCacheConcatenatesAcrossCalls, "inaccurate"),

@@ -1,0 +1,76 @@
+"""``mixes-queries``: a multi-head module called ``m(query, key, value)`` whose heads are
+split or merged without the transpose mixes tokens; the check names that bug once (not as
+a fully masked row or a mask bug), with a reproducer that fails as printed, and never on a
+correct module."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnkit.check import check_multi_head, load_target  # noqa: E402
+from attnkit.check.messages import ZH_CODES  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+MIXING = "tests/check/impl_calls/heads_mixing.py"
+
+
+@pytest.fixture(autouse=True)
+def _at_root(monkeypatch):
+    monkeypatch.chdir(ROOT)  # reproducers name the files relative to the working folder
+
+
+def _raises_as_printed(code: str) -> BaseException | None:
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        here = os.getcwd()
+        os.chdir(ROOT)
+        try:
+            exec(compile(code, "<reproducer>", "exec"), {"__name__": "__reproducer__"})
+        except BaseException as err:  # the point: it must raise
+            return err
+        finally:
+            os.chdir(here)
+    return None
+
+
+@pytest.mark.parametrize("name, convention", [
+    ("SplitWithoutTranspose", "auto"), ("SplitWithoutTranspose", "keep"),
+    ("MergeWithoutTranspose", "auto"), ("MergeWithoutTranspose", "keep"),
+    ("MergeWithoutTransposeByName", "auto"), ("NumpyMergeWithoutTranspose", "auto"),
+])
+def test_heads_that_mix_tokens_get_mixes_queries_only(name, convention):
+    report = check_multi_head(load_target(f"{MIXING}:{name}"), convention=convention)
+    # One bug, one finding: no fully-masked-row blaming a fill, no mask finding.
+    assert report.codes == ["mixes-queries"], report.table()
+    finding = report.findings[0]
+    assert "transpose(1, 2)" in finding.message and "view(B, H, T, Dk)" in finding.message
+    assert isinstance(_raises_as_printed(finding.reproducer), AssertionError), \
+        finding.reproducer
+
+
+@pytest.mark.parametrize("name", ["Heads", "NumpyHeads"])
+def test_correct_heads_get_no_finding(name):
+    report = check_multi_head(load_target(f"{MIXING}:{name}"))
+    assert report.findings == [], report.table()
+    assert any("queries independent" in case for case in report.cases), report.cases
+
+
+def test_self_attention_is_not_probed_for_mixing():
+    report = check_multi_head(load_target(f"{MIXING}:PositionsInsideSelfAttention"))
+    assert "mixes-queries" not in report.codes, report.table()
+    assert not any("queries independent" in case for case in report.cases), report.cases
+
+
+def test_mixes_queries_is_an_error_with_a_chinese_title():
+    report = check_multi_head(load_target(f"{MIXING}:MergeWithoutTranspose"))
+    assert not report.ok and report.findings[0].severity == "error"
+    title, diagnosis = ZH_CODES["mixes-queries"]
+    assert "查询" in title and "transpose" in diagnosis
+    assert title in report.text(lang="zh")
