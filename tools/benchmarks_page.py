@@ -74,13 +74,13 @@ QUESTIONS: tuple[Question, ...] = (
         ("attnkit.torch vs the PyTorch call it wraps: prefill, decoding, need_weights",),
         "`attnkit.torch.attention` and a `MultiHeadAttention` KV-cache step against SDPA "
         "with the same mask (eager softmax where weights are returned), forward only, one "
-        "thread. ratio = attnkit / peer time, paired per round: below 1 attnkit is faster.",
+        "thread. ratio = attnkit / peer time.",
     ),
     Question(
         "transformers-vs-sdpa", "transformers integration vs `sdpa` / `eager`",
         ("attnkit as a transformers attn_implementation vs sdpa / eager",),
         "A small Llama (4 layers, width 256) with `attn_implementation=\"attnkit\"` against "
-        "the same model on `sdpa` (or `eager` where it returns attention weights), one "
+        "the same model on `sdpa` (`eager` for attention weights), one "
         "thread. ratio = attnkit / peer CPU time.",
         columns=("case", "peer", "peer CPU ms", "attnkit CPU ms", "ratio", "wall ratio"),
     ),
