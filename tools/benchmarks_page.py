@@ -74,16 +74,15 @@ QUESTIONS: tuple[Question, ...] = (
         ("attnkit.torch vs the PyTorch call it wraps: prefill, decoding, need_weights",),
         "`attnkit.torch.attention` and a `MultiHeadAttention` KV-cache step against SDPA "
         "with the same mask (eager softmax where weights are returned), forward only, one "
-        "thread. ratio = attnkit / peer time, paired per round: below 1 attnkit is faster.",
+        "thread. ratio = attnkit / peer time.",
     ),
     Question(
         "transformers-vs-sdpa", "transformers integration vs `sdpa` / `eager`",
         ("attnkit as a transformers attn_implementation vs sdpa / eager",),
         "A small Llama (4 layers, width 256) with `attn_implementation=\"attnkit\"` against "
-        "the same model on `sdpa` (or `eager` where it returns attention weights), one "
+        "the same model on `sdpa` (`eager` for attention weights), one "
         "thread. ratio = attnkit / peer CPU time.",
-        columns=("case", "peer", "peer CPU ms", "attnkit CPU ms", "ratio", "wall ratio",
-                 "ratio, mmap pinned"),
+        columns=("case", "peer", "peer CPU ms", "attnkit CPU ms", "ratio", "wall ratio"),
     ),
     Question(
         "mha-vs-nn-mha", "MultiHeadAttention vs nn.MultiheadAttention, need_weights=False",
@@ -508,10 +507,8 @@ def build_page(records: Sequence[dict], plots: Sequence[str] = ()) -> str:
         "Each script under `benchmarks/` records its tables and rebuilds this page (`--quick`",
         "and `--smoke` record nothing). Ratios are measured side by side in one run, attnkit",
         "against its peer on the same inputs; a time ratio attnkit / peer below 1 means",
-        "attnkit is faster. A paired ratio is the median of the per-round ratios (both",
-        "sides timed back to back in each round), so it can differ from the ratio of the two",
-        "median times beside it; the ratio is the figure to read. Older runs, every column",
-        "and the notes of a question:",
+        "attnkit is faster; a paired ratio is the median of per-round ratios, not the ratio",
+        "of the medians beside it. Older runs, every column and the notes of a question:",
         f"`{COMMAND} --history QUESTION` (the name under each table).",
         "",
         f"Unless a run says otherwise: {common['machine']} (a shared VM: absolute times are",

@@ -1,6 +1,7 @@
 """The probes of ``check_multi_head`` that need copies of the module: gradients (every
 parameter gets one; they agree with float64 central differences), the ``state_dict`` round
-trip, and dropout under ``eval()``. Each takes the :class:`attnkit.check.mhaprobe.Harness`.
+trip, dropout under ``eval()``, and float16/bfloat16 copies (``half_precision``). Each takes
+the :class:`attnkit.check.mhaprobe.Harness`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from torch import nn
 
 from .report import Finding
 
-__all__ = ["dropout", "dropout_knobs", "gradients", "state_dict"]
+__all__ = ["dropout", "dropout_knobs", "gradients", "half_precision", "state_dict"]
 
 B, E, T = 2, 16, 5
 
@@ -189,3 +190,45 @@ def dropout(h: Any) -> list[Finding]:
                     reproducer=h.repro(knobs + ([] if h.numpy else ["m.eval()"]) + [
                         f"a, b = run({h.args_text('x')}), run({h.args_text('x')})",
                         f"assert torch.equal(a, b), {msg!r}"], dropout=True))]
+
+
+def half_precision(h: Any, dtype: str) -> list[Finding]:
+    """A float16/bfloat16 copy of the module runs and stays finite where float32 does
+    (``float16-overflow``)."""
+    m16 = h.fresh()
+    dropout_knobs(m16, 0.0)
+    m16 = m16.to(getattr(torch, dtype)).eval()
+    x = torch.randn(B, T, E, generator=torch.Generator().manual_seed(0)).to(getattr(torch, dtype))
+    keep = torch.ones(T, T, dtype=torch.bool)
+    keep[0] = False
+    has_mask = h.convention != "none"
+    kw = dict(keep=keep, lens=torch.tensor([0, T])) if has_mask else {}
+    try:
+        out = h.call(m16, x, **kw)
+        problem = None if torch.isfinite(out).all() else "NaN/inf in the output"
+    except Exception as err:
+        problem = f"{type(err).__name__}: {str(err).splitlines()[0][:150] if str(err) else ''}"
+    if problem is None:
+        return []
+    try:
+        m32 = h.fresh()
+        dropout_knobs(m32, 0.0)
+        twin = h.call(m32.eval(), x.float(), **kw)
+        if not torch.isfinite(twin).all():
+            return []  # not a half-precision problem (nan-or-inf says it)
+    except Exception:
+        return []
+    body: list[str] = []
+    call = f"out = run({h.args_text('x')})"
+    if has_mask:
+        kl, kwt = h.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",
+                                  "keep[0] = False  # query 0 may attend no key"],
+                                 f"[0, {T}]")
+        body, call = kl, f"out = run({h.args_text('x')}, {kwt})"
+    return [Finding("float16-overflow", f"the module fails in {dtype} where float32 is "
+                    f"fine ({problem}); a -1e9 fill does not fit in float16: use -inf or "
+                    f"torch.finfo(dtype).min and softmax in float32", problem,
+                    reproducer=h.repro(body + [
+                        call, "print(out[0, :2])", f"assert torch.isfinite(out).all(), "
+                        f"'NaN/inf in {dtype} where float32 is finite'"],
+                                          dtype=dtype))]

@@ -130,7 +130,15 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
     import torch
     from torch import nn
 
-    from .mhagrads import dropout, dropout_knobs, gradients, state_dict  # torch: imported here
+    from .mhagrads import (  # torch: imported here
+        dropout,
+        dropout_knobs,
+        gradients,
+        half_precision,
+        state_dict,
+    )
+    from .mhamasks import mask_polarity, mask_probes
+    from .mhapositions import causal_leak, causality, mixes_queries
     from .mhaprobe import SHAPES, B, E, Harness, NoMaskLayout, T
 
     origin = origin_of(factory)
@@ -175,7 +183,7 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
             conv, how = call.guessed, "from the signature"
         else:
             try:
-                found = h.polarity()
+                found = mask_polarity(h)
             except NoMaskLayout as err:
                 found, no_layout = None, _no_layout(h, str(err))
             conv, how = (found, "from behaviour") if found else ("keep", "assumed")
@@ -231,13 +239,13 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
     # Tokens mixed by the heads' split or merge: the mask probes would blame the mask (a
     # polarity no reading explains, masked keys that leak, an averaged empty row) for the
     # same bug, so they are not run, and a mask layout not found for it is not reported.
-    mixing = [] if self_only else h.mixes_queries()
+    mixing = [] if self_only else mixes_queries(h)
     if mixing and no_layout is not None and convention == "auto":
         no_layout = None
         report.convention = "none (masks not tested: the queries' outputs mix)"
     causal_findings: list[Finding] | None = None
     if self_only or causal:
-        behaves = h.causality()
+        behaves = causality(h)
         if behaves is not None:
             report.causality = ("behaves as causal: later positions do not change earlier "
                                 "outputs" if behaves else
@@ -246,7 +254,7 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
             if causal:
                 report.causality += " (declared causal)"
                 if not behaves:
-                    causal_findings.append(h.causal_leak())
+                    causal_findings.append(causal_leak(h))
     unregistered = h.unregistered() if is_module else []
     if is_module:
         add(unregistered, "registration: every trained tensor is a registered parameter")
@@ -266,7 +274,7 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
         report.cases.append("masks: not tested, the queries' outputs mix (mixes-queries)")
     elif conv != "none":
         try:
-            found = h.masks()
+            found = mask_probes(h)
         except Exception as err:
             found = [_failed_call(err, "calling the module with a mask",
                                   "declare how it reads its mask with --convention "
@@ -285,7 +293,7 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
         lost = bool(found)
     if not lost:
         for dtype in ("float16", "bfloat16"):
-            add(h.half(dtype), f"{dtype} copy of the module")
+            add(half_precision(h, dtype), f"{dtype} copy of the module")
     add(gradients(h, finite_differences=not lost),
         "gradients: every parameter gets one; float64 central differences")
     h.m = built.obj

@@ -1,0 +1,141 @@
+"""The mask probes of ``check_multi_head``: which reading of a mask the module follows
+(``masked``, ``keep``, ``additive``), that values at masked keys change nothing, and what
+a query with no allowed key gets. Each takes the :class:`~attnkit.check.mhaprobe.Harness`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .mhaprobe import B, E, Harness, NoMaskLayout, T, _rand
+from .report import Finding
+
+__all__ = ["mask_polarity", "mask_probes"]
+
+
+def mask_polarity(h: Harness) -> str | None:
+    """``"masked"``, ``"keep"`` or ``"additive"``: given a mask flagging keys 0 and 1,
+    which keys does the module ignore? For each reading, the keys it says are ignored
+    get a random change, a different one per key (one shared change would not do: a
+    softmax over those keys cannot see it). Raises :class:`NoMaskLayout` when the
+    module takes no mask layout the check knows."""
+    x, kv = _rand(B, T, E), _rand(B, T, E, seed=1)
+    noise = 2 * _rand(B, T, E, seed=5)
+    # The first keys are flagged: a causal module's early rows see no later key, so the
+    # rows compared for each reading are ones a causal module lets see the changed keys.
+    flag = torch.zeros(T, T, dtype=torch.bool)
+    flag[:, :2] = True
+    no_layout = None
+    for reading, cols in (("masked", slice(0, 2)), ("keep", slice(2, None)),
+                          ("additive", slice(0, 2))):
+        h.convention = "additive" if reading == "additive" else "keep"
+        h.layout = None
+        keep = ~flag if reading == "additive" else flag
+        changed = kv.clone()
+        changed[:, cols] += noise[:, cols]
+        try:
+            a = h.call(h.eval(h.m), kv if h.self_only else x, kv, keep=keep)
+            b = h.call(h.m, changed if h.self_only else x, changed, keep=keep)
+        except NoMaskLayout as err:
+            no_layout = err
+            continue
+        except Exception:
+            continue
+        if h.self_only:  # the queries are the keys: compare unchanged rows only
+            other = slice(2, None) if cols.start == 0 else slice(0, 2)
+            a, b = a[:, other], b[:, other]
+        if torch.isfinite(a).all() and torch.allclose(a, b, atol=1e-5):
+            return reading
+    h.layout = None
+    if no_layout is not None:
+        raise no_layout
+    return None
+
+
+def mask_probes(h: Harness) -> list[Finding]:
+    x, kv = _rand(B, T, E), _rand(B, T, E, seed=1)
+    m = h.eval(h.m)
+    # Self-attention masks keys 0 and 1 and watches rows 2..4, whose own tokens do not
+    # change and which a causal module lets see those keys (lengths mask the last keys).
+    early = h.self_only and h.convention != "valid_lens"
+    masked_cols, kept_cols = (slice(0, 2), slice(2, None)) if early \
+        else (slice(3, None), slice(0, 3))
+    cols_text = "[:, :2]" if early else "[:, 3:]"
+    keep = torch.ones(T, T, dtype=torch.bool)
+    keep[:, masked_cols] = False
+    lens = None if early else torch.tensor([3, 3])
+    rows = kept_cols if h.self_only else slice(None)
+    noise = 2 * _rand(B, T, E, seed=8)
+    bumped = kv.clone()
+    bumped[:, masked_cols] += noise[:, masked_cols]  # a different change per key
+    xq = kv if h.self_only else x
+    bq = bumped if h.self_only else x
+    a = h.call(m, xq, kv, keep=keep, lens=lens)
+    b = h.call(m, bq, bumped, keep=keep, lens=lens)
+    words = "keys 0 and 1 are masked" if early else "keys 3 and 4 are masked"
+    kl, kwt = h.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",
+                              f"keep{cols_text} = False  # {words}"],
+                             None if early else "[3, 3]")
+    kvq = "kv" if h.self_only else "x"
+    n_masked = 2
+    body = kl + ["kv = torch.randn(2, 5, 16)", "bumped = kv.clone()",
+                 f"bumped{cols_text} += 2 * torch.randn(2, {n_masked}, 16)"
+                 f"  # change only the masked keys",
+                 f"a = run({h.args_text(kvq, 'kv')}, {kwt})",
+                 f"b = run({h.args_text('bumped' if h.self_only else 'x', 'bumped')},"
+                 f" {kwt})"]
+    rows_text = ("[:, 2:]" if early else "[:, :3]") if h.self_only else ""
+    if not torch.allclose(a[:, rows], b[:, rows], atol=1e-5):
+        code, msg = "inaccurate", "values at masked keys change the output: the mask is " \
+            "ignored or misapplied"
+        # The other reading is tested on rows that cannot see the changed keys; a causal
+        # h-attention module's early rows see none of them, whatever it reads.
+        if h.convention != "valid_lens" and not (h.self_only and h.behaves_causal):
+            c_ = kv.clone()
+            c_[:, kept_cols] += noise[:, kept_cols]
+            rows2 = masked_cols if h.self_only else slice(None)
+            a2 = h.call(m, xq, kv, keep=keep)
+            b2 = h.call(m, c_ if h.self_only else x, c_, keep=keep)
+            if torch.allclose(a2[:, rows2], b2[:, rows2], atol=1e-5):
+                code = "mask-polarity"
+                msg = (f"the module reads the mask the other way round from the "
+                       f"'{h.convention}' convention: it attends exactly the keys the "
+                       f"mask excludes")
+        change = float((a - b)[:, rows].detach().abs().max())
+        return [Finding(code, msg, f"max change {change:.3g}",
+                        reproducer=h.repro(body + [
+                            f"assert torch.allclose(a{rows_text}, b{rows_text}, atol=1e-5), "
+                            f"{msg!r}"]))]
+    # A query with no allowed key: query 0 (or, with valid_lens, all of batch row 0).
+    keep = torch.ones(T, T, dtype=torch.bool)
+    keep[0] = False
+    lens = torch.tensor([0, T])
+    bumped = kv.clone()
+    bumped[:, 1:] += 3.0
+    a = h.call(m, xq, kv, keep=keep, lens=lens)
+    b = h.call(m, bq if not h.self_only else bumped, bumped, keep=keep, lens=lens)
+    row = (slice(0, 1), slice(None)) if h.key_only \
+        else (slice(None), slice(0, 1))
+    kl, kwt = h.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",
+                              "keep[0] = False  # query 0 may attend no key"], f"[0, {T}]")
+    sel = "[:1]" if h.key_only else "[:, :1]"
+    body = kl + ["kv = torch.randn(2, 5, 16)", "bumped = kv.clone()",
+                 "bumped[:, 1:] += 3.0",
+                 f"a = run({h.args_text(kvq, 'kv')}, {kwt})",
+                 f"b = run({h.args_text('bumped' if h.self_only else 'x', 'bumped')},"
+                 f" {kwt})", f"print(a{sel}, b{sel})"]
+    if not torch.isfinite(a[row]).all():
+        msg = "a query with no allowed key gives NaN: guard empty rows so they give 0"
+        return [Finding("nan-or-inf", msg, "NaN on the fully masked row",
+                        reproducer=h.repro(body + [
+                            f"assert torch.isfinite(a{sel}).all(), {msg!r}"]))]
+    if not torch.allclose(a[row], b[row], atol=1e-5):
+        why = ("an additive finfo.min mask leaves a uniform row, as transformers' eager "
+               "attention does" if h.convention == "additive"
+               else "a -1e9 fill leaves a uniform row")
+        msg = (f"a query with no allowed key still averages the values ({why}); attnkit, "
+               f"SDPA and flash-attn give attention output 0")
+        return [Finding("fully-masked-row", msg, "its output moves with the values",
+                        reproducer=h.repro(body + [
+                            f"assert torch.allclose(a{sel}, b{sel}), {msg!r}"]))]
+    return []

@@ -1,0 +1,89 @@
+"""The probes of ``check_multi_head`` that ask which positions an output depends on:
+causality (do later positions move earlier outputs?), ``causal-leak`` when the module is
+declared causal, and ``mixes-queries`` (does one query move another query's output?).
+Each takes the :class:`~attnkit.check.mhaprobe.Harness`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .mhaprobe import B, E, Harness, T, _rand
+from .report import Finding
+
+__all__ = ["causality", "causal_leak", "mixes_queries"]
+
+
+def causality(h: Harness) -> bool | None:
+    """Does a change at positions 3 and 4 leave the outputs at 0..2 alone (h-attention:
+    ``m(x)``, or ``m(x, x, x)``)? None when the module cannot be called so."""
+    x = _rand(B, T, E, seed=6)
+    y = x.clone()
+    y[:, 3:] += 2 * _rand(B, 2, E, seed=7)
+    try:
+        with torch.no_grad():
+            a, b = h.call(h.eval(h.m), x), h.call(h.m, y)
+    except Exception:
+        return None
+    h.behaves_causal = bool(torch.allclose(a[:, :3], b[:, :3], atol=1e-5))
+    return h.behaves_causal
+
+
+def causal_leak(h: Harness) -> Finding:
+    """The error finding for a module declared causal whose early outputs see later
+    positions."""
+    msg = ("declared causal, the module lets position i see later positions: changing "
+           "x at positions 3 and 4 changes the outputs at 0..2 (apply the causal mask, "
+           "e.g. scores.masked_fill(~torch.tril(...), -inf), before the softmax)")
+    return Finding("causal-leak", msg, "outputs at positions 0..2 moved",
+                   reproducer=h.repro([
+        "y = x.clone()", "y[:, 3:] += 1.0  # change only the later positions",
+        f"a, b = run({h.args_text('x')}), run({h.args_text('y')})",
+        f"assert torch.allclose(a[:, :3], b[:, :3], atol=1e-5), {msg!r}"]))
+
+
+def mixes_queries(h: Harness) -> list[Finding]:
+    """Does changing query row 4 leave output rows 0..3 alone (``m(query, key, value)``
+    only: each query's output depends on its own query and the keys/values)? Heads
+    split with ``view(B, H, T, Dk)``, or merged with ``view(B, T, E)`` without
+    transposing back, mix tokens: a change at one query moves other queries' rows."""
+    if h.self_only:
+        return []  # m(x): the query is also a key, and positional encodings mix rows
+    x, kv = _rand(B, T, E), _rand(B, T, E, seed=1)
+    y = x.clone()
+    y[:, T - 1] += 2 * _rand(B, E, seed=9)
+    m = h.eval(h.m)
+    try:
+        with torch.no_grad():
+            a, again, b = h.call(m, x, kv), h.call(m, x, kv), h.call(m, y, kv)
+    except Exception:
+        return []  # the shape probe says what the module raises
+    if a.shape != (B, T, E) or b.shape != (B, T, E):
+        return []  # a shape finding
+    if not torch.allclose(a, again, rtol=1e-6, atol=1e-6):
+        return []  # random (dropout on): nondeterministic or dropout-in-eval says so
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return []  # nan-or-inf says what is wrong
+    rows = slice(0, T - 1)
+    if torch.allclose(a[:, rows], b[:, rows], rtol=1e-5, atol=1e-5):
+        return []
+    moved = [i for i in range(T - 1)
+             if not torch.allclose(a[:, i], b[:, i], rtol=1e-5, atol=1e-5)]
+    msg = (f"changing query {T - 1} alone changes the outputs of queries {moved}: a "
+           f"query's output must depend only on its own query and the keys/values. The "
+           f"heads are split or merged so that tokens mix: split with "
+           f"x.view(B, T, H, Dk).transpose(1, 2), not x.view(B, H, T, Dk); merge with "
+           f"out.transpose(1, 2).contiguous().view(B, T, E), not out.view(B, T, E)")
+    short = ("changing one query changed other queries' outputs: heads split/merged "
+             "without transpose(1, 2)")
+    return [Finding("mixes-queries", msg,
+                    f"outputs of queries {moved} moved, max change "
+                    f"{float((a - b)[:, rows].abs().max()):.3g}",
+                    reproducer=h.repro([
+                        f"kv = torch.randn({B}, {T}, {E}, "
+                        f"generator=torch.Generator().manual_seed(1))",
+                        "y = x.clone()",
+                        f"y[:, {T - 1}] += 1.0  # change only the last query",
+                        "a, b = run(x, kv, kv), run(y, kv, kv)",
+                        f"assert torch.allclose(a[:, :{T - 1}], b[:, :{T - 1}], "
+                        f"atol=1e-5), {short!r}"]))]
