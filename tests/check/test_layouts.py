@@ -149,6 +149,9 @@ def test_a_top_left_causal_function_is_a_warning(name):
     assert report.ok and report.codes == ["causal-alignment"], report.table()
     assert report.causality == JUDGED_CAUSAL
     assert_fails_on_its_assert(report, "causal-alignment")
+    # causal alignment was tested: the no-mask note does not say otherwise
+    assert "masks and empty rows were not tested" in report.table()
+    assert "causal alignment were not tested" not in report.table()
 
 
 def test_a_bidirectional_function_says_nothing_of_causality():

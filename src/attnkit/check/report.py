@@ -174,9 +174,10 @@ class Report:
             lines.append(f"  {self.origin}")
         lines.append(f"  {len(self.cases)} cases in {self.seconds:.2f} s")
         if self.check == "attention" and self.convention.startswith("none"):
-            lines.append("  masks, empty rows and causal alignment were not tested: no mask "
-                         "argument was recognised (declare one with --convention "
-                         "valid_lens, masked, keep, sdpa or additive)")
+            untested = "masks and empty rows were" if self.causality.startswith(
+                "behaves as causal") else "masks, empty rows and causal alignment were"
+            lines.append(f"  {untested} not tested: no mask argument was recognised (declare "
+                         f"one with --convention valid_lens, masked, keep, sdpa or additive)")
         if not self.findings:
             lines.append("  no findings: every case agrees with the oracle")
         else:
