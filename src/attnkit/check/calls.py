@@ -47,7 +47,15 @@ class Target:
             required parameters that are filled).
         out_layout: ``"bhtd"``, or ``"bthd"`` when ``fn`` returns its output as
             ``(B, Tq, H, Dv)`` (transformers' eager attention): it is transposed back.
-        causal: ``fn`` applies a causal mask itself (declared with ``causal=True``).
+        in_layout: ``"bhtd"``, or ``"bthd"`` when ``fn`` takes its inputs as
+            ``(B, T, H, D)`` (JAX, flash-attn): they are transposed on the way in (the
+            checker's arrays, the oracle and the gradients stay ``(B, H, T, D)``).
+        mask_keys: the mask has one flag per key, ``(B, Tk)`` (a key padding mask).
+        causal: ``fn`` applies a causal mask itself (declared with ``causal=True``, or
+            found by behaviour: ``causal_found``).
+        causal_found: not declared, ``fn`` was seen to mask the future: a case whose
+            output is that of attention over every key is judged so (a function may be
+            causal for self-attention, ``Tq == Tk``, and not for cross-attention).
         load: source lines that bind ``fn`` in a reproducer, when ``load_target(spec)``
             alone does not give it (a class the checker built: ``fn = Cls(dropout=0.0)``).
     """
@@ -64,6 +72,9 @@ class Target:
     out_layout: str = "bhtd"
     causal: bool = False
     load: str = ""
+    in_layout: str = "bhtd"
+    causal_found: bool = False
+    mask_keys: bool = False
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -76,8 +87,9 @@ class Target:
             return None
         if "valid_lens" in arrays and conv == "valid_lens":
             return fw.array(arrays["valid_lens"], "int64")
-        if "keep" in arrays and conv in ("masked", "keep", "additive"):
-            keep = arrays["keep"]
+        keys = "keep_keys" if self.mask_keys else "keep"
+        if keys in arrays and conv in ("masked", "keep", "additive"):
+            keep = arrays[keys]
         elif self.mask_default:
             return None
         else:  # a required mask argument, and nothing masked: the mask that masks nothing
@@ -85,7 +97,8 @@ class Target:
             Tk = arrays["k"].shape[-2] if "k" in arrays else x.shape[-1]
             if conv == "valid_lens":
                 return fw.array(np.full(x.shape[0], Tk), "int64")
-            keep = np.ones(x.shape[:-2] + (x.shape[-2], Tk), dtype=bool)
+            lead = x.shape[:1] if self.mask_keys else x.shape[:-2] + (x.shape[-2],)
+            keep = np.ones(lead + (Tk,), dtype=bool)
         if conv == "additive":
             return fw.array(np.where(keep, 0.0, additive_fill(fw, dtype)), dtype)
         return fw.array(~keep if conv == "masked" else keep, "bool")
@@ -122,6 +135,9 @@ class Target:
 
     def invoke(self, inputs: list, extra: list, kw: dict) -> Any:
         """Call ``fn``: the inputs by position or by name, then ``extra`` and ``kw``."""
+        if self.in_layout == "bthd":  # views: a write into one reaches the caller's array
+            inputs = [x.transpose(1, 2) if hasattr(x, "detach") else np.swapaxes(x, 1, 2)
+                      for x in inputs]
         if self.call.input_names:
             return self.fn(*extra, **dict(zip(self.call.input_names, inputs)), **kw)
         return self.fn(*inputs, *extra, **kw)
@@ -162,12 +178,15 @@ class Target:
         if conv == "valid_lens" and "valid_lens" in arrays:
             return arr("valid_lens")
         x = "K" if self.check == "attention" else "X"
-        if "keep" in arrays and conv in ("masked", "keep", "additive"):
-            keep = "keep"
+        keys = "keep_keys" if self.mask_keys else "keep"
+        if keys in arrays and conv in ("masked", "keep", "additive"):
+            keep = keys
         elif self.mask_default:
             return None
         elif conv == "valid_lens":
             return arr(f"np.full({self.inputs[0].upper()}.shape[0], {x}.shape[-2])")
+        elif self.mask_keys:
+            keep = "np.ones(K.shape[:1] + K.shape[-2:-1], dtype=bool)"
         else:
             keep = ("np.ones(Q.shape[:-1] + K.shape[-2:-1], dtype=bool)"
                     if self.check == "attention" else "np.ones(X.shape, dtype=bool)")
@@ -177,12 +196,16 @@ class Target:
                         f".to(torch.{dtype})")
             return f"np.where({keep}, 0.0, np.finfo(np.{dtype}).min).astype(np.{dtype})"
         if conv == "masked":
-            return arr(f"~{keep}" if keep == "keep" else keep.replace("np.ones", "np.zeros"))
+            return arr(f"~{keep}" if keep.startswith("keep")
+                       else keep.replace("np.ones", "np.zeros"))
         return arr(keep)
 
     def call_text(self, arrays: dict[str, np.ndarray], causal: bool = False,
                   dtype: str = "float32") -> str:
         big = [n.upper() for n in self.inputs]
+        if self.in_layout == "bthd":  # fn takes (B, T, H, D)
+            big = [f"{b}.transpose(1, 2)" if self.framework.name == "torch"
+                   else f"np.swapaxes({b}, 1, 2)" for b in big]
         parts = ([f"{n}={b}" for n, b in zip(self.call.input_names, big)]
                  if self.call.input_names else big)
         fw = self.framework

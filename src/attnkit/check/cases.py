@@ -33,6 +33,8 @@ class Case:
         logit: scores near this value (q and k chosen so float32 math is exact), or None.
         causal: ``is_causal=True`` (``sdpa`` convention only).
         grads: also compare gradients (PyTorch functions).
+        per_key: the mask has one flag per key, ``keep_keys`` ``(B, Tk)`` (a padding
+            mask), ``keep`` being it broadcast to every head and query.
     """
 
     name: str
@@ -42,6 +44,7 @@ class Case:
     logit: float | None = None
     causal: bool = False
     grads: bool = False
+    per_key: bool = False
 
     @property
     def half(self) -> bool:
@@ -57,7 +60,7 @@ class Case:
             text = f"q {(*lead, Tq, Dk)}, k {(*lead, Tk, Dk)}, v {(*lead, Tk, Dv)}"
         mask = {"lens-2d": "valid_lens (B, Tq), one length per query",
                 "lens-2d-empty": "valid_lens (B, Tq), query 0 of row 0 with length 0"}.get(
-            self.mask or "", f"mask {self.mask}")
+            self.mask or "", f"mask {self.mask}") + (" per key" if self.per_key else "")
         extras = [self.dtype, text] + ([mask] if self.mask else []) + (
             [f"logits ~{self.logit:g}"] if self.logit else []) + (
             ["is_causal"] if self.causal else [])
@@ -72,7 +75,8 @@ class Case:
             tk = max(tk, 2)
         dk = Dk if self.logit or Dk <= 4 else (4 if Dk == Dv else 3)
         dv = Dv if Dv <= 4 else (4 if Dk == Dv else 2)
-        return replace(self, sizes=(1, 0 if H == 0 else 1, tq, tk, dk, dv))
+        b = 2 if self.per_key and self.mask == "empty" else 1  # batch 0 has no key
+        return replace(self, sizes=(b, 0 if H == 0 else 1, tq, tk, dk, dv))
 
 
 def _shape(*dims: int) -> str:
@@ -95,6 +99,15 @@ def _mask_lines(case: Case, lead: tuple[int, ...], Tq: int, Tk: int) -> list[str
         if case.mask == "lens-empty":
             lens[0] = 0
         return [f"valid_lens = np.array({lens.tolist()})  # keys j < valid_lens[b] count"]
+    if case.mask in ("random", "empty") and case.per_key:
+        heads = ", None" * (len(lead) - 1)
+        lines = [f"keep_keys = g.random({_shape(B, Tk)}) < 0.6  # True = may attend, per key",
+                 "keep_keys[:, 0], keep_keys[:, 1] = True, False  # each batch keeps a key, "
+                 "drops one"]
+        if case.mask == "empty":
+            lines.append("keep_keys[0] = False  # batch 0 may attend no key")
+        return lines + [f"keep = np.broadcast_to(keep_keys[:{heads}, None, :], "
+                        f"{_shape(*lead, Tq, Tk)})  # the same for every query"]
     if case.mask in ("random", "empty"):
         lines = [f"keep = g.random({_shape(*lead, Tq, Tk)}) < 0.6  # True = may attend",
                  "keep[..., 0], keep[..., 1] = True, False  # each row keeps a key, drops one"]

@@ -1,110 +1,32 @@
 """``check_softmax``, ``check_masked_softmax``, ``check_attention``: a function against the
 oracle, case by case (the judging itself: :mod:`attnkit.check.judge`).
 
-Before the cases run, the function is probed: NumPy or PyTorch (it is called with arrays,
-then tensors), ``(B, H, T, D)`` or ``(B, T, D)`` inputs, an output laid out ``(B, Tq, H, Dv)``,
-and, for a ``mask`` argument whose name does not say its polarity, which keys it ignores
-when given a bool mask or an additive float one.
+Before the cases run, the function is probed (:mod:`attnkit.check.detect`): NumPy or
+PyTorch, ``(B, H, T, D)``, ``(B, T, D)`` or ``(B, T, H, D)`` inputs, an output laid out
+``(B, Tq, H, Dv)``, a mask per query and key or per key ``(B, Tk)``, for a ``mask`` argument
+whose name does not say its polarity which keys it ignores, and whether it masks the future
+itself (then it is judged as causal).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import time
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from .adapt import CONVENTIONS, Call, Framework, origin_of, read_call, target_spec, unwrap
+from .adapt import CONVENTIONS, Call, origin_of, read_call, target_spec, unwrap
 from .build import BuildError, build_callable
-from .calls import Target
 from .cases import Case, attention_cases, masked_softmax_cases, softmax_cases
-from .judge import Run, first_line
-from .report import Finding, Report
+from .detect import behaves_causal, mask_convention, mask_layout, probe
+from .judge import Run
+from .report import Finding, Report, first_line
 from .repro import function_reproducer
 
 __all__ = ["check_attention", "check_masked_softmax", "check_softmax"]
-
-
-# -- detection --------------------------------------------------------------------------------
-def _probe(fn: Any, check: str, convention: str | None, call: Call, spec: str | None,
-           name: str, causal: bool, load: str = "") -> tuple[Target | None, list[str]]:
-    """Find the framework (and, for attention, the layout) ``fn`` runs with."""
-    frameworks = ["numpy"] + (["torch"] if importlib.util.find_spec("torch") else [])
-    errors = []
-    for fw_name in frameworks:
-        fw = Framework(fw_name)
-        for heads in ((True, False) if check == "attention" else (True,)):
-            t = Target(fn, check, fw, convention or "keep", heads, call.mask_default, spec,
-                       name, load=load, call=call, causal=causal)
-            mask = None
-            if check == "masked-softmax":
-                mask = "lens" if convention == "valid_lens" else "random"
-            sizes = (2, 3 if heads else 0, 4, 4, 8, 8) if check == "attention" \
-                else (2, 0, 3, 4, 0, 0)
-            case = Case("probe", sizes=sizes, mask=mask)
-            run = Run(t)
-            a = run.arrays(case)
-            result, error, _ = run.call(a, case, "float32")
-            if error is not None:
-                errors.append(f"{fw_name} {'(B, H, T, D)' if heads else '(B, T, D)'}: "
-                              f"{type(error).__name__}: {first_line(error)}")
-                continue
-            out = unwrap(result)[0]
-            if not fw.is_result(out):
-                errors.append(f"{fw_name}: returned {type(out).__name__}")
-                continue
-            want_shape = run.want(a, run.keep(a))["out"].shape
-            if tuple(out.shape) == want_shape:
-                return t, errors
-            if heads and tuple(out.shape) == (want_shape[0], want_shape[2], want_shape[1],
-                                              want_shape[3]):
-                t.out_layout = "bthd"  # (B, Tq, H, Dv): transformers' eager attention
-                return t, errors
-            errors.append(f"{fw_name}: output shape {tuple(out.shape)}, expected {want_shape}")
-    return None, errors
-
-
-def _convention_probe(run: Run) -> str | None:
-    """``"masked"``, ``"keep"`` or ``"additive"``: which reading of a mask does ``fn``
-    follow? None when none holds.
-
-    Keys 3 and 4 of every row are flagged. For each reading, the keys it says ``fn``
-    ignores get random changes, a different one per key (to q/k/v's keys and values, or to
-    a softmax's scores): a function that ignores them gives the same output. (Changing
-    them all by one amount would not do: a softmax over those keys cannot see it.)
-    """
-    t = run.t
-    a = run.arrays(Case("probe", sizes=(2, 3 if t.heads else 0, 4, 5, 8, 8)
-                        if t.check == "attention" else (2, 0, 4, 5, 0, 0)))
-    x = a["q"] if "q" in a else a["x"]
-    flag = np.zeros(x.shape[:-1] + (5,), dtype=bool)
-    flag[..., 3:] = True
-    g = np.random.default_rng(7)
-    for reading, ignored in (("masked", flag), ("keep", ~flag), ("additive", flag)):
-        t.convention = "additive" if reading == "additive" else "keep"  # the flag as it is
-        outs = []
-        for change in (0.0, 1.0):
-            b = dict(a, keep=~flag if reading == "additive" else flag)
-            if t.check == "attention":
-                at_key = ignored[..., 0, :, None]
-                b["k"] = a["k"] + change * at_key * 2 * g.standard_normal(a["k"].shape)
-                b["v"] = a["v"] + change * at_key * 2 * g.standard_normal(a["v"].shape)
-            else:
-                b["x"] = a["x"] + change * ignored * 2 * g.standard_normal(a["x"].shape)
-            result, error, _ = run.call(b, Case("probe"), "float32")
-            if error is not None:
-                break
-            try:
-                outs.append(run.fw.float64(t.output(result)[0]))
-            except Exception:
-                break
-        if len(outs) == 2 and np.isfinite(outs[0]).all() and outs[0].shape == outs[1].shape \
-                and np.allclose(outs[0], outs[1], atol=1e-5):
-            return reading
-    return None
 
 
 _FILLED = {"scale": "1/sqrt(Dk)", "module": "a stand-in (training=False, num_key_value_groups=1)",
@@ -153,7 +75,7 @@ def _call_failed(fn: Any, check: str, call: Call, errors: list[str]) -> Finding:
     args = "fn(q, k, v[, mask])" if check == "attention" else (
         "fn(x, mask)" if check == "masked-softmax" else "fn(x)")
     if check == "attention":
-        layouts = "NumPy arrays and PyTorch tensors, (B, H, T, D) and (B, T, D)"
+        layouts = "NumPy arrays and PyTorch tensors, (B, H, T, D), (B, T, D) and (B, T, H, D)"
     else:
         layouts = "NumPy arrays and PyTorch tensors"
     fix = ("the check calls it as " + args + ": take the inputs positionally or by the names "
@@ -254,7 +176,7 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
         raise ValueError(f"per_query_lens=True passes d2l's valid_lens (B, Tq), but fn's mask "
                          f"argument reads as {conv!r}: pass convention='valid_lens' if it "
                          f"takes lengths")
-    target, errors = _probe(fn, check, conv, call, spec, name, causal, load)
+    target, errors = probe(fn, check, conv, call, spec, name, causal, load)
     if target is None:
         if any("output shape" in e for e in errors):
             report.add(Finding("shape", "fn could not be called with any input layout: "
@@ -271,14 +193,18 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
             report.add(_call_failed(fn, check, call, errors))
         return
     run = Run(target)
+    mask_layout(run, conv, call)
     if conv is None:
-        found = _convention_probe(run)
+        found = mask_convention(run)
         conv, how = (found, "from behaviour") if found else ("keep", "assumed")
         target.convention = conv
     report.framework = target.framework.name
     report.convention = f"{conv} ({how})"
     if call.mask_name and conv != "none" and call.mask_keyword:
-        report.convention += f", passed as {call.mask_name}="
+        report.convention += f", passed as {call.mask_name}=" + (
+            " (B, Tk)" if target.mask_keys else "")
+    elif target.mask_keys:
+        report.convention += f", {call.mask_name or 'the mask'} (B, Tk): one flag per key"
     if call.flags:
         report.convention += f"; {', '.join(call.flags)} left at default (not a mask)"
     if call.fixed:
@@ -286,7 +212,10 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
             f"{k}={_FILLED.get(v, v)}" for k, v in call.fixed.items())
     if check == "attention":
         report.layout = "(B, H, T, D)" if target.heads else "(B, T, D)"
-        if target.out_layout == "bthd":
+        if target.in_layout == "bthd":
+            report.layout = ("(B, T, H, D) in and out, heads on axis 2 as JAX and flash-attn "
+                             "take them (transposed to judge it)")
+        elif target.out_layout == "bthd":
             report.layout += ", output (B, Tq, H, Dv) (transposed back to judge it)"
         if causal:
             report.causality = "declared causal: judged against bottom-right causal attention"
@@ -298,11 +227,17 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
         cases = softmax_cases(torch_fn)
     else:
         cases = masked_softmax_cases(conv == "valid_lens", torch_fn, per_query_lens)
+    if target.mask_keys:
+        cases = [replace(c, per_key=True) if c.mask in ("random", "empty") else c
+                 for c in cases]
     random = _nondeterministic(run, fn, cases[0])
     if random is not None:  # every comparison below would be noise
         report.cases.append(cases[0].label(check != "attention"))
         report.add(random)
         return
+    if check == "attention" and not causal and conv != "sdpa" and behaves_causal(run):
+        target.causal = target.causal_found = True  # a convention: named, judged as it is
+        report.causality = "behaves as causal (judged as causal; pass --causal to declare it)"
     for case in cases:
         report.cases.append(case.label(check != "attention"))
         only_2d = (case.mask or "").startswith("lens-2d") and report.ok
@@ -325,6 +260,9 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
                            "np.arange(Tk) < valid_lens[..., None]")
             report.add(Finding(v.code, message, v.measured, used.label(check != "attention"),
                                function_reproducer(run, used, v)))
+    if run.unmasked:  # causal by behaviour on the probe, over every key on these cases
+        names = ", ".join(dict.fromkeys(n for n in run.unmasked if n != "probe"))
+        report.causality += f"; attends every key (judged so) on: {names}"
 
 
 def check_softmax(fn: Any, convention: str = "auto") -> Report:
@@ -367,14 +305,17 @@ def check_attention(fn: Any, convention: str = "auto", causal: bool = False,
 
     Args:
         fn: a NumPy or PyTorch function (or an ``nn.Module`` without parameters), taking
-            ``(B, H, T, D)`` or ``(B, T, D)`` inputs (detected), returning ``out`` or
-            ``(out, weights)``.
+            ``(B, H, T, D)``, ``(B, T, D)`` or ``(B, T, H, D)`` inputs (detected), returning
+            ``out`` or ``(out, weights)``; its mask may have a flag per query and key or
+            one per key, ``(B, Tk)`` (a key padding mask; detected).
         convention: ``"auto"``, ``"valid_lens"``, ``"masked"``, ``"keep"``, ``"sdpa"``,
             ``"additive"`` (a float mask added to the scores: 0 or ``finfo.min``) or
             ``"none"`` (see :mod:`attnkit.check.adapt`).
         causal: ``fn`` masks the future itself (query ``i`` sees keys
             ``j <= i + Tk - Tq``): it is judged against causal attention, and one that lets
-            a query see later keys gets ``causal-leak``.
+            a query see later keys gets ``causal-leak``. Undeclared, a function whose
+            earlier outputs do not change with later keys is judged as causal too, and
+            ``report.causality`` says so.
         per_query_lens: with the ``valid_lens`` convention, also pass d2l's per-query
             lengths ``(B, Tq)`` (see :func:`check_masked_softmax`).
 

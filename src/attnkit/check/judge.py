@@ -20,6 +20,7 @@ import numpy as np
 from .calls import Target
 from .cases import Case, attention_setup, run_setup, softmax_setup
 from .oracle import Baseline, bound_of, keep_of, oracle_attention, oracle_softmax, rule_error
+from .report import first_line
 
 __all__ = ["Run", "Verdict", "first_line"]
 
@@ -37,6 +38,7 @@ class Run:
     def __init__(self, target: Target) -> None:
         self.t = target
         self.fw = target.framework
+        self.unmasked: list[str] = []  # cases a causal_found target attends every key on
 
     # -- inputs and the oracle ------------------------------------------------------------
     def setup(self, case: Case) -> str:
@@ -141,6 +143,11 @@ class Run:
         except Exception as err:
             return verdicts + [Verdict("shape", f"fn returned {type(result).__name__}, not an "
                                         f"array or (out, weights): {err}")]
+        if self.t.causal_found and got.shape == want["out"].shape and case.sizes[2] > 1:
+            free = self.keep(a, causal=False)
+            if not self.fits(a, keep, None, case, got) and self.fits(a, free, None, case, got):
+                keep, want = free, self.want(a, free, grads=case.grads)  # not causal here
+                self.unmasked.append(case.name)
         verdict = self.judge_output(case, a, keep, want, got, weights)
         if verdict is not None:
             return verdicts + [verdict]
@@ -229,8 +236,9 @@ class Run:
         bound = bound_of(ref, base, 2.0)
         if self.t.check == "attention":
             Tq, Tk, Dk, Dv = a["q"].shape[-2], a["k"].shape[-2], a["q"].shape[-1], a["v"].shape[-1]
-            if self.t.causal and Tq > 1 and self.fits(a, self.keep(a, causal=False), None,
-                                                      case, got):
+            declared = self.t.causal and not self.t.causal_found  # causal-leak needs intent
+            if declared and Tq > 1 and self.fits(a, self.keep(a, causal=False), None, case,
+                                                 got):
                 return Verdict("causal-leak",
                                 "declared causal, the function lets a query see later keys: "
                                 "its output is that of attention with no causal mask (apply "
@@ -238,10 +246,13 @@ class Run:
                                 leak=True)
             if not self.t.causal and not case.causal and Tq > 1 and self.fits(
                     a, self.keep(a, causal=True), None, case, got):
+                # A function causal throughout is found so before the cases and judged
+                # as causal; this one is causal here and not on the probe of causality.
                 return Verdict("inaccurate",
-                                "fn masks the future (it behaves as causal attention, query i "
-                                "sees keys j <= i + Tk - Tq) but was not declared causal: "
-                                "pass causal=True (--causal)", err, bound=bound)
+                                "fn masks the future on these inputs (query i sees keys "
+                                "j <= i + Tk - Tq) but not on others: if it is meant to be "
+                                "causal, make it causal on every input and pass causal=True "
+                                "(--causal)", err, bound=bound)
             if (case.causal or self.t.causal) and Tq != Tk:
                 top_left = np.tril(np.ones((Tq, Tk), dtype=bool))
                 if self.t.causal:
@@ -252,7 +263,7 @@ class Run:
                                     "PyTorch SDPA and JAX; attnkit and flash-attn align it bottom-"
                                     "right (j <= i + Tk - Tq): for Tq != Tk pass the mask you mean",
                                     err, bound=bound, top_left=True)
-            moved = self.sees_later_keys(case, a) if self.t.causal and Tq > 1 else None
+            moved = self.sees_later_keys(case, a) if declared and Tq > 1 else None
             if moved is not None:
                 return Verdict("causal-leak",
                                 f"declared causal, the function lets a query see later keys: "
@@ -367,10 +378,6 @@ class Run:
                                 f"with the oracle's (a custom backward?)", err, grad=name,
                                 bound=bound_of(want[key], base[key], factors[name]))
         return None
-
-
-def first_line(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [""])[0][:160]
 
 
 def _polarity(convention: str) -> str:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from .messages import ZH_CODES, ZH_WORDS, check_language, get_language, zh_phrases
 
-__all__ = ["CODES", "ERROR", "WARNING", "Finding", "Report"]
+__all__ = ["CODES", "ERROR", "WARNING", "Finding", "Report", "first_line"]
 
 ERROR, WARNING = "error", "warning"
 
@@ -41,6 +41,12 @@ CODES: dict[str, tuple[str, str]] = {
     "fully-masked-row": (WARNING, "a row with no allowed key is not 0"),
     "causal-alignment": (WARNING, "causal mask aligned top-left, not bottom-right"),
 }
+
+
+def first_line(err: BaseException, limit: int = 160) -> str:
+    """The first line of an exception's message, at most ``limit`` characters (``""`` when
+    it has none): what a finding quotes of an error the checked code raised."""
+    return (str(err).strip().splitlines() or [""])[0][:limit]
 
 
 @dataclass
@@ -86,7 +92,9 @@ class Report:
             ``"keep"``, ``"sdpa"``, ``"none"``), and how it was chosen.
         layout: the input layout used, e.g. ``"(B, H, T, D)"``.
         causality: for self-attention, whether later positions change earlier outputs
-            (``"behaves as causal"`` or ``"bidirectional"``), and the intent if declared.
+            (``"behaves as causal"`` or ``"bidirectional"``), and the intent if declared;
+            for an attention function, ``"behaves as causal (judged as causal; ...)"``
+            when it masks the future without being declared causal.
         origin: where the target came from and how it was built, e.g. ``"built as
             MultiHeadedAttention(h=4, d_model=16, dropout=0.0)"`` or ``"defined in cell 3
             of notes.ipynb"`` (empty when there is nothing to say).
@@ -166,9 +174,10 @@ class Report:
             lines.append(f"  {self.origin}")
         lines.append(f"  {len(self.cases)} cases in {self.seconds:.2f} s")
         if self.check == "attention" and self.convention.startswith("none"):
-            lines.append("  masks, empty rows and causal alignment were not tested: no mask "
-                         "argument was recognised (declare one with --convention "
-                         "valid_lens, masked, keep, sdpa or additive)")
+            untested = "masks and empty rows were" if self.causality.startswith(
+                "behaves as causal") else "masks, empty rows and causal alignment were"
+            lines.append(f"  {untested} not tested: no mask argument was recognised (declare "
+                         f"one with --convention valid_lens, masked, keep, sdpa or additive)")
         if not self.findings:
             lines.append("  no findings: every case agrees with the oracle")
         else:

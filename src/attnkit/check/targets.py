@@ -17,6 +17,8 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+from .report import first_line
+
 __all__ = ["TargetLoadError", "load_target", "notebook_cells", "origin_of", "stdout_to_stderr",
            "target_spec"]
 
@@ -66,10 +68,10 @@ def load_target(spec: str) -> Any:
             if getattr(err, "name", None) and where.startswith(str(err.name)):
                 raise  # the module named is not there: a bad argument
             raise TargetLoadError(f"importing {where} raised {type(err).__name__}: "
-                                  f"{_first_line(err)}") from err
+                                  f"{first_line(err, 200)}") from err
         except Exception as err:
             raise TargetLoadError(f"importing {where} raised {type(err).__name__}: "
-                                  f"{_first_line(err)}") from err
+                                  f"{first_line(err, 200)}") from err
     obj: Any = module
     for part in name.split("."):
         if not hasattr(obj, part):
@@ -77,11 +79,6 @@ def load_target(spec: str) -> Any:
         obj = getattr(obj, part)
     _LOADED[id(obj)] = (obj, found_again, origin)
     return obj
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0][:200] if text else ""
 
 
 def _import_file(where: str) -> Any:
@@ -105,7 +102,7 @@ def _import_file(where: str) -> Any:
         except (Exception, SystemExit) as err:
             del sys.modules[module_name]
             raise TargetLoadError(f"importing {where} raised {type(err).__name__}: "
-                                  f"{_first_line(err)}") from err
+                                  f"{first_line(err, 200)}") from err
     return module
 
 
@@ -118,7 +115,7 @@ def notebook_cells(path: str) -> list[tuple[int, str]]:
         cells = nb["cells"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path}: not a Jupyter notebook ({type(err).__name__}: "
-                         f"{_first_line(err)})") from err
+                         f"{first_line(err, 200)})") from err
     found = []
     for number, cell in enumerate(cells, 1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
@@ -156,7 +153,7 @@ def _run_notebook(where: str, name: str) -> tuple[Any, str]:
         except (Exception, SystemExit) as err:
             del sys.modules[module_name]
             raise TargetLoadError(f"cell {number} of {base} raised {type(err).__name__} "
-                                  f"before {name!r} was defined: {_first_line(err)}") from err
+                                  f"before {name!r} was defined: {first_line(err, 200)}") from err
         if name in module.__dict__:
             origin = f"defined in cell {number} of {base}"
             module.__attnkit_origin__ = origin
