@@ -139,6 +139,10 @@ def test_phrases_leave_names_and_shapes_alone():
     assert zh_phrases("keep (from behaviour), passed as attn_mask= (B, Tq, Tk)") == \
         "keep（由行为判断），作为 attn_mask= (B, Tq, Tk)"
     assert all(en and zh for en, zh in ZH_PHRASES)
+    judged = zh_phrases("behaves as causal (judged as causal; pass --causal to declare it)")
+    assert judged == "表现为因果（按因果注意力来判；可用 --causal 声明）"
+    assert "JAX" in zh_phrases("(B, T, H, D) in and out, heads on axis 2 as JAX and flash-attn "
+                               "take them (transposed to judge it)").split("，")[2]
 
 
 def test_the_command_prints_chinese_with_lang_zh(tmp_path):

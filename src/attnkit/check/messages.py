@@ -149,6 +149,10 @@ ZH_WORDS: dict[str, str] = {
     "ok": "通过",
     "failed": "未通过",
     "verdict": "{verdict}：{errors} 个错误，{warnings} 个警告",
+    "no mask, causal": (
+        "没有识别出掩码参数，因此没有测试掩码和整行被掩蔽的情况"
+        "（可用 --convention valid_lens、masked、keep、sdpa 或 additive 声明）"
+    ),
     "no mask": (
         "没有识别出掩码参数，因此没有测试掩码、整行被掩蔽和因果对齐"
         "（可用 --convention valid_lens、masked、keep、sdpa 或 additive 声明）"
@@ -175,6 +179,14 @@ ZH_WORDS: dict[str, str] = {
 # in Chinese; applied in this order, longest first where one contains another. Names of
 # conventions, parameters and shapes stay as they are: the reader meets them in code.
 ZH_PHRASES: tuple[tuple[str, str], ...] = (
+    ("(B, T, H, D) in and out, heads on axis 2 as JAX and flash-attn take them (transposed "
+     "to judge it)",
+     "输入和输出都是 (B, T, H, D)，头在第 2 维，与 JAX 和 flash-attn 相同"
+     "（转置后再判）"),
+    ("behaves as causal (judged as causal; pass --causal to declare it)",
+     "表现为因果（按因果注意力来判；可用 --causal 声明）"),
+    ("; attends every key (judged so) on: ", "；在这些用例上关注全部的键（按此来判）："),
+    (" (B, Tk): one flag per key", " (B, Tk)：每个键一个标志"),
     ("behaves as causal: later positions do not change earlier outputs",
      "表现为因果：靠后的位置不改变靠前位置的输出"),
     ("bidirectional: later positions change earlier outputs",

@@ -213,7 +213,8 @@ class Report:
             lines.append(f"  {zh_phrases(self.origin)}")
         lines.append("  " + w["cases"].format(n=len(self.cases), seconds=self.seconds))
         if self.check == "attention" and self.convention.startswith("none"):
-            lines.append("  " + w["no mask"])
+            causal = self.causality.startswith("behaves as causal")
+            lines.append("  " + w["no mask, causal" if causal else "no mask"])
         if not self.findings:
             lines.append("  " + w["no findings"])
         for f in self.findings:
