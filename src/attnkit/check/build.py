@@ -277,6 +277,10 @@ def _arguments(fn: Any, width: int | None, heads: int | None, spec: str | None,
         raise BuildError(f"{_signature_text(fn)} takes the inputs themselves: it is an "
                          f"attention function, not a module or its factory; check it with "
                          f"attnkit check attention (or masked-softmax, softmax)")
+    if not multi_head and {p.name.lower() for p in unknown} & (WIDTH_NAMES | HEAD_NAMES):
+        raise BuildError(f"{_signature_text(fn)} takes a width and a head count: it looks like "
+                         f"a multi-head attention module; check it with attnkit check "
+                         f"multi-head (check_multi_head), which builds it from those names")
     raise BuildError(f"cannot build {_signature_text(fn)}: no rule for the required "
                      f"parameter(s) {names}; {_factory_hint(fn, spec, multi_head)}")
 

@@ -152,12 +152,17 @@ class Target:
 
     # -- the same call as text ------------------------------------------------------------
     def header(self, oracle_import: str) -> list[str]:
-        load = self.load or (f"fn = load_target({self.spec!r})" if self.spec
-                             else f"fn = ...  # {self.name}: your function here")
+        if self.load or self.spec:
+            load = self.load or f"fn = load_target({self.spec!r})"
+        elif self.name.isidentifier():  # defined where the check ran: a notebook, a session
+            load = f"fn = {self.name}  # the function you checked, defined in your notebook"
+        else:
+            load = f"fn = ...  # {self.name}: your function here"
         stand_in = (["from types import SimpleNamespace"]
                     if "module" in self.call.fixed.values() else [])
-        return stand_in + self.framework.imports() + [
-            "from attnkit.check import load_target", oracle_import, "", *load.splitlines()]
+        loader = ["from attnkit.check import load_target"] if "load_target" in load else []
+        return stand_in + self.framework.imports() + [*loader, oracle_import, "",
+                                                      *load.splitlines()]
 
     def convert_lines(self, dtype: str, grad: bool = False) -> list[str]:
         fw = self.framework

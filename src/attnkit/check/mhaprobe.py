@@ -232,7 +232,9 @@ class Harness:
             load = self.built.load_lines
             build = self.built.expr
         else:
-            load = [f"factory = ...  # {self.name}: your module's class or factory"]
+            load = [f"factory = {self.name}  # the class or factory you checked" if
+                    self.name.isidentifier() else
+                    f"factory = ...  # {self.name}: your module's class or factory"]
             build = "factory(16, 4)"
         tr = "" if self.batch_first else ".transpose(0, 1)"
         lines = (["import numpy as np"] if self.numpy else []) + [

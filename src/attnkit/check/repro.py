@@ -120,5 +120,8 @@ def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
                          f"np.abs(got - {alt}{tail}).max())")
         lines += ["err = np.abs(got - want).max()",
                   "print('max error against the oracle:', err)",
+                  "if got.size <= 64:  # small enough to read: where they differ",
+                  "    print('fn:    ', np.round(got, 4).tolist())",
+                  "    print('oracle:', np.round(want, 4).tolist())",
                   f"assert err <= {bound:.3g}, {verdict.message!r}"]
     return "\n".join(lines)
