@@ -52,17 +52,12 @@ def _check(fn: Any, check: str, convention: str, causal: bool = False,
             if any(w in str(err) for w in ("takes no mask argument", "causal=True declares",
                                            "per_query_lens=True")):
                 raise  # the convention does not fit the check: a bad argument
-            report.add(_stopped(err, report))
+            report.stopped(err, "fn")
         except (Exception, SystemExit) as err:  # the user's function may raise anything
-            report.add(_stopped(err, report))
+            report.stopped(err, "fn")
     report.seconds = time.perf_counter() - t0
     return report
 
-
-def _stopped(err: BaseException, report: Report) -> Finding:
-    return Finding("call-failed", f"the check stopped while running fn: {type(err).__name__}: "
-                   f"{first_line(err)}", type(err).__name__,
-                   case=report.cases[-1] if report.cases else "")
 
 
 # Errors that say the function ran into mismatched shapes inside (NumPy, PyTorch).

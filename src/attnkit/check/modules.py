@@ -107,17 +107,12 @@ def check_multi_head(factory: Any, convention: str = "auto", causal: bool = Fals
         except ValueError as err:
             if "takes no mask argument" in str(err):
                 raise  # --convention does not fit the module: a bad argument
-            report.add(_stopped(err, report))
+            report.stopped(err, "the module")
         except (Exception, SystemExit) as err:  # the user's module may raise anything
-            report.add(_stopped(err, report))
+            report.stopped(err, "the module")
     report.seconds = time.perf_counter() - t0
     return report
 
-
-def _stopped(err: BaseException, report: Report) -> Finding:
-    return Finding("call-failed", f"the check stopped while running the module: "
-                   f"{type(err).__name__}: {first_line(err)}", type(err).__name__,
-                   case=report.cases[-1] if report.cases else "")
 
 
 def _failed_call(err: BaseException, what: str, fix: str) -> Finding:

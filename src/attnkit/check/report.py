@@ -123,6 +123,13 @@ class Report:
     def codes(self) -> list[str]:
         return [f.code for f in self.findings]
 
+    def stopped(self, err: BaseException, running: str) -> None:
+        """Add the ``call-failed`` finding for a check that ``err`` stopped while it was
+        running ``running`` (``"fn"``, ``"the module"``): a report, never a traceback."""
+        self.add(Finding("call-failed", f"the check stopped while running {running}: "
+                         f"{type(err).__name__}: {first_line(err)}", type(err).__name__,
+                         case=self.cases[-1] if self.cases else ""))
+
     def add(self, finding: Finding) -> None:
         """Keep the first finding of each code (the cases run smallest first)."""
         if finding.code not in self.codes:
