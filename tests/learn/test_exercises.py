@@ -106,8 +106,8 @@ BY_NAME = {(e.chapter, e.name): e for e in EXERCISES}
 
 
 def _answers(listing: str) -> list:
-    """``(chapter, exercise name, answer, code)`` of every entry of ``listing`` (``WRONG``
-    or ``NOT_NAMED_YET``) in tests/learn/wrong_answers/chNN.py."""
+    """``(chapter, exercise name, answer, code)`` of every entry of ``listing`` (``WRONG``)
+    in tests/learn/wrong_answers/chNN.py: every recorded mistake is named by its code."""
     params = []
     for chapter, _ in _chapters():
         path = ROOT / "tests" / "learn" / "wrong_answers" / f"{chapter}.py"
@@ -162,12 +162,3 @@ def test_every_exercise_has_two_wrong_answers():
         assert (chapter, name) in counts, f"{chapter}: no exercise named {name}"
         counts[(chapter, name)] += 1
     assert all(n >= 2 for n in counts.values()), counts
-
-
-@pytest.mark.parametrize("chapter, name, answer, code", _answers("NOT_NAMED_YET"))
-def test_wrong_answer_not_named_yet_is_still_flagged(chapter, name, answer, code):
-    """A mistake the checker reports only by a side effect (recorded with what it gets
-    today): it must at least not pass clean. When the checker learns to name it, move it
-    to ``WRONG`` with its code."""
-    result = BY_NAME[(chapter, name)].run(answer)
-    assert code in result.codes, f"{answer.__name__}: the report changed:\n{result}"
