@@ -71,7 +71,10 @@ def test_additive_vs_dot_panels_say_why_they_match_and_then_differ(rng, monkeypa
                       "scaled dot-product, identical keys",
                       "additive (random weights), distinct keys",
                       "scaled dot-product, distinct keys"]
-    assert "same queries, keys and values" in fig.get_suptitle()
+    # The title says what the panels share and what differs: the rows differ in the keys
+    # (identical, then distinct), the columns in the score function.
+    assert "same queries and values in all four panels" in fig.get_suptitle()
+    assert "the rows differ in the keys" in fig.get_suptitle()
     assert "random" in fig.get_suptitle() and "not a sharper" in fig.get_suptitle()
     data = [ax.images[0].get_array() for ax in axes]
     # Identical keys: both score functions give the same even weights over the valid keys.
