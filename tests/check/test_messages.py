@@ -42,14 +42,6 @@ def naive_softmax(x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-@pytest.fixture(autouse=True)
-def english_by_default(monkeypatch):
-    monkeypatch.delenv("ATTNKIT_LANG", raising=False)
-    set_language(None)
-    yield
-    set_language(None)
-
-
 def test_every_code_has_a_chinese_title_and_diagnosis():
     missing = sorted(set(CODES) - set(ZH_CODES))
     assert not missing, f"codes with no Chinese text in attnkit.check.messages: {missing}"

@@ -26,7 +26,7 @@ from transformers import AttentionInterface  # noqa: E402
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # noqa: E402
 
 from attnkit.check import check_model  # noqa: E402
-from attnkit.check.messages import ZH_CODES, set_language  # noqa: E402
+from attnkit.check.messages import ZH_CODES  # noqa: E402
 from attnkit.check.model_load import tiny_model  # noqa: E402
 from attnkit.cli import main  # noqa: E402
 
@@ -68,14 +68,6 @@ AttentionMaskInterface.register("fault-head-2-leak", leaks_on_head_2)
 @functools.cache
 def model(family: str):
     return tiny_model(family)
-
-
-@pytest.fixture(autouse=True)
-def english_by_default(monkeypatch):
-    monkeypatch.delenv("ATTNKIT_LANG", raising=False)
-    set_language(None)
-    yield
-    set_language(None)
 
 
 # -- an implementation that raises, or that transformers refuses -------------------------------
