@@ -13,6 +13,7 @@ import torch
 from ..spec import (
     check_causal,
     check_dropout,
+    check_length_range,
     check_softcap,
     check_window,
     default_scale,
@@ -29,9 +30,10 @@ from ._checks import (
 from ._packed import PackedIds
 from ._plan import _BACKENDS, Call, Plan, may_pack, plan
 from ._triton_path import triton_reason
-from .masks import positions_of
+from . import masks
+from .masks import _INTEGER_DTYPES, lengths_mask, positions_of
 
-__all__ = ["Prepared", "prepared"]
+__all__ = ["Prepared", "lean_step", "prepared", "step_lengths_mask"]
 
 class Prepared(NamedTuple):
     """What the checks of one call signature found (:func:`prepare`): everything about a
@@ -51,7 +53,6 @@ class Prepared(NamedTuple):
     mask_view: tuple[int, ...] | None  # the mask's shape with leading ones, when reshaped
     bias_view: tuple[int, ...] | None
     lengths_view: tuple[int, ...] | None  # valid_lens as key counts against the scores
-    positions: torch.Tensor | None  # arange(Tk) on valid_lens' device (attnkit's own)
     may_pack: bool  # the packed path could take it, once the ids are read
     lean: bool  # SDPA with at most the caller's mask and valid_lens, nothing to add
 
@@ -183,10 +184,9 @@ def prepare(
         return None if n <= 0 else (1,) * n + tuple(x.shape)
 
     how = plan(call)
-    lengths_view = positions = None
+    lengths_view = None
     if isinstance(valid_lens, torch.Tensor):
         lengths_view = valid_lens_view(tuple(valid_lens.shape), shape)
-        positions = positions_of(shape[-1], valid_lens.device)
     mask_view = None if mask is None else view(mask)
     lean = (how.path == "sdpa" and not how.band and not need_weights and bias is None
             and sinks is None and ids is None and mask_view is None
@@ -196,6 +196,91 @@ def prepare(
         G, shape, call, how, scale, None if given_scale is None else scale, p, causal, window,
         softcap,
         resolve_band(causal, window, shape[-2], shape[-1]),
-        mask_view, None if bias is None else view(bias), lengths_view, positions,
+        mask_view, None if bias is None else view(bias), lengths_view,
         ids is not None and may_pack(call), lean,
     )
+
+
+# -- the decoding step ------------------------------------------------------------------
+#
+# A call with no argument but q, k, v and at most mask, valid_lens and causal, which SDPA
+# takes with nothing added (Prepared.lean). One query under bottom-right (or no) causal
+# sees every key, so its checks and its plan are the same for every key length Tk >= 1:
+# its signature leaves Tk out, and a decoding loop, whose Tk grows by one per step, is
+# checked once rather than at every step. The signature holds q's dtype and device but
+# not k's and v's: SDPA refuses k or v of another dtype or device than q's, and the
+# caller (attention()) then runs the checks, which name what is wrong.
+_STEPS: dict[tuple, Prepared] = {}
+_is_compiling = torch.compiler.is_compiling
+
+
+def lean_step(q: object, k: object, v: object, mask: object, valid_lens: object,
+              causal: object) -> Prepared | None:
+    """:func:`prepared` for ``attention(q, k, v[, mask][, valid_lens][, causal])``; for
+    one query that SDPA takes with nothing added (``lean``), kept under a signature
+    without Tk. None when an argument is not a plain tensor (:func:`prepared` then
+    checks it, and raises what is wrong)."""
+    Tensor = torch.Tensor
+    if type(q) is not Tensor or type(k) is not Tensor or type(v) is not Tensor \
+            or _is_compiling():
+        return None
+    qs, ks, vs = q.shape, k.shape, v.shape
+    try:
+        Tk = ks[-2]
+        if qs[-2] != 1 or Tk < 1 or vs[-2] != Tk or not (
+                causal is False or causal is True
+                or (type(causal) is str and causal == "bottom_right")):
+            key = None
+        else:
+            if mask is None:
+                mask_key = None
+            elif type(mask) is Tensor:
+                ms = mask.shape
+                mask_key = (ms[:-1], -1 if ms[-1] == Tk else ms[-1], mask.dtype, mask.device)
+            else:
+                return None
+            key = (qs, ks[:-2], ks[-1], vs[:-2], vs[-1], q.dtype, q.device, causal, mask_key,
+                   None if valid_lens is None else _tensor_key(valid_lens))
+            found = _STEPS.get(key)
+            if found is not None:
+                return found
+    except (_Unkeyed, IndexError, TypeError):
+        return None
+    prep = prepared(q, k, v, mask, None, valid_lens, causal, None, None, None, None, None,
+                    0.0, False, False, "auto")
+    if key is not None and prep.lean:
+        if len(_STEPS) >= _PREPARED_MAX:
+            _STEPS.clear()
+        _STEPS[key] = prep
+    return prep
+
+
+# valid_lens' values -> their key mask, for (B,) integer lengths on the CPU: each call
+# reads them anyway to check them, and a decoding step over the same lengths (the
+# encoder's, in a seq2seq decoder's cross-attention) then reuses one mask instead of
+# building it. Keyed on the values read in this call, never on the tensor. Bounded.
+_LENGTH_MASKS: dict[tuple, torch.Tensor] = {}
+_LENGTH_MASKS_MAX = 256
+
+
+def step_lengths_mask(valid_lens: torch.Tensor, view: tuple[int, ...], Tk: int
+                      ) -> torch.Tensor:
+    """``valid_lens`` as the bool key mask ``positions < valid_lens.view(view)``, their
+    values checked; kept per values when they are (B,) integers read on the CPU."""
+    if valid_lens.ndim != 1 or valid_lens.dtype not in _INTEGER_DTYPES \
+            or not masks._on_host(valid_lens):
+        return lengths_mask(valid_lens, view, positions_of(Tk, valid_lens.device))
+    values = tuple(valid_lens.tolist())
+    key = (values, view, Tk)
+    found = _LENGTH_MASKS.get(key)
+    if found is not None:
+        return found
+    if values and (min(values) < 0 or max(values) > Tk):
+        check_length_range(min(values), max(values), Tk)
+    # Never an inference tensor: a later call outside torch.inference_mode() may use it.
+    with torch.inference_mode(False):
+        allowed = positions_of(Tk, valid_lens.device) < valid_lens.view(view)
+    if len(_LENGTH_MASKS) >= _LENGTH_MASKS_MAX:
+        _LENGTH_MASKS.clear()
+    _LENGTH_MASKS[key] = allowed
+    return allowed

@@ -43,10 +43,10 @@ from ._packed import PackedIds, packed_attention, packed_runs
 from ._plan import ONE_PASS_MAX_SCORES, Backend, Call, Plan, may_pack, plan  # re-exported
 from ._scores import additive_mask, attention_weights, weights_mask
 from ._sdpa import bias_as, first_order_only, sdpa_path
-from ._signature import prepared
+from ._signature import Prepared, lean_step, prepare, prepared, step_lengths_mask
 from ._triton_path import triton_path
 from .additive import additive_attention, additive_scores  # re-exported: they lived here
-from .masks import Window, combine_masks, lengths_mask
+from .masks import Window, combine_masks
 from .softmax import safe_softmax  # re-exported: it lived here
 
 __all__ = [
@@ -122,19 +122,25 @@ def attention(
         w = softmax(q @ k.transpose(-1, -2) * scale)
         out = w @ v
     """
-    prep = prepared(q, k, v, mask, bias, valid_lens, causal, window, scale, softcap, sinks,
-                     segment_ids, dropout_p, training, need_weights, backend)
+    prep = None
+    if bias is None and window is None and scale is None and softcap is None \
+            and sinks is None and segment_ids is None and not need_weights \
+            and not check_finite and backend == "auto" and type(dropout_p) is float \
+            and dropout_p == 0.0:
+        # A decoding step's call: checked once per signature, Tk left out (lean_step).
+        prep = lean_step(q, k, v, mask, valid_lens, causal)
+        if prep is not None and prep.lean:
+            try:
+                return _lean(q, k, v, mask, valid_lens, prep), None
+            except RuntimeError:  # k or v of another dtype or device than q's?
+                prepare(q, k, v, mask, None, valid_lens, causal, None, None, None, None,
+                        None, 0.0, False, False, "auto")  # raises, naming what is wrong
+                raise
+    if prep is None:
+        prep = prepared(q, k, v, mask, bias, valid_lens, causal, window, scale, softcap,
+                        sinks, segment_ids, dropout_p, training, need_weights, backend)
     if prep.lean and not check_finite:  # SDPA with the caller's mask and/or valid_lens
-        allowed = mask
-        if valid_lens is not None:
-            allowed = lengths_mask(valid_lens, prep.lengths_view, prep.positions)
-            if mask is not None:
-                allowed = mask & allowed
-        if prep.G == 1 and prep.sdpa_scale is None:  # SDPA's own defaults: called here
-            out = F.scaled_dot_product_attention(q, k, v, allowed, prep.p, prep.how.is_causal)
-            return (first_order_only(out) if out.requires_grad else out), None
-        return sdpa_path(q, k, v, G=prep.G, attn_mask=allowed, is_causal=prep.how.is_causal,
-                         scale=prep.sdpa_scale, dropout_p=prep.p), None
+        return _lean(q, k, v, mask, valid_lens, prep), None
     G, shape, call, how = prep.G, prep.shape, prep.call, prep.how
     causal, window, softcap, scale, p = prep.causal, prep.window, prep.softcap, prep.scale, prep.p
     dev = q.device
@@ -198,6 +204,22 @@ def attention(
                                 dropout_p=p, need_weights=need_weights, backend=backend)
             return packed_attention(one_block, q, k, v, runs, prep.band, shape, need_weights)
     raise AssertionError(f"no path {how.path!r}")  # pragma: no cover
+
+
+def _lean(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+          valid_lens: torch.Tensor | None, prep: Prepared) -> torch.Tensor:
+    """SDPA with at most the caller's mask and ``valid_lens`` (a :class:`Prepared` that
+    is ``lean``): nothing to check, reshape or add."""
+    allowed = mask
+    if valid_lens is not None:
+        allowed = step_lengths_mask(valid_lens, prep.lengths_view, k.shape[-2])
+        if mask is not None:
+            allowed = mask & allowed
+    if prep.G == 1 and prep.sdpa_scale is None:  # SDPA's own defaults: called here
+        out = F.scaled_dot_product_attention(q, k, v, allowed, prep.p, prep.how.is_causal)
+        return first_order_only(out) if out.requires_grad else out
+    return sdpa_path(q, k, v, G=prep.G, attn_mask=allowed, is_causal=prep.how.is_causal,
+                     scale=prep.sdpa_scale, dropout_p=prep.p)
 
 
 def _check_finite(
