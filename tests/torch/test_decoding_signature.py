@@ -113,3 +113,65 @@ def test_a_lengths_mask_made_in_inference_mode_serves_a_call_with_autograd(count
     qr = q.clone().requires_grad_()
     F.scaled_dot_product_attention(qr, k, v, _key_mask([4, 9], 9)).sum().backward()
     torch.testing.assert_close(qg.grad, qr.grad)
+
+
+# -- MultiHeadAttention: a decoding step over its own cache -----------------------------
+
+
+def test_a_multi_head_decoding_loop_runs_no_checks_per_step(counted):
+    torch.manual_seed(0)
+    m = at.MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+    x = torch.randn(2, 12, 16)
+    cache = m.init_cache(2, 12)
+    with torch.no_grad():
+        m(x[:, :4], causal=True, cache=cache)  # the prompt: checked
+        for t in range(4, 12):
+            m(x[:, t:t + 1], causal=True, cache=cache)
+    assert len(counted) == 1, f"checked {len(counted)} times: the prompt and 7 steps"
+
+
+@pytest.mark.parametrize("Hkv", [4, 2])
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("form", ["causal", "no causal", "valid_lens", "padded prompt"])
+def test_decoding_steps_equal_attention_over_the_whole_prefix(Hkv, batch_first, form):
+    """Each step, forward and backward (autograd on), against the same layer attending
+    the projected prefix as explicit keys, no cache (the checked path). The cache holds
+    earlier positions detached, so only q's and the output's projections get the same
+    gradients."""
+    torch.manual_seed(0)
+    m = at.MultiHeadAttention(16, 4, num_kv_heads=Hkv, dtype=torch.float64,
+                              batch_first=batch_first)
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    real = torch.ones(2, 9, dtype=torch.bool)
+    real[0, :2] = False  # row 0 left-padded
+    seq = (lambda a: a) if batch_first else (lambda a: a.transpose(0, 1))
+    cache = m.init_cache(2, 9, dtype=torch.float64)
+    with torch.no_grad():
+        m(seq(x[:, :5]), causal=True, cache=cache,
+          padding_mask=real[:, :5] if form == "padded prompt" else None)
+    for t in range(5, 9):
+        kw: dict = {"causal": True} if form in ("causal", "padded prompt") else {}
+        ref_kw: dict = {}
+        if form == "valid_lens":
+            kw["valid_lens"] = ref_kw["valid_lens"] = torch.tensor([t - 1, t + 1])
+        if form == "padded prompt":
+            ref_kw["padding_mask"] = real[:, :t + 1]
+        m.zero_grad()
+        got, _ = m(seq(x[:, t:t + 1]), cache=cache, **kw)
+        got.sum().backward()
+        grads = [p.grad.clone() for p in (*m.q_proj.parameters(), *m.out_proj.parameters())]
+        m.zero_grad()
+        want, _ = m(seq(x[:, t:t + 1]), seq(x[:, :t + 1]), seq(x[:, :t + 1]), **ref_kw)
+        want.sum().backward()
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        for g, p in zip(grads, (*m.q_proj.parameters(), *m.out_proj.parameters())):
+            torch.testing.assert_close(g, p.grad, rtol=1e-10, atol=1e-12)
+    assert cache.length == 9
+
+
+def test_a_cache_of_another_dtype_is_refused_and_left_as_it_was():
+    m = at.MultiHeadAttention(16, 4).eval()
+    cache = m.init_cache(2, 8, dtype=torch.float64)
+    with torch.no_grad(), pytest.raises(TypeError, match="share a dtype"):
+        m(torch.randn(2, 1, 16), cache=cache, causal=True)
+    assert cache.length == 0

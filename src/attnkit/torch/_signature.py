@@ -19,6 +19,7 @@ from ..spec import (
     default_scale,
     resolve_band,
 )
+from . import masks
 from ._checks import (
     check_bias,
     check_call,
@@ -30,7 +31,6 @@ from ._checks import (
 from ._packed import PackedIds
 from ._plan import _BACKENDS, Call, Plan, may_pack, plan
 from ._triton_path import triton_reason
-from . import masks
 from .masks import _INTEGER_DTYPES, lengths_mask, positions_of
 
 __all__ = ["Prepared", "lean_step", "prepared", "step_lengths_mask"]

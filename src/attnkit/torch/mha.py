@@ -13,6 +13,7 @@ from torch.nn import functional as F
 from ..numpy.mha_params import MultiHeadParams, head_sizes
 from ..spec import check_dropout, check_softcap
 from ._checks import check_padding_mask
+from ._decode import decode_step, through_cache
 from ._triton_path import triton_decode
 from .cache import KVCache
 from .functional import attention
@@ -257,6 +258,16 @@ class MultiHeadAttention(nn.Module):
         # not attend to them twice. Positions past `length` are never read.
         length = cache.length
         try:
+            if query.shape[1] == 1 and mask is None and bias is None and window is None \
+                    and not need_weights and segment_ids is None and padding_mask is None \
+                    and (key is None or key is query) and (value is None or value is query) \
+                    and (causal is False or causal is True
+                         or (type(causal) is str and causal == "bottom_right")) \
+                    and self.softcap is None and self.sinks is None and not cache.cross \
+                    and not (self.training and self.dropout) and not query.is_cuda:
+                # A decoding step: one new position over everything cached (_decode.py).
+                out = decode_step(self, query, cache, valid_lens, causal)
+                return (out if self.batch_first else out.transpose(0, 1)), None
             return self._attend(query, key, value, cache, mask, bias, valid_lens, causal,
                                 window, need_weights, average_weights, **variants)
         except BaseException:
@@ -286,7 +297,7 @@ class MultiHeadAttention(nn.Module):
         if padding_mask is not None:
             padding_mask = check_padding_mask(padding_mask, B, None if k is None else k.shape[2])
         if cache is not None:
-            k, v = self._through_cache(cache, k, v, padding_mask)  # (B, Hkv, cached, D)
+            k, v = through_cache(cache, k, v, padding_mask)  # (B, Hkv, cached, D)
             keys = cache.padding_mask()  # (B, 1, 1, Tk) view, or None
         else:
             keys = None if padding_mask is None else padding_mask[:, None, None, :]
@@ -316,24 +327,6 @@ class MultiHeadAttention(nn.Module):
         return out, weights
 
     # -- cache ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _through_cache(
-        cache: KVCache, k: torch.Tensor | None, v: torch.Tensor | None,
-        valid: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append this call's k/v (every step of a self cache; a cross cache once) and
-        return every cached position. Earlier positions are stored detached; when autograd
-        records this call's k/v, those are attended live (one copy of the cache), so that
-        their projections get a gradient."""
-        if k is None or v is None:
-            return cache.keys(), cache.values()  # a filled cross cache
-        cache.append(k, v, valid)
-        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
-            past = cache.length - k.shape[2]
-            return (torch.cat([cache.k[:, :, :past], k], dim=2),
-                    torch.cat([cache.v[:, :, :past], v], dim=2))
-        return cache.keys(), cache.values()
 
     def init_cache(
         self,

@@ -41,10 +41,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ._decode import through_cache
 from .cache import KVCache
 from .functional import attention
 from .interop import batch_major
-from .mha import MultiHeadAttention
 
 __all__ = ["MultiheadAttention", "swap_attention"]
 
@@ -208,7 +208,7 @@ class MultiheadAttention(nn.MultiheadAttention):
             and cache is None
         q, k, v = self._project(query, key, value, cache, self_attention)
         if cache is not None:  # attnkit's MultiHeadAttention's rule
-            k, v = MultiHeadAttention._through_cache(cache, k, v)  # (B, H, cached, D)
+            k, v = through_cache(cache, k, v)  # (B, H, cached, D)
         Tk = k.shape[2]
         allowed, bias = _torch_masks(key_padding_mask, attn_mask, B, self.num_heads, Tq, Tk,
                                   batched)
