@@ -225,25 +225,25 @@ def lean_step(q: object, k: object, v: object, mask: object, valid_lens: object,
             or _is_compiling():
         return None
     qs, ks, vs = q.shape, k.shape, v.shape
+    key = None
     try:
-        Tk = ks[-2]
-        if qs[-2] != 1 or Tk < 1 or vs[-2] != Tk or not (
+        if len(ks) == 4 and len(vs) == 4 and qs[-2] == 1 and (
                 causal is False or causal is True
                 or (type(causal) is str and causal == "bottom_right")):
-            key = None
-        else:
-            if mask is None:
-                mask_key = None
-            elif type(mask) is Tensor:
-                ms = mask.shape
-                mask_key = (ms[:-1], -1 if ms[-1] == Tk else ms[-1], mask.dtype, mask.device)
-            else:
-                return None
-            key = (qs, ks[:-2], ks[-1], vs[:-2], vs[-1], q.dtype, q.device, causal, mask_key,
-                   None if valid_lens is None else _tensor_key(valid_lens))
-            found = _STEPS.get(key)
-            if found is not None:
-                return found
+            kB, kH, Tk, Dk = ks  # unpacked: slicing a torch.Size costs more than a lookup
+            vB, vH, Tv, Dv = vs
+            if Tk >= 1 and Tv == Tk:
+                vl_key = None if valid_lens is None else _tensor_key(valid_lens)
+                if mask is None:
+                    key = (qs, kB, kH, Dk, vB, vH, Dv, q.dtype, q.device, causal, vl_key)
+                elif type(mask) is Tensor and mask.ndim == 4:
+                    mB, mH, mQ, mK = mask.shape
+                    key = (qs, kB, kH, Dk, vB, vH, Dv, q.dtype, q.device, causal, vl_key,
+                           mB, mH, mQ, -1 if mK == Tk else mK, mask.dtype, mask.device)
+                if key is not None:
+                    found = _STEPS.get(key)
+                    if found is not None:
+                        return found
     except (_Unkeyed, IndexError, TypeError):
         return None
     prep = prepared(q, k, v, mask, None, valid_lens, causal, None, None, None, None, None,
