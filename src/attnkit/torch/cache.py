@@ -179,9 +179,10 @@ class KVCache(nn.Module):
         padding since the last :meth:`reset`."""
         if not self.padded:
             return None
-        if self._keys_of is not self.key_valid:  # made once per buffer (.to() makes another)
-            self._keys, self._keys_of = self.key_valid[:, None, None, :], self.key_valid
-        return self._keys.narrow(-1, 0, self.length)
+        key_valid = self._buffers["key_valid"]  # not nn.Module's __getattr__: once a step
+        if self._keys_of is not key_valid:  # made once per buffer (.to() makes another)
+            self._keys, self._keys_of = key_valid[:, None, None, :], key_valid
+        return self._keys[..., : self.length]
 
     def reset(self) -> None:
         """Forget every position and its padding (the buffers are kept and overwritten
