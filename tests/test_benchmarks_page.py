@@ -122,6 +122,24 @@ def test_the_latest_run_wins_and_older_rows_fill_in():
     assert "| 1 | a | 1.5 |" in text and "| 2 | c | 3 |" in text
 
 
+def test_a_retired_row_is_history_not_a_current_figure():
+    """A row the benchmark split or renamed stays in --history, off the page and plots."""
+    def run(date, rows):
+        return page.make_record("torch-vs-sdpa", "t", date, "m", "python 3", "python b.py",
+                                ["case", "ratio"], rows)
+
+    old = "MHA decode step Tk=160 E=512 H=8 B=4, padding"
+    runs = page.latest_first([
+        run("2026-01-01 00:00 UTC", [[old, 1.16], ["a", 1.2]]),
+        run("2026-01-02 00:00 UTC", [[old + " (valid_lens)", 1.04]]),
+    ])
+    assert old in page.BY_ID["torch-vs-sdpa"].retired
+    assert page.current_rows(runs, 1, page.BY_ID["torch-vs-sdpa"].retired) == [
+        (runs[0], [[old + " (valid_lens)", 1.04]]), (runs[1], [["a", 1.2]])]
+    assert f"| {old} |" not in page.build_page(runs)
+    assert old in page.history(runs, "torch-vs-sdpa")
+
+
 def test_the_old_markdown_log_becomes_records():
     log = textwrap.dedent("""\
         # Benchmarks

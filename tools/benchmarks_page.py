@@ -56,6 +56,8 @@ class Question:
             while no newer run of the same table has its name.
         table: False: the page gives the latest run's date and command, not its table.
         on_page: False: a one-off kept in the records only, named at the page's end.
+        retired: row names the benchmark no longer produces (renamed or split): kept in
+            the history, never shown as a current figure.
     """
 
     id: str
@@ -66,6 +68,7 @@ class Question:
     key: int = 1
     table: bool = True
     on_page: bool = True
+    retired: tuple[str, ...] = ()
 
 
 QUESTIONS: tuple[Question, ...] = (
@@ -75,6 +78,9 @@ QUESTIONS: tuple[Question, ...] = (
         "`attnkit.torch.attention` and a `MultiHeadAttention` KV-cache step against SDPA "
         "with the same mask (eager softmax where weights are returned), forward only, one "
         "thread. ratio = attnkit / peer time.",
+        # Split on 2026-11-26 into "(kept by the cache)" and "(valid_lens)".
+        retired=("MHA decode step Tk=160 E=512 H=8 B=4, padding",
+                 "MHA decode step Tk=4096 E=512 H=8 B=4, padding"),
     ),
     Question(
         "transformers-vs-sdpa", "transformers integration vs `sdpa` / `eager`",
@@ -399,18 +405,21 @@ def latest_first(records: Sequence[dict]) -> list[dict]:
     return [records[i] for i in order]
 
 
-def current_rows(runs: Sequence[dict], key: int) -> list[tuple[dict, list[list]]]:
+def current_rows(runs: Sequence[dict], key: int, retired: Sequence[str] = ()
+                 ) -> list[tuple[dict, list[list]]]:
     """The current figures of one table: the newest run's rows, then, from older runs
-    with the same columns, the rows whose name (first ``key`` cells) no newer run has.
+    with the same columns, the rows whose name (first ``key`` cells) no newer run has
+    and that are not ``retired``.
 
     Args:
         runs: the runs of one question, newest first.
         key: how many leading cells name a row.
+        retired: names (of one-cell keys) that no current run produces any more.
 
     Returns:
         ``[(run, its rows shown)]``, newest first, runs with no row left out.
     """
-    shown, seen = [], set()
+    shown, seen = [], {(name,) for name in retired}
     for run in runs:
         if run["columns"] != runs[0]["columns"]:
             continue
@@ -459,7 +468,7 @@ def _most_common(values: Iterable[str]) -> str:
 
 
 def _question_block(q: Question, runs: list[dict], common: dict[str, str]) -> list[str]:
-    groups = current_rows(runs, q.key)
+    groups = current_rows(runs, q.key, q.retired)
     latest = runs[0]
     columns = [c for c in (q.columns or latest["columns"]) if c in latest["columns"]]
     pick = [latest["columns"].index(c) for c in columns]
@@ -572,7 +581,7 @@ _DECODE = re.compile(r"^(MHA decode step|decode) .*Tk=(\d+).*, (causal|padding)$
 
 def _current(records: Sequence[dict], qid: str) -> list[tuple[dict, list[list]]]:
     runs = latest_first([r for r in records if r["question"] == qid])
-    return current_rows(runs, BY_ID[qid].key) if runs else []
+    return current_rows(runs, BY_ID[qid].key, BY_ID[qid].retired) if runs else []
 
 
 def draw_plots(records: Sequence[dict], folder: Path) -> list[str]:
