@@ -2,14 +2,20 @@
 
 Each block runs alone, in a fresh interpreter (its own namespace, its own environment
 variables, its own process group), in a temporary working folder, so a block can neither
-lean on another nor leave files behind. A block that needs an extra that is not installed
-is skipped with the extra's name; with every extra (``make test``) none is skipped.
-Failures are reported as ``path:line`` of the block's opening fence.
+lean on another nor leave files behind. The tutorial's chapters (docs/learn/NN-*.md) are
+the exception in one respect: their blocks share one interpreter per chapter, each still
+in a fresh namespace, a fresh working folder and the chapter's starting environment, so a
+block still cannot use another's names or files; only imports are paid once (about two
+minutes of this suite on 2 cores), as in the chapter's notebook, which runs them in one
+kernel (tests/learn/test_notebooks.py). A block that needs an extra that is not
+installed is skipped with the extra's name; with every extra (``make test``) none is
+skipped. Failures are reported as ``path:line`` of the block's opening fence.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -78,11 +84,45 @@ def python_blocks(path: Path) -> list[tuple[int, str]]:
     return blocks
 
 
+def is_chapter(path: Path) -> bool:
+    """A chapter of the English tutorial, whose blocks run in one interpreter."""
+    return path.parent == ROOT / "docs" / "learn" and path.name[:2].isdigit()
+
+
 CASES = [
     pytest.param(code, id=f"{path.relative_to(ROOT).as_posix()}:{line}")
-    for path in doc_files()
+    for path in doc_files() if not is_chapter(path)
     for line, code in python_blocks(path)
 ]
+CHAPTERS = [
+    pytest.param(path, id=f"{path.relative_to(ROOT).as_posix()}:all")
+    for path in doc_files() if is_chapter(path)
+]
+
+# Runs the blocks of one chapter, each in a fresh namespace and working folder, with the
+# environment it started with; stops at the first that fails, naming its path:line.
+CHAPTER_RUNNER = """\
+import json, os, sys, tempfile, traceback
+blocks = json.load(open(sys.argv[1], encoding="utf-8"))
+start_env, start_dir = dict(os.environ), os.getcwd()
+for where, code in blocks:
+    with tempfile.TemporaryDirectory() as folder:
+        os.chdir(folder)
+        try:
+            exec(compile(code, where, "exec"), {"__name__": "__main__"})
+        except SystemExit as stop:
+            if stop.code not in (None, 0):
+                sys.exit(f"{where}: the block exited with {stop.code!r}")
+        except BaseException:
+            traceback.print_exc()
+            sys.exit(f"{where}: the block failed")
+        finally:
+            os.chdir(start_dir)
+            os.environ.clear()
+            os.environ.update(start_env)
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+"""
 
 
 def missing_packages(code: str) -> list[str]:
@@ -96,7 +136,7 @@ def missing_packages(code: str) -> list[str]:
 
 def test_blocks_were_found():
     """The collection itself works: every page with an example yields its blocks."""
-    pages = {case.id.rsplit(":", 1)[0] for case in CASES}
+    pages = {case.id.rsplit(":", 1)[0] for case in CASES + CHAPTERS}
     expected = {"README.md", "docs/distributed.md", "docs/numpy-gradients.md",
                 "docs/torch.md", "docs/triton.md", "docs/viz.md",
                 *(f"docs/learn/{p.name}" for p in (ROOT / "docs/learn").glob("0*.md"))}
@@ -105,18 +145,37 @@ def test_blocks_were_found():
     assert len(CASES) >= 9, [case.id for case in CASES]
 
 
-@pytest.mark.parametrize("code", CASES)
-def test_doc_block_runs(code, tmp_path):
-    missing = missing_packages(code)
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)} (an attnkit extra) installed")
+def _block_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
     # A block decides for itself whether Triton runs interpreted; the suite's own setting
     # (tests/conftest.py turns the interpreter on without a GPU) must not decide for it.
     env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+@pytest.mark.parametrize("code", CASES)
+def test_doc_block_runs(code, tmp_path):
+    missing = missing_packages(code)
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (an attnkit extra) installed")
     script = tmp_path / "block.py"
     script.write_text(code, encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_block_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"the block failed:\n{code}\n--- stderr ---\n{proc.stderr}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_blocks_run(chapter, tmp_path):
+    blocks = [(f"{chapter.relative_to(ROOT).as_posix()}:{line}", code)
+              for line, code in python_blocks(chapter)]
+    missing = missing_packages("\n".join(code for _, code in blocks))
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (an attnkit extra) installed")
+    (tmp_path / "blocks.json").write_text(json.dumps(blocks), encoding="utf-8")
+    (tmp_path / "run.py").write_text(CHAPTER_RUNNER, encoding="utf-8")
+    proc = subprocess.run([sys.executable, "run.py", "blocks.json"], cwd=tmp_path,
+                          env=_block_env(), capture_output=True, text=True,
+                          timeout=60 + 60 * len(blocks))
+    assert proc.returncode == 0, f"{proc.stderr[-6000:]}"
