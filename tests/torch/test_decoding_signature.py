@@ -175,3 +175,12 @@ def test_a_cache_of_another_dtype_is_refused_and_left_as_it_was():
     with torch.no_grad(), pytest.raises(TypeError, match="share a dtype"):
         m(torch.randn(2, 1, 16), cache=cache, causal=True)
     assert cache.length == 0
+
+
+def test_a_layer_with_other_key_widths_still_names_the_key_it_needs():
+    """kdim != embed_dim: one new position cannot be its own key; said as before."""
+    m = at.MultiHeadAttention(16, 4, kdim=8, vdim=8).eval()
+    cache = m.init_cache(2, 8)
+    with torch.no_grad(), pytest.raises(ValueError, match=r"key must be \(B, T, 8\)"):
+        m(torch.randn(2, 1, 16), cache=cache, causal=True)
+    assert cache.length == 0

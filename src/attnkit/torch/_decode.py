@@ -69,7 +69,7 @@ def decode_step(
                 allowed = lengths if allowed is None else allowed & lengths
             out = sdpa_path(q, k, v, G=H // Hkv, attn_mask=allowed, is_causal=False,
                             scale=None, dropout_p=0.0)
-        except RuntimeError:  # another device than the layer's: attention() names it
-            attention(q, k, v, mask=allowed, valid_lens=valid_lens, causal=causal)
-            raise
+        except RuntimeError:  # e.g. lengths on another device: the checked path decides
+            out, _ = attention(q, k, v, mask=cache.padding_mask(), valid_lens=valid_lens,
+                               causal=causal)
     return m.out_proj(out.transpose(1, 2).reshape(B, 1, H * Dv))

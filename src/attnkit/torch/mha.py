@@ -264,6 +264,7 @@ class MultiHeadAttention(nn.Module):
                     and (causal is False or causal is True
                          or (type(causal) is str and causal == "bottom_right")) \
                     and self.softcap is None and self.sinks is None and not cache.cross \
+                    and self.kdim == self.vdim == self.embed_dim \
                     and not (self.training and self.dropout) and not query.is_cuda:
                 # A decoding step: one new position over everything cached (_decode.py).
                 out = decode_step(self, query, cache, valid_lens, causal)
