@@ -131,10 +131,6 @@ def attention(
         prep = lean_step(q, k, v, mask, valid_lens, causal)
         if prep is not None and prep.lean:
             try:
-                if valid_lens is None and prep.G == 1:  # SDPA with its own defaults
-                    out = F.scaled_dot_product_attention(q, k, v, mask, 0.0,
-                                                         prep.how.is_causal)
-                    return (first_order_only(out) if out.requires_grad else out), None
                 return _lean(q, k, v, mask, valid_lens, prep), None
             except RuntimeError:  # k or v of another dtype or device than q's?
                 prepare(q, k, v, mask, None, valid_lens, causal, None, None, None, None,
