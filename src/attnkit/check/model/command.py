@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from ..catalogue.messages import get_language
+from ..catalogue import get_language
 from .load import TINY_FAMILIES, load_model, require_transformers, tiny_model
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from ..catalogue import T as Tx
 from ..core.report import Finding
 from .probe import B, E, Harness, NoMaskLayout, T, _rand
 
@@ -86,8 +87,7 @@ def mask_probes(h: Harness) -> list[Finding]:
                  f" {kwt})"]
     rows_text = ("[:, 2:]" if early else "[:, :3]") if h.self_only else ""
     if not torch.allclose(a[:, rows], b[:, rows], atol=1e-5):
-        code, msg = "inaccurate", "values at masked keys change the output: the mask is " \
-            "ignored or misapplied"
+        code, msg = "inaccurate", Tx("mha.mask-ignored")
         # The other reading is tested on rows that cannot see the changed keys; a causal
         # h-attention module's early rows see none of them, whatever it reads.
         if h.convention != "valid_lens" and not (h.self_only and h.behaves_causal):
@@ -98,14 +98,12 @@ def mask_probes(h: Harness) -> list[Finding]:
             b2 = h.call(m, c_ if h.self_only else x, c_, keep=keep)
             if torch.allclose(a2[:, rows2], b2[:, rows2], atol=1e-5):
                 code = "mask-polarity"
-                msg = (f"the module reads the mask the other way round from the "
-                       f"'{h.convention}' convention: it attends exactly the keys the "
-                       f"mask excludes")
+                msg = Tx("mha.polarity", convention=h.convention)
         change = float((a - b)[:, rows].detach().abs().max())
-        return [Finding(code, msg, f"max change {change:.3g}",
+        return [Finding(code, msg, Tx("measured.max-change", value=change),
                         reproducer=h.repro(body + [
                             f"assert torch.allclose(a{rows_text}, b{rows_text}, atol=1e-5), "
-                            f"{msg!r}"]))]
+                            f"{str(msg)!r}"]))]
     # A query with no allowed key: query 0 (or, with valid_lens, all of batch row 0).
     keep = torch.ones(T, T, dtype=torch.bool)
     keep[0] = False
@@ -125,17 +123,14 @@ def mask_probes(h: Harness) -> list[Finding]:
                  f"b = run({h.args_text('bumped' if h.self_only else 'x', 'bumped')},"
                  f" {kwt})", f"print(a{sel}, b{sel})"]
     if not torch.isfinite(a[row]).all():
-        msg = "a query with no allowed key gives NaN: guard empty rows so they give 0"
-        return [Finding("nan-or-inf", msg, "NaN on the fully masked row",
+        msg = Tx("mha.empty-row-nan")
+        return [Finding("nan-or-inf", msg, Tx("measured.nan-empty-row"),
                         reproducer=h.repro(body + [
-                            f"assert torch.isfinite(a{sel}).all(), {msg!r}"]))]
+                            f"assert torch.isfinite(a{sel}).all(), {str(msg)!r}"]))]
     if not torch.allclose(a[row], b[row], atol=1e-5):
-        why = ("an additive finfo.min mask leaves a uniform row, as transformers' eager "
-               "attention does" if h.convention == "additive"
-               else "a -1e9 fill leaves a uniform row")
-        msg = (f"a query with no allowed key still averages the values ({why}); attnkit, "
-               f"SDPA and flash-attn give attention output 0")
-        return [Finding("fully-masked-row", msg, "its output moves with the values",
+        why = Tx("mha.uniform-additive" if h.convention == "additive" else "mha.uniform-fill")
+        msg = Tx("mha.empty-row-averages", why=why)
+        return [Finding("fully-masked-row", msg, Tx("measured.moves-with-values"),
                         reproducer=h.repro(body + [
-                            f"assert torch.allclose(a{sel}, b{sel}), {msg!r}"]))]
+                            f"assert torch.allclose(a{sel}, b{sel}), {str(msg)!r}"]))]
     return []
