@@ -35,7 +35,16 @@ from typing import Any
 
 import numpy as np
 
-from .adapt import CONVENTIONS, LENS_NAMES, PADDING_NAMES, Call, origin_of, read_call, target_spec
+from .adapt import (
+    CONVENTIONS,
+    LENS_NAMES,
+    PADDING_NAMES,
+    QKV_NAMES,
+    Call,
+    origin_of,
+    read_call,
+    target_spec,
+)
 from .build import BuildError, build_module
 from .judge import first_line
 from .report import Finding, Report
@@ -53,7 +62,9 @@ def _signature(m: Any) -> tuple[bool, Call]:
     except (TypeError, ValueError):
         return False, Call(guessed=None)
     qkv = read_call(m, 3)
-    if qkv.input_names:
+    if qkv.input_names or _names_qkv(params):
+        # forward(query, key=None, value=None): self-attention by default, cross-attention
+        # when key and value are given; called with all three, key is never a mask
         return False, qkv
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     inputs = positional or [p for p in params if p.kind == p.KEYWORD_ONLY]
@@ -63,6 +74,13 @@ def _signature(m: Any) -> tuple[bool, Call]:
     if not self_only:
         return False, qkv
     return True, read_call(m, 1)
+
+
+def _names_qkv(params: list[inspect.Parameter]) -> bool:
+    """The first three parameters are named as query, key and value (any of their
+    spellings), the last two perhaps with a default."""
+    names = tuple(p.name.lower() for p in params[:3])
+    return any(names == triple for triple in QKV_NAMES)
 
 
 def _no_layout(h: Any, tried: str) -> Finding:
