@@ -75,14 +75,12 @@ def test_self_or_cross_module_broken_for_cross_attention_is_found():
 
 
 # -- 2 ----------------------------------------------------------------------------------------
-@PENDING
 def test_softmax_with_required_dim_is_checked():
     report = check_softmax(target("softmax_dim_required"))
     assert report.ok and not report.findings, report.table()
     assert "dim=-1" in report.convention, report.convention
 
 
-@PENDING
 def test_softmax_with_required_dim_gets_its_real_finding():
     report = check_softmax(target("softmax_dim_required_naive"))
     assert report.codes == ["nan-or-inf"], report.table()

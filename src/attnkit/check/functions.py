@@ -30,7 +30,7 @@ __all__ = ["check_attention", "check_masked_softmax", "check_softmax"]
 
 
 _FILLED = {"scale": "1/sqrt(Dk)", "module": "a stand-in (training=False, num_key_value_groups=1)",
-           "zero": "0.0", "false": "False", "true": "True"}
+           "zero": "0.0", "false": "False", "true": "True", "axis": "-1"}
 
 
 def _check(fn: Any, check: str, convention: str, causal: bool = False,
