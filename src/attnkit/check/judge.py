@@ -180,7 +180,11 @@ class Run:
                                 f"(a fill like -1e9/-1e6 overflows to -inf in half precision, "
                                 f"or exp overflows): keep statistics in float32, fill with -inf "
                                 f"and guard empty rows", count, finite=True)
-            if where == "the output":
+            if where == "the output" and case.spread:
+                msg = ("fn gives NaN/inf on rows whose logits are far below another row's: "
+                       "it subtracts one maximum for the whole array (x.max()), not each "
+                       "row's; subtract x.max(axis=-1, keepdims=True)")
+            elif where == "the output":
                 msg = ("fn gives NaN/inf for finite inputs: a softmax without the max trick "
                        "overflows exp(); subtract the row maximum first"
                        if case.logit else "fn gives NaN/inf where the oracle is finite")
