@@ -25,6 +25,7 @@ from .detect import behaves_causal, mask_convention, mask_layout, probe
 from .judge import Run
 from .report import Finding, Report, first_line
 from .repro import function_reproducer
+from .unbatched import WRAPPER, unbatched
 
 __all__ = ["check_attention", "check_masked_softmax", "check_softmax"]
 
@@ -172,6 +173,24 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
                          f"argument reads as {conv!r}: pass convention='valid_lens' if it "
                          f"takes lengths")
     target, errors = probe(fn, check, conv, call, spec, name, causal, load)
+    default_raises = ""
+    if target is None and call.mask_name and call.mask_default and conv != "none":
+        # fn raises on its own default (mask=None used unguarded): pass a mask every time
+        target, _ = probe(fn, check, conv, replace(call, mask_default=False), spec, name,
+                          causal, load)
+        if target is not None:
+            own = [e for e in errors if e.startswith(target.framework.name)] or errors
+            call, default_raises = target.call, (
+                f"; {call.mask_name}=None raises ({own[0].split(': ', 1)[-1]}), so every case "
+                f"passes a mask (one that masks nothing where it has none)")
+    one_sequence = False
+    if target is None:
+        wrapped = unbatched(fn)  # written for one (T, D) sequence: called per row and head
+        lines = load or (f"fn = load_target({spec!r})" if spec else f"fn = {name}"
+                         if name.isidentifier() else "fn = ...  # your function here")
+        target, _ = probe(wrapped, check, conv, call, spec, name, causal,
+                          "\n".join([lines, "one = fn", WRAPPER]))
+        one_sequence = target is not None
     if target is None:
         if any("output shape" in e for e in errors):
             report.add(Finding("shape", "fn could not be called with any input layout: "
@@ -202,6 +221,7 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
         report.convention += f", {call.mask_name or 'the mask'} (B, Tk): one flag per key"
     if call.flags:
         report.convention += f"; {', '.join(call.flags)} left at default (not a mask)"
+    report.convention += default_raises
     if call.fixed:
         report.convention += "; " + ", ".join(
             f"{k}={_FILLED.get(v, v)}" for k, v in call.fixed.items())
@@ -214,6 +234,10 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
             report.layout += ", output (B, Tq, H, Dv) (transposed back to judge it)"
         if causal:
             report.causality = "declared causal: judged against bottom-right causal attention"
+    if one_sequence:
+        report.layout = ((report.layout + "; ") if report.layout else "") + (
+            "fn takes one sequence (2-D inputs): called once per batch row and head, "
+            "outputs stacked")
     torch_fn = target.framework.name == "torch"
     if check == "attention":
         mask = None if conv == "none" else ("lens" if conv == "valid_lens" else "mask")

@@ -80,13 +80,13 @@ def softmax_global_max(x):
 def attention_unguarded_mask(q, k, v, mask=None):
     s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     s = s.masked_fill(mask == 0, float("-inf"))
-    return torch.softmax(s, -1) @ v
+    return torch.nan_to_num(torch.softmax(s, -1)) @ v
 
 
 def attention_unguarded_mask_unscaled(q, k, v, mask=None):
     s = q @ k.transpose(-1, -2)
     s = s.masked_fill(mask == 0, float("-inf"))
-    return torch.softmax(s, -1) @ v
+    return torch.nan_to_num(torch.softmax(s, -1)) @ v
 
 
 # -- 5. one sequence, one head -------------------------------------------------------------
@@ -262,3 +262,9 @@ class AttnMaskTrueIsMasked(SelfOrCross):
 def softmax_no_keepdims(x):
     e = np.exp(x - x.max(-1))
     return e / e.sum(-1)
+
+
+def attention_global_max(q, k, v):
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    w = np.exp(s - s.max())
+    return (w / w.sum(-1, keepdims=True)) @ v
