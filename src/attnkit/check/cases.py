@@ -4,8 +4,8 @@ Each :class:`Case` holds the NumPy source that makes its inputs (``setup``): the
 runs that source, and a reproducer prints it, so what the reproducer shows is exactly what
 the checker saw. Inputs are float64; a case's ``dtype`` says what ``fn`` receives.
 The cases are the ones that break kernels: head dims 1, 7 and 59, lengths 1 and 97,
-``Tq != Tk`` both ways, ``Dk != Dv``, logits near 1e3 and 1e4, fully masked rows, half
-precision.
+``Tq != Tk`` both ways, ``Dk != Dv``, logits near 1e3 and 1e4 (and -1e3 under a mask),
+rows of very different scale, fully masked rows, half precision.
 """
 
 from __future__ import annotations
@@ -206,6 +206,8 @@ def attention_cases(heads: bool, mask: str | None, causal: bool, torch: bool,
             Case("masked", sizes=(2, H, 5, 6, 8, 8), mask=kind, grads=torch),
             Case("masked, Tq != Tk", sizes=(2, H, 7, 3, 8, 8), mask=kind),
             Case("masked, logits 1e4", sizes=(1, H, 4, 6, 16, 8), mask=kind, logit=1e4),
+            # a mask applied by multiplication (masked logits 0) drowns kept logits this low
+            Case("masked, logits -1e3", sizes=(1, H, 4, 6, 16, 8), mask=kind, logit=-1e3),
             Case("fully masked row", sizes=(2, H, 4, 5, 8, 8),
                  mask="lens-empty" if mask == "lens" else "empty"),
         ]
@@ -260,6 +262,8 @@ def masked_softmax_cases(lens: bool, torch: bool, per_query: bool = False) -> li
         Case("logits 1e4", sizes=(2, 0, 3, 6, 0, 0), mask=kind, logit=1e4, grads=torch),
         Case("rows of different scale", sizes=(2, 0, 3, 6, 0, 0), mask=kind, logit=1e3,
              spread=True),
+        # a mask applied by multiplication (masked logits 0) drowns kept logits this low
+        Case("logits -1e3", sizes=(2, 0, 3, 6, 0, 0), mask=kind, logit=-1e3),
         Case("fully masked row", sizes=(2, 0, 3, 5, 0, 0), mask=empty),
     ]
     if lens and per_query:
