@@ -128,7 +128,6 @@ def test_unbatched_attention_gets_its_real_finding():
 
 
 # -- 6 ----------------------------------------------------------------------------------------
-@PENDING
 def test_mask_by_multiplication_fails_on_large_negative_logits():
     report = check_masked_softmax(target("masked_softmax_multiply"), convention="keep")
     assert not report.ok, report.table()
@@ -139,8 +138,7 @@ def test_mask_by_multiplication_fails_on_large_negative_logits():
 
 # -- 7 ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("check, name", [(check_attention, "attention_mask_switch"),
-                                         pytest.param(check_multi_head, "SwitchCausal",
-                                                      marks=PENDING)])
+                                         (check_multi_head, "SwitchCausal")])
 def test_a_mask_that_only_switches_gets_no_polarity_finding(check, name):
     report = check(target(name))
     assert "mask-polarity" not in report.codes, report.table()

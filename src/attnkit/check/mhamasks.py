@@ -96,7 +96,12 @@ def mask_probes(h: Harness) -> list[Finding]:
             rows2 = masked_cols if h.self_only else slice(None)
             a2 = h.call(m, xq, kv, keep=keep)
             b2 = h.call(m, c_ if h.self_only else x, c_, keep=keep)
-            if torch.allclose(a2[:, rows2], b2[:, rows2], atol=1e-5):
+            # The other reading explains it only if the flipped mask hides the masked keys
+            # too: a mask that only switches behaviour on (any mask -> causal) does not.
+            a3 = h.call(m, xq, kv, keep=~keep)
+            b3 = h.call(m, bq, bumped, keep=~keep)
+            if torch.allclose(a2[:, rows2], b2[:, rows2], atol=1e-5) and torch.allclose(
+                    a3[:, rows], b3[:, rows], atol=1e-5):
                 code = "mask-polarity"
                 msg = (f"the module reads the mask the other way round from the "
                        f"'{h.convention}' convention: it attends exactly the keys the "
