@@ -56,4 +56,5 @@ def unbatched(fn: Any) -> Any:
     exec(WRAPPER, namespace)  # our own source, the one a reproducer prints
     wrapper = namespace["fn"]
     wrapper.__qualname__ = getattr(fn, "__qualname__", "fn")
+    wrapper.__wrapped__ = fn  # what inspect.unwrap (and a look at the source) finds
     return wrapper
