@@ -204,7 +204,7 @@ class Float32Buffer(SelfOrCross):
 
     def __init__(self, embed_dim, num_heads):
         super().__init__(embed_dim, num_heads)
-        self.temperature = torch.tensor(1.0)
+        self.temperature = torch.ones(1)
 
     def forward(self, x):
         b, t, e = x.shape
@@ -230,6 +230,29 @@ class FromConfig(SelfOrCross):
 
     def forward(self, x):
         return super().forward(x)
+
+
+@dataclass
+class BadConfig:
+    hidden: int
+    heads: int
+    rope_style: str = "rotary"
+
+
+class FromBadConfig(SelfOrCross):
+    def __init__(self, config: BadConfig):
+        if config.rope_style not in ("none", "neox"):
+            raise ValueError(f"unknown rope_style {config.rope_style!r}")
+        super().__init__(config.hidden, config.heads)
+
+
+class AssertsFloatPadding(SelfOrCross):
+    """A padding mask it asserts to be additive (float), named as a bool one."""
+
+    def forward(self, x, key_padding_mask):
+        assert key_padding_mask.is_floating_point()
+        keep = (key_padding_mask == 0)[:, None, None, :]
+        return super().forward(x, x, x, keep)
 
 
 class SeqFirstAsserting(SelfOrCross):
