@@ -163,8 +163,8 @@ def pooling() -> Figure:
     ax.set_ylim(-2.5, 2.0)
     ax.tick_params(labelsize=SMALL)
     ax.legend(fontsize=SMALL, loc="lower left", ncols=3, columnspacing=1.0)
-    ax.set_title("each guess (a curve: one per width): an average of\nevery reading, weighted by how near it was taken",
-                 fontsize=TITLE)
+    ax.set_title("each guess (a curve: one per width): an average of\n"
+                 "every reading, weighted by how near it was taken", fontsize=TITLE)
 
     image = ax_w.imshow(weights, cmap="Reds", vmin=0, aspect="auto",
                         extent=(-0.5, len(x_known) - 0.5, len(x_new) - 0.5, -0.5))
