@@ -173,6 +173,14 @@ def test_call_failed_has_a_reproducer_that_fails():
     assert_reproduces(report, "call-failed")
 
 
+def test_module_call_failed_has_a_reproducer_and_the_line_that_raised():
+    report = check_multi_head(target("CudaOnly"))
+    assert report.codes == ["call-failed"], report.table()
+    assert 'raise RuntimeError("this kernel runs on CUDA' in report.findings[0].message, \
+        report.table()
+    assert_reproduces(report, "call-failed")
+
+
 def test_probe_shape_finding_has_a_reproducer_that_fails():
     report = check_softmax(target("softmax_no_keepdims"))
     assert report.findings and all(f.reproducer for f in report.findings if f.is_error), \

@@ -291,3 +291,12 @@ def attention_global_max(q, k, v):
     s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
     w = np.exp(s - s.max())
     return (w / w.sum(-1, keepdims=True)) @ v
+
+
+class CudaOnly(SelfOrCross):
+    """A module whose forward refuses CPU tensors (a kernel wrapper)."""
+
+    def forward(self, x):
+        if not x.is_cuda:
+            raise RuntimeError("this kernel runs on CUDA tensors only")
+        return super().forward(x)

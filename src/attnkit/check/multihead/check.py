@@ -154,8 +154,9 @@ def check_multi_head(factory: Any, convention: str = "auto", causal: bool = Fals
 
 
 def _failed_call(err: BaseException, what: str, fix: str) -> Finding:
-    return Finding("call-failed", f"{what} raised {type(err).__name__}: {first_line(err)}; "
-                   f"{fix}", type(err).__name__)
+    where = failing_line(err)  # the line of the user's code that raised
+    return Finding("call-failed", f"{what} raised {type(err).__name__}: {first_line(err)}"
+                   + (f" ({where})" if where else "") + f"; {fix}", type(err).__name__)
 
 
 def _check_multi_head(factory: Any, convention: str, causal: bool, report: Report,
@@ -266,11 +267,14 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
             return
         args = "m(x)" if self_only else "m(query, key, value)"
         mask = f" (a mask goes as {mask_name}=)" if mask_name and conv != "none" else ""
-        report.add(_failed_call(
+        failed = _failed_call(
             err, f"calling the module as {args} on {(B, T, E)} inputs{mask}",
             "check that forward takes the inputs positionally or by the names "
             "query/key/value; declare the mask with --convention (none if forward's extra "
-            "argument is not a mask), or write a factory that wraps the module"))
+            "argument is not a mask), or write a factory that wraps the module")
+        failed.reproducer = h.repro([f"out = run({h.args_text('x')})"
+                                     f"  # raises {type(err).__name__}"])
+        report.add(failed)
         return
     # Tokens mixed by the heads' split or merge: the mask probes would blame the mask (a
     # polarity no reading explains, masked keys that leak, an averaged empty row) for the
