@@ -65,6 +65,8 @@ _ALL = (
     # inside a model: its own mask is bottom-right, so a top-left function changes what
     # it computes with a KV cache.
     Code("causal-alignment", WARNING, WARNING, ERROR),
+    # A layout, not a bug: a function written for one (T, D) sequence, checked per row/head.
+    Code("one-sequence", WARNING, WARNING, WARNING),
 )
 
 CATALOGUE: dict[str, Code] = {c.name: c for c in _ALL}

@@ -20,6 +20,7 @@ import numpy as np
 from ..meet.calls import Target
 from .cases import Case, attention_setup, run_setup, softmax_setup
 from .oracle import Baseline, bound_of, keep_of, oracle_attention, oracle_softmax, rule_error
+from .overflow import fill_words, overflow_cause
 from .readings import first_fit, polarity_reading, scale_readings, top_left_reading
 from .report import T, Text, first_line
 
@@ -123,10 +124,11 @@ class Run:
                 break
         if error is not None:
             if case.half and self.twin_finite(a, case):
-                raised = f"{type(error).__name__}: {first_line(error)}"
+                problem = f"{type(error).__name__}: {first_line(error)}"
                 verdicts.append(Verdict(
-                    "float16-overflow", T("judge.half-raises", dtype=case.dtype, error=raised),
-                    T("measured.raised", name=raised), raises=True))
+                    "float16-overflow", T("judge.half-raises", dtype=case.dtype, error=problem,
+                                          cause=overflow_cause(self.t.fn, case.dtype, problem)),
+                    T("measured.raised", name=problem), raises=True))
             elif not case.half:
                 verdicts.append(Verdict(
                     "shape", T("judge.raises-on", case=case.label(self.t.check != "attention"),
@@ -172,9 +174,13 @@ class Run:
             count = T("measured.non-finite-empty" if only_empty else "measured.non-finite",
                       n=int(bad.sum()), size=bad.size)
             if case.half and self.twin_finite(a, case):
-                return Verdict("float16-overflow", T("judge.half-non-finite", dtype=case.dtype),
-                               count, finite=True)
-            if not only_empty:
+                return Verdict("float16-overflow", T(
+                    "judge.half-non-finite", dtype=case.dtype,
+                    cause=overflow_cause(self.t.fn, case.dtype, "NaN/inf in the output")),
+                    count, finite=True)
+            if not only_empty and case.spread:
+                msg = T("judge.one-maximum")
+            elif not only_empty:
                 msg = T("judge.no-max-trick" if case.logit else "judge.non-finite")
             else:
                 msg = T("judge.empty-row-nan")
@@ -198,9 +204,10 @@ class Run:
                                       name) is None:
             row_out = got[empty]
             uniform = self.uniform_rows(a, got, empty)
-            what = ("judge.row-uniform-additive" if uniform and self.t.convention == "additive"
-                    else "judge.row-uniform" if uniform else "judge.row-other")
-            return Verdict("fully-masked-row", T("judge.empty-row", what=T(what)),
+            what = (T("judge.row-uniform-additive") if uniform and self.t.convention == "additive"
+                    else T("judge.row-uniform", fill=fill_words(self.t.fn)) if uniform
+                    else T("judge.row-other"))
+            return Verdict("fully-masked-row", T("judge.empty-row", what=what),
                            T("measured.empty-rows", value=float(np.abs(row_out).max())),
                            empty=True)
         bound = bound_of(ref, base["out"], factor)

@@ -10,7 +10,6 @@ itself (then it is judged as causal).
 
 from __future__ import annotations
 
-import re
 import time
 import warnings
 from dataclasses import replace
@@ -18,20 +17,21 @@ from typing import Any
 
 import numpy as np
 
-from ..catalogue import T, Text, join
+from ..catalogue import T, join
 from ..core.cases import Case, attention_cases, case_title, masked_softmax_cases, softmax_cases
 from ..core.judge import Run
 from ..core.report import Finding, Report, first_line
 from ..core.repro import function_reproducer
 from ..meet.adapt import CONVENTIONS, Call, origin_of, read_call, target_spec, unwrap
 from ..meet.build import BuildError, build_callable
-from .detect import behaves_causal, mask_convention, mask_layout, probe
+from .detect import behaves_causal, mask_convention, mask_layout
+from .failed import find_target
 
 __all__ = ["check_attention", "check_masked_softmax", "check_softmax"]
 
 
 _FILLED = {"scale": "1/sqrt(Dk)", "module": T("header.stand-in"), "zero": "0.0",
-           "false": "False", "true": "True"}
+           "false": "False", "true": "True", "axis": "-1"}
 
 
 def _check(fn: Any, check: str, convention: str, causal: bool = False,
@@ -59,32 +59,6 @@ def _check(fn: Any, check: str, convention: str, causal: bool = False,
     report.seconds = time.perf_counter() - t0
     return report
 
-
-
-# Errors that say the function ran into mismatched shapes inside (NumPy, PyTorch).
-_SHAPE_ERROR = re.compile(r"could not be broadcast|must match the size|size of tensor a|"
-                          r"shapes cannot be multiplied|mismatch in its core dimension|"
-                          r"not aligned")
-
-
-def _call_failed(fn: Any, check: str, call: Call, errors: list[Text]) -> Finding:
-    args = "fn(q, k, v[, mask])" if check == "attention" else (
-        "fn(x, mask)" if check == "masked-softmax" else "fn(x)")
-    layouts = T("call.layouts-attention" if check == "attention" else "call.layouts")
-    fix: Text = T("call.fix", args=args)
-    if call.unfilled:
-        fix = T("call.fix-unfilled", names=", ".join(call.unfilled), first=call.unfilled[0],
-                fix=fix)
-    if callable(getattr(fn, "forward", None)):
-        fix = T("call.fix-instance", fix=fix)
-    owner = getattr(fn, "__self__", fn)
-    if type(owner).__module__.startswith("torch") or any(
-            c.__module__.startswith("torch.nn") for c in type(owner).__mro__[1:]):
-        errors = [e for e in errors if e.startswith("torch")] + [
-            e for e in errors if not e.startswith("torch")]  # its own framework's error first
-    first = errors[0] if errors else T("call.no-output")
-    return Finding("call-failed", T("call.failed", layouts=layouts, first=first, fix=fix),
-                   T("measured.tried", n=len(errors), tries=join(errors)))
 
 
 def _nondeterministic(run: Run, fn: Any, case: Case) -> Finding | None:
@@ -123,7 +97,7 @@ def _nondeterministic(run: Run, fn: Any, case: Case) -> Finding | None:
 
 
 def _header(report: Report, target: Any, call: Call, conv: str, how: str, check: str,
-            causal: bool) -> None:
+            causal: bool, notes: dict) -> None:
     """The report's header: framework, convention (how it was found, how the mask is passed,
     what the check filled in), layout and declared causality."""
     report.framework = target.framework.name
@@ -135,6 +109,8 @@ def _header(report: Report, target: Any, call: Call, conv: str, how: str, check:
         report.convention += T("header.per-key", name=call.mask_name or T("header.the-mask"))
     if call.flags:
         report.convention += T("header.flags", names=", ".join(call.flags))
+    if "default" in notes:
+        report.convention += notes["default"]
     if call.fixed:
         report.convention += T("header.fixed", values=join(
             [T("header.value", name=k, value=_FILLED.get(v, v)) for k, v in call.fixed.items()],
@@ -147,6 +123,9 @@ def _header(report: Report, target: Any, call: Call, conv: str, how: str, check:
             report.layout += T("header.output-bthd")
         if causal:
             report.causality = T("header.declared-causal")
+    if "one-sequence" in notes:
+        report.layout = (report.layout + T("header.one-sequence-after") if report.layout
+                         else T("header.one-sequence"))
 
 
 def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: Report,
@@ -191,26 +170,20 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
         raise ValueError(f"per_query_lens=True passes d2l's valid_lens (B, Tq), but fn's mask "
                          f"argument reads as {conv!r}: pass convention='valid_lens' if it "
                          f"takes lengths")
-    target, errors = probe(fn, check, conv, call, spec, name, causal, load)
+    target, call, notes, failure = find_target(fn, check, conv, call, spec, name, causal,
+                                               load)
     if target is None:
-        if any("output shape" in e for e in errors):
-            report.add(Finding("shape", T("call.no-layout", tries=join(errors))))
-        elif any(_SHAPE_ERROR.search(e) for e in errors):
-            # It was called and failed inside, on its own arithmetic: a shape bug (a sum
-            # without keepdims, k where k.T was meant), not a call the check got wrong.
-            first = next(e for e in errors if _SHAPE_ERROR.search(e))
-            report.add(Finding("shape", T("call.shape-error", first=first),
-                               T("measured.tried", n=len(errors), tries=join(errors))))
-        else:
-            report.add(_call_failed(fn, check, call, errors))
+        report.add(failure)
         return
+    if failure is not None:  # a warning: fn takes one sequence, not a batch
+        report.add(failure)
     run = Run(target)
     mask_layout(run, conv, call)
     if conv is None:
         found = mask_convention(run)
         conv, how = (found, "from behaviour") if found else ("keep", "assumed")
         target.convention = conv
-    _header(report, target, call, conv, how, check, causal)
+    _header(report, target, call, conv, how, check, causal, notes)
     torch_fn = target.framework.name == "torch"
     if check == "attention":
         mask = None if conv == "none" else ("lens" if conv == "valid_lens" else "mask")

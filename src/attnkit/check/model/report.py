@@ -195,7 +195,7 @@ class ModelReport:
         """The report as text: per implementation a table by layer, then its findings.
 
         Args:
-            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.catalogue.messages.get_language`.
+            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.catalogue.get_language`.
                 In Chinese the headers are Chinese and every finding gets its code's
                 Chinese title and diagnosis, with the check's English sentence under it;
                 codes, figures and reproducers are the same.

@@ -29,6 +29,7 @@ checked, smallest evidence first:
 from __future__ import annotations
 
 import inspect
+import re
 import time
 import warnings
 from typing import Any
@@ -39,16 +40,18 @@ from ..catalogue import T as Tx
 from ..catalogue import Text, join
 from ..core.judge import first_line
 from ..core.report import Finding, Report
+from ..core.where import failing_line
 from ..meet.adapt import (
     CONVENTIONS,
     LENS_NAMES,
     PADDING_NAMES,
+    QKV_NAMES,
     Call,
     origin_of,
     read_call,
     target_spec,
 )
-from ..meet.build import BuildError, build_module
+from ..meet.build import BuildError, BuildRaised, build_module
 
 __all__ = ["check_multi_head"]
 
@@ -63,7 +66,9 @@ def _signature(m: Any) -> tuple[bool, Call]:
     except (TypeError, ValueError):
         return False, Call(guessed=None)
     qkv = read_call(m, 3)
-    if qkv.input_names:
+    if qkv.input_names or _names_qkv(params):
+        # forward(query, key=None, value=None): self-attention by default, cross-attention
+        # when key and value are given; called with all three, key is never a mask
         return False, qkv
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     inputs = positional or [p for p in params if p.kind == p.KEYWORD_ONLY]
@@ -75,9 +80,36 @@ def _signature(m: Any) -> tuple[bool, Call]:
     return True, read_call(m, 1)
 
 
+def _names_qkv(params: list[inspect.Parameter]) -> bool:
+    """The first three parameters are named as query, key and value (any of their
+    spellings), the last two perhaps with a default."""
+    names = tuple(p.name.lower() for p in params[:3])
+    return any(names == triple for triple in QKV_NAMES)
+
+
 def _no_layout(h: Any, tried: Text) -> Finding:
-    return Finding("call-failed", Tx("mha.no-mask-layout", name=h.mask_name),
-                   Tx("measured.tried-layouts", tries=tried))
+    """``call-failed`` for a mask no layout fits: the first try and the line it failed on,
+    the factory to write, and a reproducer that makes the first try again."""
+    from .probe import B, T  # torch: imported here
+
+    items = tried.fields.get("items") if isinstance(tried, Text) else None
+    first = items[0] if items else tried
+    expr = re.sub(r"=4\b", "=H", re.sub(r"=16\b", "=E", h.built.expr or f"{h.name}(E, H)"))
+    inputs = "x" if h.self_only else "query, key, value"
+    factory = (f"class Checked(torch.nn.Module): def __init__(self, E, H): super().__init__(); "
+               f"self.inner = {expr}; def forward(self, {inputs}, mask=None): return "
+               f"self.inner({inputs}, {h.mask_name}=...)  # from mask (B, Tq, Tk), True = "
+               f"may attend, make the mask it asserts")
+    key_only = h.prefer_key_only or h.convention == "valid_lens"
+    shape = f"{B}, {T}" if key_only else f"{B}, {T}, {T}"
+    fill = "zeros" if h.convention == "masked" else "ones"
+    mask = (f"torch.full(({B},), {T})" if h.convention == "valid_lens"
+            else f"torch.{fill}({shape}, dtype=torch.bool)  # nothing masked")
+    return Finding("call-failed", Tx("mha.no-mask-layout", name=h.mask_name, first=first,
+                                     factory=factory),
+                   Tx("measured.tried-layouts", tries=tried),
+                   reproducer=h.repro([f"mask = {mask}",
+                                       f"out = run({h.args_text('x')}, {h.mask_name}=mask)"]))
 
 
 def check_multi_head(factory: Any, convention: str = "auto", causal: bool = False) -> Report:
@@ -124,8 +156,11 @@ def check_multi_head(factory: Any, convention: str = "auto", causal: bool = Fals
 
 
 def _failed_call(err: BaseException, what: Text, fix: Text) -> Finding:
-    return Finding("call-failed", Tx("mha.raised", what=what,
-                                    error=f"{type(err).__name__}: {first_line(err)}", fix=fix),
+    where = failing_line(err)  # the line of the user's code that raised
+    error = f"{type(err).__name__}: {first_line(err)}"
+    return Finding("call-failed", Tx("mha.raised-at", what=what, error=error, where=where,
+                                     fix=fix) if where else
+                   Tx("mha.raised", what=what, error=error, fix=fix),
                    Tx("measured.raised", name=type(err).__name__))
 
 
@@ -151,6 +186,9 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
         built = build_module(factory, E, 4, spec)
     except BuildError as err:
         report.add(Finding("call-failed", err.text, Tx("measured.not-built")))
+        return
+    except BuildRaised as raised:
+        report.add(_raised_building(raised, spec))
         return
     except (Exception, SystemExit) as err:
         tried = _tried(factory)
@@ -236,7 +274,10 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
         what = (Tx("mha.calling-mask", call=args, shape=(B, T, E), name=mask_name)
                 if mask_name and conv != "none" else
                 Tx("mha.calling", call=args, shape=(B, T, E)))
-        report.add(_failed_call(err, what, Tx("mha.fix-call")))
+        failed = _failed_call(err, what, Tx("mha.fix-call"))
+        failed.reproducer = h.repro([f"out = run({h.args_text('x')})"
+                                     f"  # raises {type(err).__name__}"])
+        report.add(failed)
         return
     # Tokens mixed by the heads' split or merge: the mask probes would blame the mask (a
     # polarity no reading explains, masked keys that leak, an averaged empty row) for the
@@ -296,6 +337,23 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
     add(gradients(h, finite_differences=not lost), Tx("probe.gradients"))
     h.m = built.obj
     add(dropout(h), Tx("probe.dropout"))
+
+
+def _raised_building(raised: BuildRaised, spec: str | None) -> Finding:
+    """``call-failed`` for a constructor that raised: the call, the line that failed, the
+    factory to write, and a reproducer that makes the same call."""
+    err = raised.error
+    where = failing_line(err)
+    file = (spec or "my_file.py:x").rsplit(":", 1)[0]
+    error = f"{type(err).__name__}: {first_line(err)}"
+    fix = Tx("mha.fix-factory-written", factory=raised.factory, file=file)
+    what = Tx("mha.building-as", expr=raised.expr)
+    return Finding(
+        "call-failed", Tx("mha.raised-at", what=what, error=error, where=where, fix=fix)
+        if where else Tx("mha.raised", what=what, error=error, fix=fix),
+        Tx("measured.raised", name=type(err).__name__),
+        reproducer="\n".join(["from attnkit.check import load_target", *raised.loads,
+                              f"m = {raised.expr}  # raises {type(err).__name__}"]))
 
 
 def _tried(factory: Any) -> str:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ..catalogue import T as Tx
+from ..core.overflow import overflow_cause
 from ..core.report import Finding, first_line
 
 __all__ = ["dropout", "dropout_knobs", "gradients", "half_precision", "state_dict"]
@@ -221,7 +222,8 @@ def half_precision(h: Any, dtype: str) -> list[Finding]:
                                   "keep[0] = False  # query 0 may attend no key"],
                                  f"[0, {T}]")
         body, call = kl, f"out = run({h.args_text('x')}, {kwt})"
-    return [Finding("float16-overflow", Tx("mha.half", dtype=dtype, problem=problem),
+    return [Finding("float16-overflow", Tx("mha.half", dtype=dtype, problem=problem,
+                                           cause=overflow_cause(h.m, dtype, str(problem), m16)),
                     Tx("measured.raised", name=problem),
                     reproducer=h.repro(body + [
                         call, "print(out[0, :2])", f"assert torch.isfinite(out).all(), "

@@ -19,6 +19,7 @@ from torch import nn
 from ..catalogue import T as Tx
 from ..catalogue import Text, join
 from ..core.report import Finding, first_line
+from ..core.where import failing_line
 from ..meet.build import Built, safe_copy
 from .gradients import dropout_knobs
 
@@ -116,6 +117,8 @@ class Harness:
         if layout in KEY_ONLY:
             if lens is not None and lens.shape[0] == Bn:
                 per_key = torch.arange(Tk)[None, :] < lens[:, None]
+            elif keep is not None and keep.dim() == 3:  # one mask per example
+                per_key = keep[:, -1]
             elif keep is not None:
                 per_key = keep[-1].expand(Bn, Tk)  # the probes' masks are the same per query
             else:
@@ -124,8 +127,9 @@ class Harness:
         elif keep is None:
             return {}
         else:
-            m = {"tt": keep, "btt": keep.expand(Bn, *keep.shape),
-                 "b1tt": keep[None, None]}[layout]
+            per_example = keep.dim() == 3  # (B, Tq, Tk): a mask per example
+            m = {"tt": keep, "btt": keep if per_example else keep.expand(Bn, *keep.shape),
+                 "b1tt": keep[:, None] if per_example else keep[None, None]}[layout]
         if self.convention == "additive":  # in the inputs' dtype, as a model builds it
             fill = torch.finfo(dtype).min if dtype.is_floating_point else -1e30
             return {self.mask_name: torch.zeros(m.shape, dtype=dtype).masked_fill(~m, fill)}
@@ -212,18 +216,30 @@ class Harness:
         :class:`NoMaskLayout` when none fits."""
         self.tried_layouts = []
         layouts = ("btt", "tt", "b1tt")
-        for layout in (KEY_ONLY + layouts) if self.prefer_key_only else (layouts + KEY_ONLY):
-            self.layout = layout
-            try:
-                out = self.call(m, xq, xkv, keep=keep, lens=lens)
-            except Exception as err:
-                self.tried_layouts.append(Tx("try.raised", label=SHAPES[layout], error=(
-                    f"{type(err).__name__}: {first_line(err, 100)}")))
-                continue
-            if tuple(out.shape) == (xq.shape[0], xq.shape[1], E):
-                return layout
-            self.tried_layouts.append(Tx("try.output-shape-only", label=SHAPES[layout],
-                                         shape=tuple(out.shape)))
+        # Without a batch_first attribute, a module that needs its mask cannot show its
+        # layout without one (find_batch_first): (T, B, E) is tried too.
+        orders = [self.batch_first] + ([not self.batch_first]
+                                       if not hasattr(m, "batch_first") else [])
+        for batch_first in orders:
+            self.batch_first = batch_first
+            for layout in (KEY_ONLY + layouts) if self.prefer_key_only else (layouts + KEY_ONLY):
+                self.layout = layout
+                try:
+                    out = self.call(m, xq, xkv, keep=keep, lens=lens)
+                except Exception as err:
+                    where = failing_line(err)
+                    label = SHAPES[layout] if batch_first else Tx("try.seq-first",
+                                                                  layout=SHAPES[layout])
+                    error = f"{type(err).__name__}: {first_line(err, 100)}"
+                    self.tried_layouts.append(
+                        Tx("try.raised-at", label=label, error=error, where=where) if where
+                        else Tx("try.raised", label=label, error=error))
+                    continue
+                if tuple(out.shape) == (xq.shape[0], xq.shape[1], E):
+                    return layout
+                self.tried_layouts.append(Tx("try.output-shape-only", label=SHAPES[layout],
+                                             shape=tuple(out.shape)))
+        self.batch_first = orders[0]
         self.layout = None
         raise NoMaskLayout(join(self.tried_layouts))
 

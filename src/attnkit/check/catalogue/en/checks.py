@@ -62,19 +62,17 @@ TEXTS.update({
                      "masked_fill_ or x[...] = ...): the caller's {name} changes; work on a "
                      "copy or use the out-of-place op",
     "measured.differs-after": "{name} differs after the call",
-    "judge.half-raises": "fn raises in {dtype} but not in float32 ({error}); a constant like "
-                         "-1e9 does not fit in half precision: use -inf or "
-                         "torch.finfo(dtype).min",
+    "judge.half-raises": "fn raises in {dtype} but not in float32 ({error}); {cause}",
     "judge.raises-on": "fn raises on {case} ({error})",
     "judge.not-an-array": "fn returned {type}, not an array or (out, weights): {error}",
     "judge.output-shape": "output shape {shape}, expected {want} on {case}",
     "measured.shape": "shape {shape} != {want}",
     "measured.non-finite": "{n} of {size} values non-finite in the output",
     "measured.non-finite-empty": "{n} of {size} values non-finite in rows with no allowed key",
-    "judge.half-non-finite": "fn gives NaN/inf in {dtype} where float32 is finite (a fill like "
-                             "-1e9/-1e6 overflows to -inf in half precision, or exp "
-                             "overflows): keep statistics in float32, fill with -inf and "
-                             "guard empty rows",
+    "judge.half-non-finite": "fn gives NaN/inf in {dtype} where float32 is finite: {cause}",
+    "judge.one-maximum": "fn gives NaN/inf on rows whose logits are far below another row's: "
+                         "it subtracts one maximum for the whole array (x.max()), not each "
+                         "row's; subtract x.max(axis=-1, keepdims=True)",
     "judge.no-max-trick": "fn gives NaN/inf for finite inputs: a softmax without the max "
                           "trick overflows exp(); subtract the row maximum first",
     "judge.non-finite": "fn gives NaN/inf where the oracle is finite",
@@ -85,8 +83,7 @@ TEXTS.update({
     "judge.row-uniform-additive": "a uniform row (an additive finfo.min mask, as "
                                   "transformers' eager attention takes, leaves every score "
                                   "of the row equal)",
-    "judge.row-uniform": "a uniform row (a large negative fill like -1e9 leaves every score "
-                         "of the row equal)",
+    "judge.row-uniform": "a uniform row ({fill} leaves every score of the row equal)",
     "judge.row-other": "neither 0 nor NaN",
     "judge.empty-row": "a query with no allowed key gets {what}; attnkit, SDPA and flash-attn "
                        "give 0 (JAX and d2l a uniform row)",
@@ -158,6 +155,8 @@ TEXTS.update({
     "case.mask-per-key": "mask {kind} per key",
     "case.mask-lens-2d": "valid_lens (B, Tq), one length per query",
     "case.mask-lens-2d-empty": "valid_lens (B, Tq), query 0 of row 0 with length 0",
+    "case.logits-spread": "logits ~{x} in query 0's row, ~0 in the others",
+    "case.rows-of-different-scale": "rows of different scale",
     "case.logits-near": "logits ~{x}",
 })
 
@@ -256,4 +255,39 @@ TEXTS.update({
     "load.cell": "cell {number} of {file} raised {type} before {name} was defined: {line}",
     "load.failed": "{error}; fix it, or point TARGET at a file that runs on its own",
     "measured.not-loaded": "not loaded",
+})
+
+# -- why half precision fails (core/overflow.py) -----------------------------------------
+TEXTS.update({
+    "overflow.helper": "a dtype helper or table has no entry for {dtype} (it raises on it): "
+                       "derive the value from the dtype, e.g. torch.finfo(dtype).min",
+    "overflow.attribute": "{attr} is a plain float32 tensor attribute, which .half() and .to() "
+                          "do not convert (they convert parameters and buffers): register it "
+                          "with self.register_buffer({name}, ...)",
+    "overflow.constant": "the constant {constant} ({line}) does not fit in float16, whose "
+                         "largest value is 65504: fill with -inf or torch.finfo(dtype).min and "
+                         "guard empty rows",
+    "overflow.range": "a value overflows {dtype}'s range or precision (exp, a sum of squares, "
+                      "a product of scores): keep the softmax's statistics in float32",
+    "overflow.fill": "a large negative fill",
+    "overflow.fill-here": "a large negative fill ({value} here)",
+    "overflow.nan-in-output": "NaN/inf in the output",
+})
+TEXTS.update({
+    "header.default-raises": "; {name}=None raises ({error}), so every case passes a mask "
+                             "(one that masks nothing where it has none)",
+    "header.one-sequence": "fn takes one sequence (2-D inputs): called once per batch row and "
+                           "head, outputs stacked",
+    "header.one-sequence-after": "; fn takes one sequence (2-D inputs): called once per batch "
+                                 "row and head, outputs stacked",
+    "call.one-sequence": "fn takes one sequence, not a batch: on batched inputs it raises "
+                         "{error}; it was checked once per batch row and head. If it should "
+                         "take a batch, swap only the last two axes (np.swapaxes(k, -1, -2) or "
+                         "k.transpose(-1, -2), not k.T) and reduce over axis -1",
+    "case.batched-inputs": "batched inputs",
+    "build.why-no-rule": "no rule for the required parameter(s) {names}",
+    "build.config-fields": "cannot build {signature}: its {name} ({cls}) has fields the check "
+                           "cannot guess ({why}); write the factory and check it: "
+                           "def make(E, H): return {factory}, then attnkit check {kind} "
+                           "{where}:make",
 })

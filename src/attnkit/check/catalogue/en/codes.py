@@ -139,4 +139,13 @@ CODES: dict[str, dict[str, str]] = {
             "SDPA's is_causal is top-left too, so for a lone function it is a convention; "
             "inside a model it is an error.",
         fix="Build the mask with `torch.ones(Tq, Tk).tril(Tk - Tq)`."),
+    "one-sequence": dict(
+        title="takes one sequence, not a batch: checked one sequence at a time",
+        what="The function is written for one sequence (2-D q, k, v of shape (T, D)) and "
+             "raises on batched inputs; the checker called it once per batch row and head "
+             "and judged the stacked outputs.",
+        why="A layout, not a bug, as long as it is meant so; batched code usually breaks by "
+            "k.T, which reverses every axis instead of the last two.",
+        fix="To take a batch, swap only the last two axes (np.swapaxes(k, -1, -2) or "
+            "k.transpose(-1, -2)) and reduce over axis -1."),
 }

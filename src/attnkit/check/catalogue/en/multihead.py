@@ -16,7 +16,7 @@ TEXTS.update({
     "measured.nan-empty-row": "NaN on the fully masked row",
     "mha.uniform-additive": "an additive finfo.min mask leaves a uniform row, as "
                             "transformers' eager attention does",
-    "mha.uniform-fill": "a -1e9 fill leaves a uniform row",
+    "mha.uniform-fill": "{fill} leaves a uniform row",
     "mha.empty-row-averages": "a query with no allowed key still averages the values ({why}); "
                               "attnkit, SDPA and flash-attn give attention output 0",
     "measured.moves-with-values": "its output moves with the values",
@@ -59,9 +59,7 @@ TEXTS.update({
                             "call) only in training",
     "measured.eval-differ": "two eval() calls differ by {value:.3g}",
     "measured.nan-in-output": "NaN/inf in the output",
-    "mha.half": "the module fails in {dtype} where float32 is fine ({problem}); a -1e9 fill "
-                "does not fit in float16: use -inf or torch.finfo(dtype).min and softmax in "
-                "float32",
+    "mha.half": "the module fails in {dtype} where float32 is fine ({problem}); {cause}",
 })
 TEXTS.update({
     "mha.mutates": "the module writes into its input {name} (an in-place op on it): the "
@@ -86,9 +84,9 @@ TEXTS.update({
 })
 TEXTS.update({
     "mha.no-mask-layout": "the module's {name}= took none of the mask layouts the check "
-                          "knows, so masks were not tested; declare the mask with "
-                          "--convention, or wrap the module in a factory whose forward takes "
-                          "a (B, Tq, Tk) mask",
+                          "knows (first: {first}), so masks were not tested; declare the mask "
+                          "with --convention, or write the factory it needs and check that: "
+                          "{factory}",
     "measured.tried-layouts": "tried {tries}",
     "mha.raised": "{what} raised {error}; {fix}",
     "mha.building": "building the module{tried}",
@@ -128,4 +126,21 @@ TEXTS.update({
     "probe.half": "{dtype} copy of the module",
     "probe.gradients": "gradients: every parameter gets one; float64 central differences",
     "probe.dropout": "eval(): dropout off (dropout set to 0.5 where the module has it)",
+})
+TEXTS.update({
+    "mha.raised-at": "{what} raised {error} ({where}); {fix}",
+    "mha.building-as": "building the module as {expr}",
+    "mha.fix-factory-written": "if the arguments are wrong for it, write the factory it needs "
+                               "and check that: def make(E, H): return {factory}, then attnkit "
+                               "check multi-head {file}:make",
+    "mha.per-example": "with a different mask per example, values at keys an example masks "
+                       "change its output: masks are paired with the wrong examples (a mask "
+                       "repeated over heads in another order than the scores' batch and heads: "
+                       "use repeat_interleave, or expand to (B, H, Tq, Tk) before merging B "
+                       "and H)",
+    "measured.max-change-01": "max change {value:.3g} at queries 0 and 1",
+    "probe.per-example": "masks per example: example 0 attends keys 0..1, example 1 keys 0..3",
+    "try.seq-first": "{layout} with (T, B, E) inputs",
+    "try.raised-at": "{label}: {error} ({where})",
+    "where.line": "line {n}: {code}",
 })

@@ -271,4 +271,22 @@ def attention(q, k, v, attn_mask=None, is_causal=False):
 
 assert "causal-alignment" not in check_attention(attention, convention="sdpa").codes
 '''),
+    "one-sequence": (
+        _ATTENTION + '''
+def attention(q, k, v):  # written for one (T, D) sequence: k.T reverses every axis
+    s = q @ k.T / np.sqrt(q.shape[-1])
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True)) @ v
+
+report = check_attention(attention)
+assert report.codes == ["one-sequence"] and report.ok  # a warning: a layout
+''',
+        _ATTENTION + '''
+def attention(q, k, v):  # any batch: only the last two axes swapped
+    s = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True)) @ v
+
+assert check_attention(attention).codes == []
+'''),
 }

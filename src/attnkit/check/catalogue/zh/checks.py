@@ -59,17 +59,17 @@ TEXTS.update({
     "judge.mutates": "fn 原地写入了它的参数 {name}（mul_、masked_fill_ 或 x[...] = ... 这类"
                      "原地操作）：调用者的 {name} 被改掉了；请先复制一份，或改用非原地版本",
     "measured.differs-after": "调用之后 {name} 变了",
-    "judge.half-raises": "fn 在 {dtype} 下报错，在 float32 下不报错（{error}）；-1e9 这样的"
-                         "常数超出了半精度的范围：请改用 -inf 或 torch.finfo(dtype).min",
+    "judge.half-raises": "fn 在 {dtype} 下报错，在 float32 下不报错（{error}）；{cause}",
     "judge.raises-on": "fn 在 {case} 上报错（{error}）",
     "judge.not-an-array": "fn 返回了 {type}，既不是数组也不是 (out, weights)：{error}",
     "judge.output-shape": "输出形状为 {shape}，在 {case} 上应为 {want}",
     "measured.shape": "形状 {shape} != {want}",
     "measured.non-finite": "输出的 {size} 个值中有 {n} 个不是有限值",
     "measured.non-finite-empty": "在没有可关注键的行上，{size} 个值中有 {n} 个不是有限值",
-    "judge.half-non-finite": "fn 在 {dtype} 下给出 NaN/inf，而 float32 下是有限值（-1e9/-1e6 "
-                             "这样的填充值在半精度下溢出成 -inf，或者 exp 上溢）：统计量保持 "
-                             "float32，用 -inf 填充，并单独处理没有可关注键的行",
+    "judge.half-non-finite": "fn 在 {dtype} 下给出 NaN/inf，而 float32 下是有限值：{cause}",
+    "judge.one-maximum": "在 logits 远低于另一行的那些行上，fn 给出了 NaN/inf：它减去的是整个数组"
+                         "的最大值（x.max()），而不是每一行的；"
+                         "请减去 x.max(axis=-1, keepdims=True)",
     "judge.no-max-trick": "fn 对有限的输入给出了 NaN/inf：softmax 没有先减去最大值，exp() 上溢；"
                           "请先减去每行的最大值",
     "judge.non-finite": "参考实现给出有限值的地方，fn 给出了 NaN/inf",
@@ -78,7 +78,7 @@ TEXTS.update({
     "judge.weights": "返回的注意力权重与参考实现的 softmax 不一致（输出本身是对的）",
     "judge.row-uniform-additive": "均匀的一行（加性的 finfo.min 掩码，也就是 transformers 的 "
                                   "eager 注意力所用的那种，让这一行的分数全都相等）",
-    "judge.row-uniform": "均匀的一行（-1e9 这样的大负数填充让这一行的分数全都相等）",
+    "judge.row-uniform": "均匀的一行（{fill}让这一行的分数全都相等）",
     "judge.row-other": "既不是 0 也不是 NaN 的值",
     "judge.empty-row": "没有可关注键的查询得到了{what}；attnkit、SDPA 和 flash-attn 输出 0"
                        "（JAX 和 d2l 输出均匀的一行）",
@@ -143,6 +143,8 @@ TEXTS.update({
     "case.mask-per-key": "掩码 {kind}，每个键一个标志",
     "case.mask-lens-2d": "valid_lens (B, Tq)，每个查询一个有效长度",
     "case.mask-lens-2d-empty": "valid_lens (B, Tq)，第 0 行的查询 0 有效长度为 0",
+    "case.logits-spread": "查询 0 那一行的 logits 约为 {x}，其余各行约为 0",
+    "case.rows-of-different-scale": "各行尺度相差很大",
     "case.logits-near": "logits 约为 {x}",
 })
 
@@ -230,4 +232,38 @@ TEXTS.update({
     "load.cell": "{file} 的单元格 {number} 在定义 {name} 之前报错 {type}：{line}",
     "load.failed": "{error}；请修好它，或让 TARGET 指向一个能单独运行的文件",
     "measured.not-loaded": "没能加载",
+})
+
+# -- 半精度为什么出错（core/overflow.py） --------------------------------------------------
+TEXTS.update({
+    "overflow.helper": "某个 dtype 辅助函数或查找表里没有 {dtype} 这一项（遇到它就报错）：请从 "
+                       "dtype 推出取值，例如 torch.finfo(dtype).min",
+    "overflow.attribute": "{attr} 是一个作为普通属性保存的 float32 张量，.half() 和 .to() 不会"
+                          "转换它（它们只转换参数和缓冲区）："
+                          "请用 self.register_buffer({name}, ...) "
+                          "注册它",
+    "overflow.constant": "常数 {constant}（{line}）超出了 float16 的范围（最大值为 65504）：请改用 "
+                         "-inf 或 torch.finfo(dtype).min 填充，并单独处理没有可关注键的行",
+    "overflow.range": "某个值超出了 {dtype} 的范围或精度（exp、平方和、分数的乘积）：请让 softmax "
+                      "的统计量保持 float32",
+    "overflow.fill": "用大负数填充",
+    "overflow.fill-here": "用大负数填充（这里是 {value}）",
+    "overflow.nan-in-output": "输出中有 NaN/inf",
+})
+TEXTS.update({
+    "header.default-raises": "；{name}=None 时报错（{error}），因此每个用例都传入掩码（没有掩码的"
+                             "用例传入一个什么都不掩蔽的掩码）",
+    "header.one-sequence": "fn 只接受单个序列（二维输入）：对每个批量行和每个头分别调用，再把输出"
+                           "堆叠起来",
+    "header.one-sequence-after": "；fn 只接受单个序列（二维输入）：对每个批量行和每个头分别调用，"
+                                 "再把输出堆叠起来",
+    "call.one-sequence": "fn 只接受单个序列，不接受批量：在带批量轴的输入上它报错 {error}；检查器"
+                         "对每个批量行和每个头分别检查了它。如果它应当接受批量输入，请只交换最后"
+                         "两个轴（np.swapaxes(k, -1, -2) 或 k.transpose(-1, -2)，而不是 k.T），"
+                         "并在最后一个轴上做归约",
+    "case.batched-inputs": "带批量轴的输入",
+    "build.why-no-rule": "没有规则能填写必需的参数 {names}",
+    "build.config-fields": "无法构造 {signature}：它的 {name}（{cls}）有检查器猜不出的字段"
+                           "（{why}）；请写出工厂函数再检查：`def make(E, H): return {factory}`，"
+                           "然后运行 `attnkit check {kind} {where}:make`",
 })

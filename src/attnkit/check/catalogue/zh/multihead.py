@@ -14,7 +14,7 @@ TEXTS.update({
     "measured.nan-empty-row": "整行被掩蔽的那一行上出现 NaN",
     "mha.uniform-additive": "加性的 finfo.min 掩码留下均匀的一行，transformers 的 eager 注意力"
                             "也是这样",
-    "mha.uniform-fill": "用 -1e9 填充留下均匀的一行",
+    "mha.uniform-fill": "{fill}留下均匀的一行",
     "mha.empty-row-averages": "没有可关注键的查询仍在对所有值求平均（{why}）；attnkit、SDPA 和 "
                               "flash-attn 的注意力输出为 0",
     "measured.moves-with-values": "它的输出随值的改变而改变",
@@ -51,9 +51,7 @@ TEXTS.update({
                             "训练时抽取随机数（暂退法、每次调用时抽取的权重）",
     "measured.eval-differ": "两次 eval() 调用相差 {value:.3g}",
     "measured.nan-in-output": "输出中有 NaN/inf",
-    "mha.half": "模块在 {dtype} 下出错，而 float32 下正常（{problem}）；-1e9 这样的填充值超出了 "
-                "float16 的范围：请改用 -inf 或 torch.finfo(dtype).min，并在 float32 下计算 "
-                "softmax",
+    "mha.half": "模块在 {dtype} 下出错，而 float32 下正常（{problem}）；{cause}",
 })
 TEXTS.update({
     "mha.mutates": "模块原地写入了它的输入 {name}：调用者的张量被改掉了",
@@ -74,9 +72,9 @@ TEXTS.update({
     "measured.non-finite-at": "输入乘以 {scale} 时，{size} 个输出中有 {n} 个不是有限值",
 })
 TEXTS.update({
-    "mha.no-mask-layout": "模块的 {name}= 不接受检查器知道的任何一种掩码布局，因此没有测试掩码；"
-                          "请用 --convention 声明掩码，或把模块包进一个工厂函数，让它的 "
-                          "forward 接受 (B, Tq, Tk) 的掩码",
+    "mha.no-mask-layout": "模块的 {name}= 不接受检查器知道的任何一种掩码布局（第一种：{first}），"
+                          "因此没有测试掩码；请用 --convention 声明掩码，或写出它需要的工厂函数"
+                          "再检查：`{factory}`",
     "measured.tried-layouts": "尝试过：{tries}",
     "mha.raised": "{what}时报错 {error}；{fix}",
     "mha.building": "构造模块{tried}",
@@ -113,4 +111,19 @@ TEXTS.update({
     "probe.half": "模块的 {dtype} 副本",
     "probe.gradients": "梯度：每个参数都有梯度；float64 中心差分",
     "probe.dropout": "eval()：暂退法关闭（模块有 dropout 的地方设为 0.5）",
+})
+TEXTS.update({
+    "mha.raised-at": "{what}时报错 {error}（{where}）；{fix}",
+    "mha.building-as": "按 {expr} 构造模块",
+    "mha.fix-factory-written": "如果参数不适合它，请写出它需要的工厂函数再检查："
+                               "`def make(E, H): return {factory}`，然后运行 "
+                               "`attnkit check multi-head {file}:make`",
+    "mha.per-example": "每个样本用不同的掩码时，某个样本掩蔽的键上的值改变了它的输出：掩码与样本"
+                       "配错了（掩码在头上重复的顺序与分数的批量和头的顺序不同：请用 "
+                       "repeat_interleave，或在合并 B 和 H 之前扩展成 (B, H, Tq, Tk)）",
+    "measured.max-change-01": "查询 0 和 1 上的最大变化 {value:.3g}",
+    "probe.per-example": "每个样本各自的掩码：样本 0 关注键 0..1，样本 1 关注键 0..3",
+    "try.seq-first": "{layout}，输入为 (T, B, E)",
+    "try.raised-at": "{label}：{error}（{where}）",
+    "where.line": "第 {n} 行：{code}",
 })
