@@ -333,13 +333,17 @@ def check_model(model: Any, inputs: dict | None = None, *,
                 implementations: Sequence[str] | None = None, generate: int = 0,
                 sample: int | None = None, save_to: str | Path | None = None,
                 batch: int = 2, length: int = 12, padding: str = "left",
-                progress: bool | None = None) -> ModelReport:
+                progress: bool | None = None, implementation: Any = None) -> ModelReport:
     """Judge every attention call of ``model`` under each implementation.
 
     Args:
         model: a transformers ``PreTrainedModel`` (its attention must go through
             ``AttentionInterface``), or a path: a local folder or a ``config.json``
-            (loaded offline, see :func:`attnkit.check.model_load.load_model`).
+            (loaded offline, see :func:`attnkit.check.model_load.load_model`). Any other
+            ``nn.Module`` (or ``implementation`` given): its calls of SDPA,
+            ``flex_attention`` and ``nn.MultiheadAttention`` are judged one by one
+            (:func:`attnkit.check.model_any.check_any_model`; ``inputs`` is then what
+            to call it with: a tensor, a tuple, or a dict of keyword arguments).
         inputs: ``input_ids`` ``(B, T)`` with optional ``attention_mask`` (1 = real
             token), ``position_ids`` (packed documents: ids that restart; no
             ``attention_mask``, no ``generate``), ``decoder_input_ids`` (encoder-decoder).
@@ -357,6 +361,9 @@ def check_model(model: Any, inputs: dict | None = None, *,
             ``"left"``, ``"right"`` or ``"none"``).
         progress: a progress bar on stderr over implementations and steps (None: when
             stderr is a terminal, or layers x implementations x steps >= 200).
+        implementation: any model: a function with the signature of
+            ``F.scaled_dot_product_attention`` that runs in place of the model's SDPA
+            calls, or ``{layer pattern: function}`` (see ``check_any_model``).
 
     Returns:
         A :class:`ModelReport`; ``report.ok`` is False when any finding is an error (a
@@ -367,6 +374,12 @@ def check_model(model: Any, inputs: dict | None = None, *,
         ValueError: ``inputs`` that do not fit ``model`` (shapes, dtypes, ids past the
             vocabulary), a path that does not load, an unknown implementation.
     """
+    if implementation is not None or not isinstance(model, (str, Path)) and not (
+            hasattr(model, "set_attn_implementation")
+            and hasattr(getattr(model, "config", None), "_attn_implementation")):
+        from .model_any import check_any_model  # any PyTorch model
+
+        return check_any_model(model, inputs, implementation=implementation, save_to=save_to)
     from .model_load import check_inputs, load_model, make_inputs, require_transformers
 
     require_transformers()

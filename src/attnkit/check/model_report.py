@@ -66,6 +66,8 @@ class LayerRow:
         diff_hidden: the same for the hidden state after the block holding this module.
         origin: ``"made here"`` (its own attention fails), ``"inherited"`` (it passes, but
             its output differs from the first implementation's), or "".
+        note: why the layer (or some of its calls) was not judged, or "" (verdict
+            ``"not checked"``: no judged call accounts for it).
     """
 
     layer: str
@@ -79,6 +81,7 @@ class LayerRow:
     diff_attention: float | None = None
     diff_hidden: float | None = None
     origin: str = ""
+    note: str = ""
     _ratio: float = field(default=0.0, repr=False)
     _nan_step: int | None = field(default=None, repr=False)  # first step a row held NaN
 

@@ -1,0 +1,129 @@
+"""``check_model`` on any PyTorch model: the look-alikes of ``lookalikes.py`` (a nanoGPT-style
+GPT, a ViT encoder, an encoder-decoder with cross-attention and a KV cache, a model on
+``nn.MultiheadAttention``) are judged call by call with no finding when correct, in
+float32, bfloat16 and float16; a fault planted in one layer (a ``-1e9`` fill in float16, a
+dropped scale) is found at that layer, and its reproducer runs as printed and fails."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import lookalikes as L  # noqa: E402
+
+from attnkit.check import check_model  # noqa: E402
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+# model -> (build, inputs, the layers it has, the layer a fault is planted in)
+GPT_LAYERS = ["blocks.0.attn", "blocks.1.attn", "blocks.2.attn"]
+VIT_LAYERS = ["blocks.0.attn", "blocks.1.attn"]
+S2S_LAYERS = ["encoder.0.self_attn", "encoder.1.self_attn", "decoder.0.self_attn",
+              "decoder.0.cross_attn", "decoder.1.self_attn", "decoder.1.cross_attn"]
+MHA_LAYERS = ["encoder.0.self_attn", "encoder.1.self_attn", "causal"]
+
+
+def build(kind: str, dtype: str, planted: dict | None = None) -> tuple:
+    """``(model, inputs)`` seeded, in ``dtype``."""
+    torch.manual_seed(0)
+    dt = getattr(torch, dtype)
+    if kind == "gpt":
+        return L.GPT().to(dt), (L.tokens(),)
+    if kind == "vit":
+        return L.ViT().to(dt), (torch.randn(2, 3, 16, 16).to(dt),)
+    if kind == "seq2seq":
+        return L.Seq2Seq().to(dt), (L.tokens(), L.padded(), L.tokens(length=3, seed=1))
+    mha = L.HandMHA(L.WIDTH, L.HEADS, **planted) if planted is not None else None
+    return L.MHAModel(planted=mha).to(dt), (L.tokens(), ~L.padded())
+
+
+LAYERS = {"gpt": GPT_LAYERS, "vit": VIT_LAYERS, "seq2seq": S2S_LAYERS, "mha": MHA_LAYERS}
+PLANTED_AT = {"gpt": "blocks.1.attn", "vit": "blocks.1.attn", "seq2seq": "decoder.1.cross_attn",
+              "mha": "causal"}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", list(LAYERS))
+def test_lookalikes_are_clean(kind: str, dtype: str) -> None:
+    model, inputs = build(kind, dtype)
+    report = check_model(model, inputs)
+    r = report.implementations[0]
+    assert report.ok and report.codes == [], report.text()
+    assert r.status == "ran", r.status
+    assert [row.layer for row in r.layers] == LAYERS[kind], report.text()
+    for row in r.layers:
+        assert row.verdict == "ok" and row.calls >= 1 and 0 < row.worst_error <= row.bound, row
+    if kind == "seq2seq":  # the prefill and two decoding steps with the KV cache
+        assert {row.layer: row.calls for row in r.layers}["decoder.1.self_attn"] == 3
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float16"))
+def test_a_correct_hand_written_sdpa_in_every_layer_is_clean(dtype: str) -> None:
+    model, inputs = build("seq2seq", dtype)
+    report = check_model(model, inputs, implementation=L.plain_attention)
+    assert report.ok and report.codes == [], report.text()
+    assert report.implementations[0].name == "plain_attention"
+
+
+def _planted(kind: str, fault: str) -> tuple:
+    dtype = "float16" if fault == "fill" else "float32"
+    if kind == "mha":
+        planted = {"fill": -1e9} if fault == "fill" else {"scaled": False}
+        model, inputs = build(kind, dtype, planted)
+        return model, inputs, None
+    fn = L.fill_minus_1e9 if fault == "fill" else L.unscaled
+    model, inputs = build(kind, dtype)
+    return model, inputs, {PLANTED_AT[kind]: fn}
+
+
+def _run_reproducer(text: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    script = tmp_path / "repro.py"
+    script.write_text(text + "\n")
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+
+
+@pytest.mark.parametrize("fault", ("fill", "scale"))
+@pytest.mark.parametrize("kind", list(LAYERS))
+def test_a_fault_in_one_layer_is_found_at_that_layer(kind: str, fault: str,
+                                                     tmp_path: Path) -> None:
+    model, inputs, implementation = _planted(kind, fault)
+    report = check_model(model, inputs, implementation=implementation, save_to=tmp_path)
+    r = report.implementations[0]
+    code = "float16-overflow" if fault == "fill" else "wrong-scale"
+    assert not report.ok and report.codes == [code], report.text()
+    at = PLANTED_AT[kind]
+    assert r.first_failing_layer == at and r.findings[0].layer == at, report.text()
+    rows = {row.layer: row for row in r.layers}
+    assert rows[at].verdict == code
+    after = LAYERS[kind][LAYERS[kind].index(at) + 1:]
+    assert all(row.verdict == "ok" for n, row in rows.items() if n not in after + [at])
+    if fault == "fill":  # the layers after the one that raised did not run: named so
+        assert r.status.startswith("stopped: an attention call raised RuntimeError"), r.status
+        for n in after:
+            assert rows[n].verdict == "not checked" and "stopped" in rows[n].note, rows[n]
+    reproducer = r.findings[0].reproducer
+    assert reproducer and "..." not in reproducer, reproducer
+    if kind in ("gpt", "mha"):  # as printed, in a fresh interpreter, from another folder
+        done = _run_reproducer(reproducer, tmp_path)
+        assert done.returncode != 0, done.stdout
+        why = "RuntimeError: value cannot be converted" if fault == "fill" else \
+            f"AssertionError: {code}"
+        assert why in done.stderr, done.stderr[-400:]
+        # the same lines with the fault taken out pass: it fails because of the bug
+        fixed = reproducer.replace("lookalikes.py:unscaled", "lookalikes.py:plain_attention")
+        fixed = fixed.replace("lookalikes.py:fill_minus_1e9", "lookalikes.py:plain_attention")
+        if kind == "mha":
+            fixed = fixed.replace("m = m.to(", "m.fill, m.scaled = float('-inf'), True\nm = m.to(")
+        assert fixed != reproducer
+        exec(compile(fixed, "<fixed reproducer>", "exec"), {})
+    else:
+        with pytest.raises((AssertionError, RuntimeError)):
+            exec(compile(reproducer, "<reproducer>", "exec"), {})
