@@ -11,12 +11,12 @@ oracle on what it received, one call at a time.
     assert report.ok, report.codes
 
 The model runs once, in eval mode without gradients, under
-:class:`~.model_torch_calls.CallRecorder`; each call is judged as it happens and dropped
-(:mod:`.model_any_judge`), so memory holds one layer's inputs. With ``implementation``, a
+:class:`~.torch_calls.CallRecorder`; each call is judged as it happens and dropped
+(:mod:`.any_judge`), so memory holds one layer's inputs. With ``implementation``, a
 function with SDPA's signature runs in place of the model's SDPA calls (every one, or those
 of the layers a mapping names) and is what is judged. Every module that looks like
 attention (walking the model) is listed; one no judged call accounts for is "not checked"
-with the reason (:mod:`.model_accounting`).
+with the reason (:mod:`.accounting`).
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .model_accounting import NOT_CHECKED, not_checked
-from .model_any_judge import judge_call
-from .model_any_repro import any_reproducer
-from .model_report import ImplementationResult, LayerRow, ModelFinding, ModelReport
-from .model_session import first_line
-from .model_torch_calls import AttentionCall, CallRecorder, attention_modules
-from .report import CODES, ERROR
+from ..core.report import CODES, ERROR
+from .accounting import NOT_CHECKED, not_checked
+from .any_judge import judge_call
+from .any_repro import any_reproducer
+from .report import ImplementationResult, LayerRow, ModelFinding, ModelReport
+from .session import first_line
+from .torch_calls import AttentionCall, CallRecorder, attention_modules
 
 __all__ = ["check_any_model", "implementation_label"]
 
@@ -183,7 +183,7 @@ def check_any_model(model: Any, inputs: Any, *, implementation: Any = None,
         label: the model's name in the report (default: its class name).
 
     Returns:
-        A :class:`~.model_report.ModelReport` with one implementation: a row per layer
+        A :class:`~.report.ModelReport` with one implementation: a row per layer
         that made calls, then one per attention module not checked; ``ok`` is False when
         a finding is an error or nothing was judged (``status`` says why in one line).
     """

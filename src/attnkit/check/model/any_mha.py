@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ..testing import reference_attention
-from .model_any_judge import Judged, _explain, _np, _rule
-from .oracle import Baseline
+from ...testing import reference_attention
+from ..core.oracle import Baseline
+from .any_judge import Judged, _explain, _np, _rule
 
 __all__ = ["judge_mha", "mha_reference"]
 

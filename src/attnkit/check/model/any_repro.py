@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .model_torch_calls import SDPA_PARAMETERS
-from .targets import target_spec
+from ..meet.targets import target_spec
+from .torch_calls import SDPA_PARAMETERS
 
 __all__ = ["any_reproducer"]
 
@@ -61,7 +61,7 @@ def _sdpa(folder: Path, f: Any, call: Any, judged: Any, bound: str) -> tuple[Pat
     import torch
 
     a = call.arguments
-    from .model_any_judge import _four
+    from .any_judge import _four
 
     args = [a[n] for n in SDPA_PARAMETERS[:call.positional]]
     kwargs = {n: a[n] for n in call.keywords}
@@ -127,7 +127,7 @@ def _mha(folder: Path, f: Any, call: Any, judged: Any, bound: str) -> tuple[Path
         _file_spec(cls) or target_spec(cls)
     lines = ["import torch"] + (["from attnkit.check import load_target"]
                                 if cls is not torch.nn.MultiheadAttention else []) + [
-             "from attnkit.check.model_any_mha import mha_reference",
+             "from attnkit.check.model.any_mha import mha_reference",
              f"d = torch.load({str(path)!r}, weights_only=True)"]
     if spec is None:
         lines.append(f"m = ...  # build your {cls.__name__} as the model does")
@@ -166,9 +166,9 @@ def any_reproducer(folder: Path, f: Any, call: Any, judged: Any) -> tuple[Path, 
 
     Args:
         folder: where the ``.pt`` file goes (made when missing).
-        f: the :class:`~.model_report.ModelFinding`.
-        call: the :class:`~.model_torch_calls.AttentionCall` it was found on.
-        judged: the :class:`~.model_any_judge.Judged` of that call.
+        f: the :class:`~.report.ModelFinding`.
+        call: the :class:`~.torch_calls.AttentionCall` it was found on.
+        judged: the :class:`~.any_judge.Judged` of that call.
     """
     bound = f"{judged.bound:.6g}" if judged.bound else "1e-5"
     if call.kind == "mha":

@@ -1,4 +1,4 @@
-"""Judging one recorded attention call of any PyTorch model (:mod:`.model_torch_calls`)
+"""Judging one recorded attention call of any PyTorch model (:mod:`.torch_calls`)
 against the float64 oracle, on what it received, by the 2x rule against plain math in the
 call's own dtype on the same inputs.
 
@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from ..testing import max_mean_error, reference_attention
-from .oracle import Baseline, bound_of, rule_error
-from .report import CODES
+from ...testing import max_mean_error, reference_attention
+from ..core.oracle import Baseline, bound_of, rule_error
+from ..core.report import CODES
 
 __all__ = ["Judged", "call_arguments", "judge_call", "twin_finite"]
 
@@ -267,7 +267,7 @@ def call_arguments(call: Any, transform: Any = None) -> tuple[list, dict]:
     """``(args, kwargs)`` of an SDPA call as the model passed them (the first
     ``call.positional`` by position, the rest by the names it used), each through
     ``transform``."""
-    from .model_torch_calls import SDPA_PARAMETERS
+    from .torch_calls import SDPA_PARAMETERS
 
     t = transform or (lambda x: x)
     a = call.arguments
@@ -309,13 +309,13 @@ def judge_raised(call: Any) -> Judged:
 
 
 def judge_call(call: Any) -> Judged:
-    """Judge one :class:`~.model_torch_calls.AttentionCall`."""
+    """Judge one :class:`~.torch_calls.AttentionCall`."""
     if call.error is not None:
         return judge_raised(call)
     if call.kind == "sdpa":
         return _judge_sdpa(call)
     if call.kind == "mha":
-        from .model_any_mha import judge_mha
+        from .any_mha import judge_mha
 
         return judge_mha(call)
     return Judged(note="a flex_attention call: attnkit does not compare flex_attention "
