@@ -34,7 +34,7 @@ from .report import ImplementationResult, LayerRow, ModelFinding, ModelReport
 from .session import first_line
 from .torch_calls import AttentionCall, CallRecorder, attention_modules
 
-__all__ = ["check_any_model", "implementation_label"]
+__all__ = ["check_any_model", "check_sdpa_calls", "implementation_label"]
 
 
 class _Stopped(Exception):
@@ -236,3 +236,28 @@ def check_any_model(model: Any, inputs: Any, *, implementation: Any = None,
         result.status = "refused: " + _nothing_judged(label, result, missing)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def check_sdpa_calls(model: Any, inputs: dict, implementation: Any,
+                     save_to: str | Path | None = None, label: str | None = None) -> ModelReport:
+    """A transformers model run once with ``attn_implementation="sdpa"`` (put back after),
+    ``implementation`` in place of its SDPA calls, each call judged
+    (:func:`check_any_model`)."""
+    import warnings
+
+    before = model.config._attn_implementation
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            model.set_attn_implementation("sdpa")
+        except (ValueError, ImportError, KeyError) as err:
+            return _refused(label or type(model).__name__,
+                            f"--implementation replaces SDPA calls, and this model refuses "
+                            f"sdpa: {first_line(err)}")
+    try:
+        return check_any_model(model, dict(inputs), implementation=implementation,
+                               save_to=save_to, label=label)
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.set_attn_implementation(before)

@@ -333,7 +333,8 @@ def check_model(model: Any, inputs: dict | None = None, *,
                 implementations: Sequence[str] | None = None, generate: int = 0,
                 sample: int | None = None, save_to: str | Path | None = None,
                 batch: int = 2, length: int = 12, padding: str = "left",
-                progress: bool | None = None, implementation: Any = None) -> ModelReport:
+                progress: bool | None = None, implementation: Any = None,
+                seed: int = 0) -> ModelReport:
     """Judge every attention call of ``model`` under each implementation.
 
     Args:
@@ -363,7 +364,10 @@ def check_model(model: Any, inputs: dict | None = None, *,
             stderr is a terminal, or layers x implementations x steps >= 200).
         implementation: any model: a function with the signature of
             ``F.scaled_dot_product_attention`` that runs in place of the model's SDPA
-            calls, or ``{layer pattern: function}`` (see ``check_any_model``).
+            calls, or ``{layer pattern: function}`` (see ``check_any_model``); a
+            transformers model is run with ``attn_implementation="sdpa"`` for it, once,
+            and ``implementations`` and ``generate`` do not apply.
+        seed: seeds the random inputs when ``inputs`` is None.
 
     Returns:
         A :class:`ModelReport`; ``report.ok`` is False when any finding is an error (a
@@ -374,7 +378,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
         ValueError: ``inputs`` that do not fit ``model`` (shapes, dtypes, ids past the
             vocabulary), a path that does not load, an unknown implementation.
     """
-    if implementation is not None or not isinstance(model, (str, Path)) and not (
+    if not isinstance(model, (str, Path)) and not (
             hasattr(model, "set_attn_implementation")
             and hasattr(getattr(model, "config", None), "_attn_implementation")):
         from .any_model import check_any_model  # any PyTorch model
@@ -388,6 +392,14 @@ def check_model(model: Any, inputs: dict | None = None, *,
     if isinstance(model, (str, Path)):
         label = str(model)
         model = load_model(str(model))
+    if implementation is not None:  # the user's function for the model's SDPA calls
+        from .any_model import check_sdpa_calls
+
+        if inputs is None:
+            inputs = make_inputs(model, batch=batch, length=length, padding=padding,
+                                 seed=seed)
+        check_inputs(model, inputs)
+        return check_sdpa_calls(model, inputs, implementation, save_to, label)
     if generate < 0:
         raise ValueError(f"generate must be >= 0, got {generate}")
     if sample is not None and sample < 1:
@@ -398,7 +410,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
     known_implementations(impls)
     described = None
     if inputs is None:
-        inputs = make_inputs(model, batch=batch, length=length, padding=padding)
+        inputs = make_inputs(model, batch=batch, length=length, padding=padding, seed=seed)
         described = f"batch {batch}, length {length}, padding {padding}"
     else:
         check_inputs(model, inputs)

@@ -9,6 +9,7 @@ path) and the first batch row, head, query and key concerned.
 from __future__ import annotations
 
 import json
+import math
 import unicodedata
 from dataclasses import asdict, dataclass, field
 
@@ -190,7 +191,10 @@ class ModelReport:
         return d
 
     def to_json(self, lang: str = "en") -> str:
-        return json.dumps(self.to_dict(lang), indent=2, ensure_ascii=False)
+        """Strict JSON: a non-finite number is ``null`` (NaN) or the string ``"inf"`` /
+        ``"-inf"``, never the ``NaN``/``Infinity`` that JSON parsers refuse."""
+        return json.dumps(_strict(self.to_dict(lang)), indent=2, ensure_ascii=False,
+                          allow_nan=False)
 
     def table(self, reproducers: bool = True, lang: str | None = None) -> str:
         """The report as text (:meth:`text`)."""
@@ -245,6 +249,9 @@ class ModelReport:
                 lines.append("  " + w["first failing"].format(layer=r.first_failing_layer))
             for f in r.findings:
                 lines += _finding_lines(f, w, lang)
+            for row in r.layers:  # a layer (or calls of it) never judged: named, with why
+                if row.note:
+                    lines.append(w["layer not checked"].format(layer=row.layer, why=row.note))
             if reproducers:
                 for f in r.findings:
                     if f.reproducer:
@@ -252,7 +259,8 @@ class ModelReport:
                         lines += ["    " + x for x in f.reproducer.splitlines()]
                         break
         n_err = sum(f.is_error for r in self.implementations for f in r.findings)
-        n_warn = sum(len(r.findings) + bool(r.note) for r in self.implementations) - n_err
+        n_warn = sum(len(r.findings) + bool(r.note) + sum(bool(x.note) for x in r.layers)
+                     for r in self.implementations) - n_err
         lines += ["", w["verdict line"].format(verdict=w["OK"] if self.ok else w["FAILED"],
                                                errors=n_err, warnings=n_warn)]
         if not self.judged:
@@ -279,7 +287,20 @@ _EN_WORDS: dict[str, str] = {
     "verdict line": "{verdict}: {errors} error(s), {warnings} warning(s)",
     "OK": "OK", "FAILED": "FAILED",
     "nothing judged": "no attention call was judged: this is not a pass",
+    "layer not checked": "  warning  not checked: {layer}: {why}",
 }
+
+
+def _strict(x: object) -> object:
+    """``x`` with every non-finite float replaced: NaN by None, +-inf by ``"inf"``,
+    ``"-inf"`` (in dicts, lists and tuples)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if isinstance(x, dict):
+        return {k: _strict(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_strict(v) for v in x]
+    return x
 
 
 def _finding_lines(f: ModelFinding, w: dict[str, str], lang: str) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import inspect
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -83,6 +84,9 @@ def implementation_for(implementation: Any, layer: str) -> Callable | None:
                     f"functions, got {type(implementation).__name__}")
 
 
+_NAMED = re.compile(r"(attn|attention)(_?\d+)?$", re.IGNORECASE)
+
+
 def _is_mha(module: Any) -> bool:
     import torch
 
@@ -92,9 +96,14 @@ def _is_mha(module: Any) -> bool:
 def attention_modules(model: Any) -> dict[str, str]:
     """The modules of ``model`` that look like attention, found by walking it: every
     ``nn.MultiheadAttention`` (``"nn.MultiheadAttention"``), and every module of a class
-    not from torch itself whose class or attribute name says attention (``attn``,
-    ``attention``), the innermost of a nest (``"named like attention"``), never one inside
-    an ``nn.MultiheadAttention``. Returns ``{qualified name: why it is listed}``."""
+    not from torch itself whose attribute or class name ends in ``attn`` or ``attention``
+    (``self_attn``, ``cross_attn``, ``CausalSelfAttention``; not ``attn_norm`` nor
+    ``post_attention_layernorm``), the innermost of a nest (``"named like attention"``),
+    never one inside an ``nn.MultiheadAttention``.
+
+    Returns:
+        ``{qualified name: why it is listed}``.
+    """
     found: dict[str, str] = {}
     mha = [n for n, m in model.named_modules() if _is_mha(m)]
     for name, module in model.named_modules():
@@ -103,12 +112,9 @@ def attention_modules(model: Any) -> dict[str, str]:
             continue
         if any(name.startswith(p + ".") for p in mha):
             continue
-        cls = type(module)
-        leaf = name.rsplit(".", 1)[-1].lower()
-        if cls.__module__.startswith("torch."):
+        if type(module).__module__.startswith("torch."):
             continue
-        if "attn" in leaf or "attention" in leaf or "attention" in cls.__name__.lower() \
-                or "attn" in cls.__name__.lower():
+        if _NAMED.search(name.rsplit(".", 1)[-1]) or _NAMED.search(type(module).__name__):
             found[name] = "named like attention"
     # the innermost of a nest: an outer "attention" that holds another is a container
     return {n: why for n, why in found.items()
