@@ -16,10 +16,10 @@ from typing import Any
 from ..meet.targets import target_spec
 from .torch_calls import SDPA_PARAMETERS
 
-__all__ = ["any_reproducer"]
+__all__ = ["any_reproducer", "file_spec"]
 
 
-def _file_spec(obj: Any) -> str | None:
+def file_spec(obj: Any) -> str | None:
     """``"/abs/path/file.py:name"`` for a function or class defined at the top of a file
     outside installed packages (a reproducer then finds it from any folder), else None."""
     qualname = getattr(obj, "__qualname__", "")
@@ -38,7 +38,7 @@ def _function_lines(fn: Any) -> list[str]:
 
     if fn is F.scaled_dot_product_attention:
         return ["fn = torch.nn.functional.scaled_dot_product_attention"]
-    spec = _file_spec(fn) or target_spec(fn)
+    spec = file_spec(fn) or target_spec(fn)
     if spec is None:
         name = getattr(fn, "__qualname__", type(fn).__name__)
         return [f"fn = ...  # {name}: the implementation under test (no file names it; "
@@ -124,7 +124,7 @@ def _mha(folder: Path, f: Any, call: Any, judged: Any, bound: str) -> tuple[Path
             "kwargs": kwargs}
     path = _save(folder, f, data)
     spec = "torch.nn:MultiheadAttention" if cls is torch.nn.MultiheadAttention else \
-        _file_spec(cls) or target_spec(cls)
+        file_spec(cls) or target_spec(cls)
     lines = ["import torch"] + (["from attnkit.check import load_target"]
                                 if cls is not torch.nn.MultiheadAttention else []) + [
              "from attnkit.check.model.any_mha import mha_reference",
