@@ -319,3 +319,45 @@ def build_gpt() -> GPT:
     """For ``attnkit check model lookalikes.py:build_gpt``: a seeded GPT."""
     torch.manual_seed(0)
     return GPT()
+
+
+# -- flex_attention ------------------------------------------------------------------------------
+class FlexAttention(nn.Module):
+    """Causal self-attention by ``flex_attention``: a block mask from ``mask_mod`` and a
+    distance penalty per head in ``score_mod`` (ALiBi-like)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(WIDTH, 3 * WIDTH)
+        self.proj = nn.Linear(WIDTH, WIDTH)
+        self.register_buffer("slopes", torch.tensor([0.5, 0.25, 0.125, 0.0625]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, HEADS, C // HEADS).permute(2, 0, 3, 1, 4)
+        slopes = self.slopes
+
+        def causal(b, h, i, j):
+            return i >= j
+
+        def alibi(score, b, h, i, j):
+            return score - slopes[h] * (i - j)
+
+        block = create_block_mask(causal, None, None, T, T, device=str(x.device))
+        y = flex_attention(q, k, v, score_mod=alibi, block_mask=block)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class FlexModel(nn.Module):
+    def __init__(self, layers: int = 2, vocab: int = 64) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, WIDTH)
+        self.layers = nn.ModuleList(FlexAttention() for _ in range(layers))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = x + layer(x)
+        return x

@@ -127,3 +127,33 @@ def test_a_fault_in_one_layer_is_found_at_that_layer(kind: str, fault: str,
     else:
         with pytest.raises((AssertionError, RuntimeError)):
             exec(compile(reproducer, "<reproducer>", "exec"), {})
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_flex_attention_calls_are_judged_with_their_mask_and_score_mods(dtype: str) -> None:
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    torch.manual_seed(0)
+    model = L.FlexModel().to(getattr(torch, dtype))
+    report = check_model(model, (L.tokens(),))
+    r = report.implementations[0]
+    assert report.ok and r.status == "ran", report.text()
+    assert [(row.layer, row.calls, row.verdict) for row in r.layers] == \
+        [("layers.0", 1, "ok"), ("layers.1", 1, "ok")]
+
+
+def test_a_flex_output_that_is_not_what_its_mods_compute_is_found() -> None:
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    from attnkit.check.model.any_judge import judge_call
+    from attnkit.check.model.torch_calls import CallRecorder
+
+    torch.manual_seed(0)
+    model, codes = L.FlexModel(layers=1), []
+
+    def on_call(call) -> None:
+        codes.append(judge_call(call).code)
+        call.output = call.output.flip(-2)  # the rows of another query
+        codes.append(judge_call(call).code)
+
+    with torch.no_grad(), CallRecorder(model, on_call):
+        model(L.tokens())
+    assert codes == [None, "inaccurate"]

@@ -285,9 +285,11 @@ def twin_finite(call: Any) -> bool:
         if call.kind == "sdpa":
             args, kw = call_arguments(call, _float32)
             out = call.function(*args, **kw)
-        else:
+        elif call.kind == "mha":
             m = copy.deepcopy(call.module).float()
             out = m(**{n: _float32(x) for n, x in a.items()})
+        else:
+            return False
     except Exception:
         return False
     out = out[0] if isinstance(out, tuple) else out
@@ -318,5 +320,6 @@ def judge_call(call: Any) -> Judged:
         from .any_mha import judge_mha
 
         return judge_mha(call)
-    return Judged(note="a flex_attention call: attnkit does not compare flex_attention "
-                       "(score_mod, block_mask) with the oracle yet")
+    from .any_flex import judge_flex
+
+    return judge_flex(call)

@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .any_flex import eager_flex
+
 __all__ = ["SDPA_PARAMETERS", "AttentionCall", "CallRecorder", "attention_modules",
            "implementation_for"]
 
@@ -264,6 +266,8 @@ class CallRecorder:
                     self._mha_pre(name), with_kwargs=True))
                 self.handles.append(module.register_forward_hook(
                     self._mha_post(name), with_kwargs=True, always_call=True))
+        self.flex = eager_flex()  # flex_attention runs its operator, uncompiled, to reach us
+        self.flex.__enter__()
         self.mode = _Mode()
         self.mode.__enter__()
         del torch
@@ -271,6 +275,7 @@ class CallRecorder:
 
     def __exit__(self, *exc: Any) -> None:
         self.mode.__exit__(*exc)
+        self.flex.__exit__(*exc)
         for h in self.handles:
             h.remove()
         self.handles.clear()
