@@ -16,7 +16,6 @@ precision), else it is ``inaccurate``.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -277,7 +276,8 @@ def call_arguments(call: Any, transform: Any = None) -> tuple[list, dict]:
 
 def twin_finite(call: Any) -> bool:
     """The same call in float32 runs and gives a finite output (SDPA: the function on the
-    float32 arguments; MHA: a float32 copy of the module)."""
+    float32 arguments; MHA: the module run on float32 copies of its weights, the module
+    itself untouched)."""
     import torch
 
     a = call.arguments
@@ -285,9 +285,12 @@ def twin_finite(call: Any) -> bool:
         if call.kind == "sdpa":
             args, kw = call_arguments(call, _float32)
             out = call.function(*args, **kw)
-        elif call.kind == "mha":
-            m = copy.deepcopy(call.module).float()
-            out = m(**{n: _float32(x) for n, x in a.items()})
+        elif call.kind == "mha":  # the module with float32 copies of its weights
+            m = call.module
+            weights = {n: _float32(t) for n, t in
+                       list(m.named_parameters()) + list(m.named_buffers())}
+            out = torch.func.functional_call(m, weights, (),
+                                             {n: _float32(x) for n, x in a.items()})
         else:
             return False
     except Exception:
