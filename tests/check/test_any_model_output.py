@@ -65,6 +65,14 @@ def test_a_model_without_attention_is_a_one_line_refusal(inputs, words: str) -> 
     strict_json(report.to_json())
 
 
+def test_transformers_only_arguments_are_refused_for_any_model() -> None:
+    torch.manual_seed(0)
+    report = check_model(L.GPT(), (L.tokens(),), generate=2)
+    status = report.implementations[0].status
+    assert not report.ok and status.startswith("refused: implementations= and generate= "
+                                               "apply to transformers models"), status
+
+
 def test_something_that_is_not_a_module_is_refused_in_one_line() -> None:
     report = check_model(42, (torch.randn(2),))
     assert not report.ok
@@ -131,6 +139,7 @@ def test_the_command_judges_your_function_in_the_layers_named(tmp_path: Path, ca
     ([], "gives no inputs: pass --inputs FILE.pt"),
     (["--implementation", f"{LOOKALIKES}:nope"], "--implementation"),
     (["--layers", "blocks.1.attn"], "--layers needs --implementation"),
+    (["--generate", "2"], "a FILE.py model runs its own forward once"),
 ])
 def test_command_refusals_are_one_line(argv: list[str], words: str, capsys) -> None:
     with pytest.raises(SystemExit) as stop:

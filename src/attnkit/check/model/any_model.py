@@ -34,7 +34,7 @@ from .report import ImplementationResult, LayerRow, ModelFinding, ModelReport
 from .session import first_line
 from .torch_calls import AttentionCall, CallRecorder, attention_modules
 
-__all__ = ["check_any_model", "check_sdpa_calls", "implementation_label"]
+__all__ = ["check_any_model", "check_sdpa_calls", "implementation_label", "refused"]
 
 
 class _Stopped(Exception):
@@ -148,7 +148,9 @@ class _Run:
         self.result.findings.sort(key=lambda x: (x.severity != ERROR, order.index(x.code)))
 
 
-def _refused(label: str, why: str, dtype: str = "", inputs: str = "") -> ModelReport:
+def refused(label: str, why: str, dtype: str = "", inputs: str = "") -> ModelReport:
+    """A report of a check that did not run: one implementation, status ``refused: why``
+    (one line that says what to do)."""
     report = ModelReport(label, dtype, inputs)
     report.implementations.append(ImplementationResult("torch", status=f"refused: {why}"))
     return report
@@ -191,10 +193,10 @@ def check_any_model(model: Any, inputs: Any, *, implementation: Any = None,
 
     label = label or type(model).__name__
     if not isinstance(model, torch.nn.Module):
-        return _refused(label, f"a {type(model).__name__} is not a torch.nn.Module: pass a "
+        return refused(label, f"a {type(model).__name__} is not a torch.nn.Module: pass a "
                                f"model, a local model folder or a FILE.py:build_model")
     if inputs is None:
-        return _refused(label, f"{label} is not a transformers model and no inputs were "
+        return refused(label, f"{label} is not a transformers model and no inputs were "
                                f"given: pass inputs (a tensor, a tuple of them or a dict "
                                f"of keyword arguments), or --inputs FILE.pt")
     params = next(iter(model.parameters()), None)
@@ -251,7 +253,7 @@ def check_sdpa_calls(model: Any, inputs: dict, implementation: Any,
         try:
             model.set_attn_implementation("sdpa")
         except (ValueError, ImportError, KeyError) as err:
-            return _refused(label or type(model).__name__,
+            return refused(label or type(model).__name__,
                             f"--implementation replaces SDPA calls, and this model refuses "
                             f"sdpa: {first_line(err)}")
     try:

@@ -381,8 +381,12 @@ def check_model(model: Any, inputs: dict | None = None, *,
     if not isinstance(model, (str, Path)) and not (
             hasattr(model, "set_attn_implementation")
             and hasattr(getattr(model, "config", None), "_attn_implementation")):
-        from .any_model import check_any_model  # any PyTorch model
+        from .any_model import check_any_model, refused  # any PyTorch model
 
+        if implementations is not None or generate:
+            return refused(type(model).__name__, "implementations= and generate= apply to "
+                           "transformers models; this one runs its own forward once: pass "
+                           "implementation=fn to judge your attention function")
         return check_any_model(model, inputs, implementation=implementation, save_to=save_to)
     from .load import check_inputs, load_model, make_inputs, require_transformers
 
