@@ -6,6 +6,7 @@ dropped scale) is found at that layer, and its reproducer runs as printed and fa
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -157,3 +158,47 @@ def test_a_flex_output_that_is_not_what_its_mods_compute_is_found() -> None:
     with torch.no_grad(), CallRecorder(model, on_call):
         model(L.tokens())
     assert codes == [None, "inaccurate"]
+
+
+class _Wrapped(torch.nn.Module):
+    def __init__(self, **kw) -> None:
+        super().__init__()
+        self.mha = torch.nn.MultiheadAttention(16, 4, **kw)
+
+    def forward(self, q, k, v, **call):
+        return self.mha(q, k, v, **call)[0]
+
+
+_PAD = torch.tensor([[False] * 7, [False] * 4 + [True] * 3])
+MHA_CASES = {  # name: (constructor keywords, call keywords)
+    "sequence-first": ({}, {}),
+    "kdim-vdim": ({"kdim": 8, "vdim": 12}, {}),
+    "bias-kv-zero-attn": ({"add_bias_kv": True, "add_zero_attn": True},
+                          {"key_padding_mask": _PAD}),
+    "no-bias": ({"bias": False}, {}),
+    "float-attn-mask": ({}, {"attn_mask": torch.randn(5, 7)}),
+    "per-head-bool-mask": ({}, {"attn_mask": torch.rand(8, 5, 7) > 0.3}),  # some rows empty
+    "float-padding": ({}, {"key_padding_mask": torch.zeros(2, 7).masked_fill(_PAD, -math.inf)}),
+    "causal-sdpa-path": ({}, {"need_weights": False,
+                              "attn_mask": torch.ones(5, 7, dtype=torch.bool).triu(1)}),
+}
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float16"))
+@pytest.mark.parametrize("case", list(MHA_CASES))
+def test_nn_multihead_attention_is_judged_from_its_weights_in_every_setting(case: str,
+                                                                           dtype: str) -> None:
+    kw, call = MHA_CASES[case]
+    torch.manual_seed(0)
+    dt = getattr(torch, dtype)
+    model = _Wrapped(batch_first=True, **kw).to(dt)
+    q, k, v = (torch.randn(2, n, d).to(dt) for n, d in
+               ((5, 16), (7, kw.get("kdim", 16)), (7, kw.get("vdim", 16))))
+    call = {n: x.to(dt) if x.is_floating_point() else x for n, x in call.items()
+            if isinstance(x, torch.Tensor)} | {n: x for n, x in call.items()
+                                                if not isinstance(x, torch.Tensor)}
+    report = check_model(model, {"q": q, "k": k, "v": v, **call})
+    rows = report.implementations[0].layers
+    assert report.ok and [(r.layer, r.calls, r.verdict) for r in rows] == [("mha", 1, "ok")], \
+        report.text()
+    assert 0 < rows[0].worst_error <= rows[0].bound

@@ -149,7 +149,9 @@ def judge_mha(call: Any) -> Judged:
             cache[s] = (ref, base)
         return cache[s]
 
-    keep = keep4.any(1)  # (N, L, S'): a query row is judged when some head may attend
+    # (N, L, S'): a query row is judged when every head may attend some key (a head with
+    # none gives NaN in torch's own module, and 0 in the oracle: not compared)
+    keep = keep4.any(1) & keep4.any(-1).all(1)[..., None]
     g = _np(got)
     j = _rule(g, keep, lambda kp, s: oracle(kp, s), scale)
     j.scale = scale
