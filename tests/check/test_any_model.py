@@ -202,3 +202,80 @@ def test_nn_multihead_attention_is_judged_from_its_weights_in_every_setting(case
     assert report.ok and [(r.layer, r.calls, r.verdict) for r in rows] == [("mha", 1, "ok")], \
         report.text()
     assert 0 < rows[0].worst_error <= rows[0].bound
+
+
+class _SDPA(torch.nn.Module):
+    def forward(self, q, k, v, **kw):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw)
+
+
+_KEEP = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])[:, None, None, :]
+SDPA_CASES = {  # name: (q, k, v shapes, keywords)
+    "plain": ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8), {}),
+    "three-dims": ((4, 5, 8), (4, 7, 8), (4, 7, 8), {}),
+    "gqa": ((2, 4, 5, 8), (2, 2, 7, 8), (2, 2, 7, 8), {"enable_gqa": True}),
+    "causal": ((2, 4, 7, 8), (2, 4, 7, 8), (2, 4, 7, 8), {"is_causal": True}),
+    "causal-top-left": ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8), {"is_causal": True}),
+    "bool-padding": ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8), {"attn_mask": _KEEP}),
+    "float-mask": ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8), {"attn_mask": torch.randn(5, 7)}),
+    "inf-mask": ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8),
+                 {"attn_mask": torch.zeros(2, 1, 5, 7).masked_fill(~_KEEP, -math.inf)}),
+    "scale-and-value-width": ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 12), {"scale": 0.05}),
+}
+
+
+def _sdpa_inputs(case: str, dtype: str) -> dict:
+    qs, ks, vs, kw = SDPA_CASES[case]
+    dt = getattr(torch, dtype)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(*s).to(dt) for s in (qs, ks, vs))
+    kw = {n: x.to(dt) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+          for n, x in kw.items()}
+    return {"q": q, "k": k, "v": v, **kw}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", list(SDPA_CASES))
+def test_torch_sdpa_is_clean_in_every_setting(case: str, dtype: str) -> None:
+    report = check_model(_SDPA(), _sdpa_inputs(case, dtype))
+    rows = report.implementations[0].layers
+    assert report.ok and [(r.layer, r.calls, r.verdict) for r in rows] == \
+        [("(model)", 1, "ok")], report.text()
+
+
+def _ignores_causal(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                    scale=None, enable_gqa=False):
+    return L.plain_attention(query, key, value, attn_mask, scale=scale)
+
+
+def _inverted_mask(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                   scale=None, enable_gqa=False):
+    return L.plain_attention(query, key, value, ~attn_mask, is_causal=is_causal, scale=scale)
+
+
+def _ignores_mask(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                  scale=None, enable_gqa=False):
+    return L.plain_attention(query, key, value, None, is_causal=is_causal, scale=scale)
+
+
+def _bottom_right(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                  scale=None, enable_gqa=False):
+    L_, S = query.shape[-2], key.shape[-2]
+    keep = torch.ones(L_, S, dtype=torch.bool).tril(S - L_)
+    return L.plain_attention(query, key, value, keep, scale=scale)
+
+
+@pytest.mark.parametrize("fn, case, code", [
+    (_ignores_causal, "causal", "causal-leak"),
+    (_inverted_mask, "bool-padding", "mask-polarity"),
+    (_ignores_mask, "bool-padding", "padding-ignored"),
+    (_bottom_right, "causal-top-left", "causal-alignment"),
+])
+def test_common_kernel_bugs_get_their_own_code(fn, case: str, code: str) -> None:
+    from attnkit.check import CODES
+
+    if code not in CODES:  # the code lands with the catalogue; until then its old name
+        code = "mask-mismatch"
+    report = check_model(_SDPA(), _sdpa_inputs(case, "float32"), implementation=fn)
+    assert report.codes == [code] and not report.ok, report.text()
+    assert report.implementations[0].layers[0].verdict == code

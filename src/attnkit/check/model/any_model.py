@@ -124,7 +124,10 @@ class _Run:
         at = judged.at if code == judged.code else {}
         where = ", ".join([f"layer {row.layer}", f"call {call.index}"] +
                           [f"{n} {x}" for n, x in at.items()])
-        if CODES[code][0] == ERROR and row.verdict == "ok":
+        # inside a model a top-left/bottom-right mix-up changes what it computes: an error,
+        # as ModelFinding.severity has it
+        error = CODES[code][0] == ERROR or code == "causal-alignment"
+        if error and row.verdict == "ok":
             row.verdict = code
             row.first_failure = ", ".join(f"{n} {x}" for n, x in at.items()) or \
                 f"call {call.index}"
@@ -135,7 +138,7 @@ class _Run:
         f = ModelFinding(code, message, judged.measured if code == judged.code else "",
                          where, "", self.result.name, None, row.layer, at.get("batch"),
                          at.get("head"), at.get("query"))
-        if CODES[code][0] == ERROR and not self.result.reproducer and code != "mutates-input":
+        if error and not self.result.reproducer and code != "mutates-input":
             try:
                 if self.save_to is None:  # one new folder per check, made when needed
                     self.save_to = tempfile.mkdtemp(prefix="attnkit-check-")
