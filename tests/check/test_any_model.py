@@ -280,3 +280,16 @@ def test_common_kernel_bugs_get_their_own_code(fn, case: str, code: str) -> None
     report = check_model(_SDPA(), _sdpa_inputs(case, "float32"), implementation=fn)
     assert report.codes == [code] and not report.ok, report.text()
     assert report.implementations[0].layers[0].verdict == code
+
+
+def _scales_query_in_place(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                           scale=None, enable_gqa=False):
+    query.mul_(1.0 / math.sqrt(query.shape[-1]) if scale is None else scale)
+    return L.plain_attention(query, key, value, attn_mask, is_causal=is_causal, scale=1.0)
+
+
+def test_a_function_that_writes_into_its_arguments_is_mutates_input() -> None:
+    report = check_model(_SDPA(), _sdpa_inputs("causal", "float32"),
+                         implementation=_scales_query_in_place)
+    assert report.codes == ["mutates-input"] and not report.ok, report.text()
+    assert "query" in report.implementations[0].findings[0].message
