@@ -293,3 +293,24 @@ def test_a_function_that_writes_into_its_arguments_is_mutates_input() -> None:
                          implementation=_scales_query_in_place)
     assert report.codes == ["mutates-input"] and not report.ok, report.text()
     assert "query" in report.implementations[0].findings[0].message
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float16"))
+def test_torch_nn_transformer_with_padding_is_clean_and_every_attention_judged(dtype) -> None:
+    torch.manual_seed(0)
+    dt = getattr(torch, dtype)
+    model = torch.nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2,
+                                 num_decoder_layers=2, dim_feedforward=64, dropout=0.0,
+                                 batch_first=True).to(dt)
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    pad[1, 6:] = True
+    inputs = {"src": torch.randn(2, 9, 32).to(dt), "tgt": torch.randn(2, 6, 32).to(dt),
+              "tgt_mask": torch.nn.Transformer.generate_square_subsequent_mask(6, dtype=dt),
+              "src_key_padding_mask": pad, "memory_key_padding_mask": pad}
+    report = check_model(model, inputs)
+    assert report.ok, report.text()
+    assert [(r.layer, r.calls, r.verdict) for r in report.implementations[0].layers] == [
+        (f"{side}.layers.{i}.{name}", 1, "ok")
+        for side, names in (("encoder", ("self_attn",)),
+                            ("decoder", ("self_attn", "multihead_attn")))
+        for i in range(2) for name in names]
