@@ -69,8 +69,8 @@ def test_transformers_only_arguments_are_refused_for_any_model() -> None:
     torch.manual_seed(0)
     report = check_model(L.GPT(), (L.tokens(),), generate=2)
     status = report.implementations[0].status
-    assert not report.ok and status.startswith("refused: implementations= and generate= "
-                                               "apply to transformers models"), status
+    assert not report.ok and status.startswith("refused: implementations=, generate= and "
+                                               "sample= apply to transformers models"), status
 
 
 def test_something_that_is_not_a_module_is_refused_in_one_line() -> None:
@@ -140,6 +140,7 @@ def test_the_command_judges_your_function_in_the_layers_named(tmp_path: Path, ca
     (["--implementation", f"{LOOKALIKES}:nope"], "--implementation"),
     (["--layers", "blocks.1.attn"], "--layers needs --implementation"),
     (["--generate", "2"], "a FILE.py model runs its own forward once"),
+    (["--sample", "4"], "--sample and --implementations apply to transformers models"),
 ])
 def test_command_refusals_are_one_line(argv: list[str], words: str, capsys) -> None:
     with pytest.raises(SystemExit) as stop:
@@ -169,3 +170,17 @@ def test_a_transformers_model_runs_your_function_in_place_of_its_sdpa_calls() ->
     assert bad.codes == ["wrong-scale"], bad.text()
     assert bad.implementations[0].first_failing_layer == "transformer.h.1.attn"
     assert model.config._attn_implementation == "eager"  # put back
+
+
+class _DropoutAlways(torch.nn.Module):
+    def forward(self, q):
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
+
+
+def test_a_call_with_dropout_in_eval_mode_is_named_not_a_pass() -> None:
+    report = check_model(_DropoutAlways(), (torch.randn(2, 4, 5, 8),))
+    r = report.implementations[0]
+    assert not report.ok and not report.judged, report.text()
+    assert r.layers[0].note.startswith("dropout_p=0.1 (random by design)"), r.layers[0]
+    assert r.status == ("refused: no attention call could be judged: dropout_p=0.1 (random by "
+                        "design): call the model in eval mode with dropout_p=0.0 there"), r.status

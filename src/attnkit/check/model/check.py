@@ -383,10 +383,11 @@ def check_model(model: Any, inputs: dict | None = None, *,
             and hasattr(getattr(model, "config", None), "_attn_implementation")):
         from .any_model import check_any_model, refused  # any PyTorch model
 
-        if implementations is not None or generate:
-            return refused(type(model).__name__, "implementations= and generate= apply to "
-                           "transformers models; this one runs its own forward once: pass "
-                           "implementation=fn to judge your attention function")
+        if implementations is not None or generate or sample is not None:
+            return refused(type(model).__name__, "implementations=, generate= and sample= "
+                           "apply to transformers models; this one runs its own forward "
+                           "once, every call judged whole: pass implementation=fn to judge "
+                           "your attention function")
         return check_any_model(model, inputs, implementation=implementation, save_to=save_to)
     from .load import check_inputs, load_model, make_inputs, require_transformers
 

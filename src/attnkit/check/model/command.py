@@ -95,10 +95,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--layers needs --implementation FILE.py:FN")
     try:
         if args.model is not None and is_target_spec(args.model):
-            if args.generate or args.implementations != "eager,sdpa,attnkit":
-                parser.error("--generate and --implementations apply to transformers "
-                             "models; a FILE.py model runs its own forward once (use "
-                             "--implementation FILE.py:FN for your attention function)")
+            if args.generate or args.sample or args.implementations != "eager,sdpa,attnkit":
+                parser.error("--generate, --sample and --implementations apply to "
+                             "transformers models; a FILE.py model runs its own forward once "
+                             "(use --implementation FILE.py:FN for your attention function)")
             report = _run_any(args)
         else:
             report = _run_transformers(args, impls)
