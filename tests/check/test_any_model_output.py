@@ -184,3 +184,12 @@ def test_a_call_with_dropout_in_eval_mode_is_named_not_a_pass() -> None:
     assert r.layers[0].note.startswith("dropout_p=0.1 (random by design)"), r.layers[0]
     assert r.status == ("refused: no attention call could be judged: dropout_p=0.1 (random by "
                         "design): call the model in eval mode with dropout_p=0.0 there"), r.status
+
+
+def test_layers_whose_short_names_would_merge_are_printed_in_full() -> None:
+    from attnkit.check.model.report import ImplementationResult, LayerRow, ModelReport
+
+    long = "vision_tower.encoder.stage_{}.blocks.0.attention_with_relative_bias"
+    r = ImplementationResult("torch", layers=[LayerRow(long.format(i)) for i in (1, 2)])
+    text = ModelReport("M", "float32", "x", [r]).text()
+    assert long.format(1) in text and long.format(2) in text, text

@@ -229,7 +229,10 @@ class ModelReport:
                         f"{_pad(w['worst'], 20)} {_pad(w['first failure'], 34)} "
                         f"{_pad(w['empty rows'], 14)} {_pad(w['verdict'], 18)} {diff_head}")
                 lines.append(head.rstrip())
-                for row in r.layers:
+                shown = [_short(row.layer) for row in r.layers]
+                if len(set(shown)) < len(set(row.layer for row in r.layers)):
+                    shown = [row.layer for row in r.layers]  # shortened, two would merge
+                for row, name in zip(r.layers, shown):
                     hold = "/".join(row.empty_hold) if row.empty_rows else ""
                     empty = f"{row.empty_rows} ({hold})" if row.empty_rows else "0"
                     err = f"{row.worst_error:.1e} / {row.bound:.1e}" if row.bound else "-"
@@ -238,7 +241,7 @@ class ModelReport:
                         diff += f" / {row.diff_hidden:.1e}"
                     if row.origin:
                         diff += f" {w.get(row.origin, row.origin)}"
-                    lines.append(f"  {_short(row.layer):<34} {row.calls:>5}  {err:<20} "
+                    lines.append(f"  {name:<34} {row.calls:>5}  {err:<20} "
                                  f"{row.first_failure or '-':<34} {empty:<14} "
                                  f"{row.verdict:<18} {diff}".rstrip())
             if r.hidden and r.name != first:

@@ -259,8 +259,11 @@ class CallRecorder:
                 return func(*args, **kwargs)
 
         for name, module in self.model.named_modules():
-            self.handles.append(module.register_forward_pre_hook(self._push(name)))
-            self.handles.append(module.register_forward_hook(self._pop, always_call=True))
+            try:
+                self.handles.append(module.register_forward_pre_hook(self._push(name)))
+                self.handles.append(module.register_forward_hook(self._pop, always_call=True))
+            except (RuntimeError, AttributeError, TypeError):  # a scripted module: no hooks
+                continue
             if _is_mha(module):
                 self.handles.append(module.register_forward_pre_hook(
                     self._mha_pre(name), with_kwargs=True))
