@@ -260,9 +260,13 @@ class CallRecorder:
 
         for name, module in self.model.named_modules():
             try:
-                self.handles.append(module.register_forward_pre_hook(self._push(name)))
-                self.handles.append(module.register_forward_hook(self._pop, always_call=True))
+                pre = module.register_forward_pre_hook(self._push(name))
             except (RuntimeError, AttributeError, TypeError):  # a scripted module: no hooks
+                continue
+            try:
+                self.handles += [pre, module.register_forward_hook(self._pop, always_call=True)]
+            except (RuntimeError, AttributeError, TypeError):
+                pre.remove()
                 continue
             if _is_mha(module):
                 self.handles.append(module.register_forward_pre_hook(
