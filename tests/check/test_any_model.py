@@ -222,6 +222,8 @@ SDPA_CASES = {  # name: (q, k, v shapes, keywords)
     "inf-mask": ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8),
                  {"attn_mask": torch.zeros(2, 1, 5, 7).masked_fill(~_KEEP, -math.inf)}),
     "scale-and-value-width": ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 12), {"scale": 0.05}),
+    "causal-as-mask": ((2, 4, 7, 8), (2, 4, 7, 8), (2, 4, 7, 8),
+                       {"attn_mask": torch.ones(7, 7, dtype=torch.bool).tril()}),
 }
 
 
@@ -270,6 +272,7 @@ def _bottom_right(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
     (_ignores_causal, "causal", "causal-leak"),
     (_inverted_mask, "bool-padding", "mask-polarity"),
     (_ignores_mask, "bool-padding", "padding-ignored"),
+    (_ignores_mask, "causal-as-mask", "causal-leak"),
     (_bottom_right, "causal-top-left", "causal-alignment"),
 ])
 def test_common_kernel_bugs_get_their_own_code(fn, case: str, code: str) -> None:

@@ -161,10 +161,15 @@ def _judge_sdpa(call: Any) -> Judged:
             alts.append(("mask-polarity", "the function reads the bool attn_mask the other "
                                           "way round: SDPA's True means 'may attend'",
                          causal_part & ~_mask_keep(mask, keep.shape), c["scale"]))
-        ignored = "padding-ignored" if "padding-ignored" in CODES else "mask-mismatch"
-        alts.append((ignored, "the function ignores the attn_mask it receives (masked keys "
-                              "get weight)", np.broadcast_to(causal_part, keep.shape),
-                     c["scale"]))
+        hidden = ~_mask_keep(mask, keep.shape)
+        if hidden.any() and not (hidden & np.tril(np.ones((L, S), dtype=bool))).any():
+            ignored, words = "causal-leak", ("the attn_mask it receives is causal (it hides "
+                                             "the keys after each query) and the function "
+                                             "ignores it: a query attends later keys")
+        else:
+            ignored = "padding-ignored" if "padding-ignored" in CODES else "mask-mismatch"
+            words = "the function ignores the attn_mask it receives (masked keys get weight)"
+        alts.append((ignored, words, np.broadcast_to(causal_part, keep.shape), c["scale"]))
     if a.get("is_causal") and L != S:
         br = np.tril(np.ones((L, S), dtype=bool), S - L)
         alts.append(("causal-alignment", f"is_causal with Tq = {L} != Tk = {S} aligned "
