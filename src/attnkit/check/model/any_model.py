@@ -234,9 +234,9 @@ def check_any_model(model: Any, inputs: Any, *, implementation: Any = None,
                           **({"not_ran": "the run stopped before it (an attention call "
                                          "raised)"} if result.status != "ran" else {}))
     for name, why in missing.items():
-        row = LayerRow(name, verdict=NOT_CHECKED)
-        row.note = why
-        result.layers.append(row)
+        result.layers.append(LayerRow(name, verdict=NOT_CHECKED, note=why))
+    order = {name or "(model)": i for i, (name, _) in enumerate(model.named_modules())}
+    result.layers.sort(key=lambda row: order.get(row.layer, len(order)))  # the model's order
     if result.status == "ran" and not run.judged:
         result.status = "refused: " + _nothing_judged(label, result, missing)
     report.seconds = time.perf_counter() - t0
