@@ -268,6 +268,11 @@ class ModelReport:
                                                errors=n_err, warnings=n_warn)]
         if not self.judged:
             lines.append(w["nothing judged"])
+        else:
+            unseen = sum(row.verdict == "not checked" for r in self.implementations
+                         for row in r.layers)
+            if unseen:
+                lines.append(w["layers not checked"].format(n=unseen))
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -291,6 +296,8 @@ _EN_WORDS: dict[str, str] = {
     "OK": "OK", "FAILED": "FAILED",
     "nothing judged": "no attention call was judged: this is not a pass",
     "layer not checked": "  warning  not checked: {layer}: {why}",
+    "layers not checked": "{n} attention layer(s) not checked: the verdict covers the others "
+                          "only",
 }
 
 
