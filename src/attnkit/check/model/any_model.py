@@ -34,7 +34,8 @@ from .report import ImplementationResult, LayerRow, ModelFinding, ModelReport
 from .session import first_line
 from .torch_calls import AttentionCall, CallRecorder, attention_modules
 
-__all__ = ["check_any_model", "check_sdpa_calls", "implementation_label", "refused"]
+__all__ = ["check_any_model", "check_sdpa_calls", "elsewhere", "implementation_label",
+           "refused"]
 
 
 class _Stopped(Exception):
@@ -266,3 +267,35 @@ def check_sdpa_calls(model: Any, inputs: dict, implementation: Any,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model.set_attn_implementation(before)
+
+
+def elsewhere(model: Any, inputs: Any, implementation: Any, implementations: Any,
+              generate: int, sample: int | None, save_to: str | Path | None,
+              random_inputs: dict) -> ModelReport | None:
+    """The report of ``check_model`` when it is not the transformers check: any other
+    ``nn.Module`` (judged call by call; the transformers-only arguments refused in one
+    line), or ``implementation`` given (on a transformers model or path: run with sdpa,
+    random inputs from ``random_inputs`` when ``inputs`` is None). None: the transformers
+    check runs."""
+    path = isinstance(model, (str, Path))
+    transformers = path or (hasattr(model, "set_attn_implementation")
+                            and hasattr(getattr(model, "config", None), "_attn_implementation"))
+    if not transformers:
+        if implementations is not None or generate or sample is not None:
+            return refused(type(model).__name__, "implementations=, generate= and sample= "
+                           "apply to transformers models; this one runs its own forward "
+                           "once, every call judged whole: pass implementation=fn to judge "
+                           "your attention function")
+        return check_any_model(model, inputs, implementation=implementation, save_to=save_to)
+    if implementation is None:
+        return None
+    from .load import check_inputs, load_model, make_inputs, require_transformers
+
+    require_transformers()
+    label = str(model) if path else None
+    if path:
+        model = load_model(str(model))
+    if inputs is None:
+        inputs = make_inputs(model, **random_inputs)
+    check_inputs(model, inputs)
+    return check_sdpa_calls(model, inputs, implementation, save_to, label)

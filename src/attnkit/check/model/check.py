@@ -378,33 +378,19 @@ def check_model(model: Any, inputs: dict | None = None, *,
         ValueError: ``inputs`` that do not fit ``model`` (shapes, dtypes, ids past the
             vocabulary), a path that does not load, an unknown implementation.
     """
-    if not isinstance(model, (str, Path)) and not (
-            hasattr(model, "set_attn_implementation")
-            and hasattr(getattr(model, "config", None), "_attn_implementation")):
-        from .any_model import check_any_model, refused  # any PyTorch model
-
-        if implementations is not None or generate or sample is not None:
-            return refused(type(model).__name__, "implementations=, generate= and sample= "
-                           "apply to transformers models; this one runs its own forward "
-                           "once, every call judged whole: pass implementation=fn to judge "
-                           "your attention function")
-        return check_any_model(model, inputs, implementation=implementation, save_to=save_to)
+    from .any_model import elsewhere
     from .load import check_inputs, load_model, make_inputs, require_transformers
 
+    other = elsewhere(model, inputs, implementation, implementations, generate, sample,
+                      save_to, dict(batch=batch, length=length, padding=padding, seed=seed))
+    if other is not None:  # any other nn.Module, or your function for the SDPA calls
+        return other
     require_transformers()
     t0 = time.perf_counter()
     label = None
     if isinstance(model, (str, Path)):
         label = str(model)
         model = load_model(str(model))
-    if implementation is not None:  # the user's function for the model's SDPA calls
-        from .any_model import check_sdpa_calls
-
-        if inputs is None:
-            inputs = make_inputs(model, batch=batch, length=length, padding=padding,
-                                 seed=seed)
-        check_inputs(model, inputs)
-        return check_sdpa_calls(model, inputs, implementation, save_to, label)
     if generate < 0:
         raise ValueError(f"generate must be >= 0, got {generate}")
     if sample is not None and sample < 1:
