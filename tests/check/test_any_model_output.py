@@ -194,3 +194,27 @@ def test_layers_whose_short_names_would_merge_are_printed_in_full() -> None:
     r = ImplementationResult("torch", layers=[LayerRow(long.format(i)) for i in (1, 2)])
     text = ModelReport("M", "float32", "x", [r]).text()
     assert long.format(1) in text and long.format(2) in text, text
+
+
+def test_only_one_call_is_held_at_a_time(monkeypatch) -> None:
+    """Memory bounded by one layer: when a call is judged, no earlier call's recorded
+    tensors are alive any more."""
+    import gc
+    import weakref
+
+    from attnkit.check.model import any_model
+
+    held: list = []
+    judge = any_model.judge_call
+
+    def judging(call):
+        gc.collect()
+        alive = [r for r in held if r() is not None]
+        assert not alive, f"{len(alive)} earlier call(s) still held at call {call.index}"
+        held.extend(weakref.ref(call.arguments[n]) for n in ("query", "key", "value"))
+        return judge(call)
+
+    monkeypatch.setattr(any_model, "judge_call", judging)
+    torch.manual_seed(0)
+    report = check_model(L.Seq2Seq(), (L.tokens(), L.padded(), L.tokens(length=3, seed=1)))
+    assert report.ok and report.implementations[0].calls == 14 and len(held) == 42

@@ -66,6 +66,19 @@ def _arguments(inputs: Any) -> tuple[tuple, dict]:
     return (inputs,), {}
 
 
+def _to_device(x: Any, device: Any) -> Any:
+    """``x`` with every tensor (in tuples, lists and dicts too) on ``device``."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, dict):
+        return {n: _to_device(v, device) for n, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(_to_device(v, device) for v in x)
+    return x
+
+
 def _describe(inputs: Any) -> str:
     import torch
 
@@ -209,6 +222,8 @@ def check_any_model(model: Any, inputs: Any, *, implementation: Any = None,
     result = ImplementationResult(implementation_label(implementation))
     report.implementations.append(result)
     run = _Run(result, save_to)
+    if params is not None:  # inputs read from a file sit on the CPU: the model's device
+        inputs = _to_device(inputs, params.device)
     args, kwargs = _arguments(inputs)
     t0 = time.perf_counter()
     training = model.training
