@@ -317,3 +317,26 @@ def test_torch_nn_transformer_with_padding_is_clean_and_every_attention_judged(d
         for side, names in (("encoder", ("self_attn",)),
                             ("decoder", ("self_attn", "multihead_attn")))
         for i in range(2) for name in names]
+
+
+def test_a_flex_finding_saves_its_tensors_and_says_what_to_call(tmp_path: Path) -> None:
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    from attnkit.check.model import any_flex
+
+    torch.manual_seed(0)
+    model = L.FlexModel(layers=1)
+    judge = any_flex.judge_flex
+
+    def flipped(call):  # the output of another query: what a broken kernel would give
+        call.output = call.output.flip(-2)
+        return judge(call)
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(any_flex, "judge_flex", flipped):
+        report = check_model(model, (L.tokens(),), save_to=tmp_path)
+    f = report.implementations[0].findings[0]
+    assert f.code == "inaccurate" and f.layer == "layers.0", report.text()
+    assert "flex_attention(d['q'], d['k'], d['v'], score_mod=..." in f.reproducer
+    saved = torch.load(next(tmp_path.glob("*.pt")), weights_only=True)
+    assert set(saved) == {"q", "k", "v"}

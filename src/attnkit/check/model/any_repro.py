@@ -171,6 +171,17 @@ def any_reproducer(folder: Path, f: Any, call: Any, judged: Any) -> tuple[Path, 
         judged: the :class:`~.any_judge.Judged` of that call.
     """
     bound = f"{judged.bound:.6g}" if judged.bound else "1e-5"
+    if call.kind == "flex":  # score_mod and mask_mod are code: only the tensors are saved
+        q, k, v = call.arguments["args"][:3]
+        path = _save(folder, f, {"q": q.cpu(), "k": k.cpu(), "v": v.cpu()})
+        return path, "\n".join([
+            "import torch",
+            "from torch.nn.attention.flex_attention import flex_attention",
+            f"d = torch.load({str(path)!r}, weights_only=True)",
+            f"# the layer's score_mod and block_mask are functions of your code ({f.layer}):",
+            "# out = flex_attention(d['q'], d['k'], d['v'], score_mod=..., block_mask=...)",
+            f"# row batch {f.batch}, head {f.head}, query {f.query} is off by more than "
+            f"{bound}"])
     if call.kind == "mha":
         return _mha(folder, f, call, judged, bound)
     return _sdpa(folder, f, call, judged, bound)
