@@ -5,7 +5,8 @@ And every report a check test makes is also read in Chinese when the test ends: 
 fields its sentences quote as written (names, figures, the first line of an error) blanked
 out, no English sentence may be left (a sentence a check wrote without the catalogue, or a
 Chinese template that kept English words). A test whose report is made by hand from English
-words says so with ``@pytest.mark.english_report``.
+words, or comes from a check whose sentences are not in the catalogue yet (``check_model``
+on any PyTorch model), says so with ``@pytest.mark.english_report``.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def english_sentences(text: str) -> list[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "english_report: the test builds a report by hand "
-                                       "from English words (not read in Chinese at the end)")
+    config.addinivalue_line("markers", "english_report: the test's reports hold English "
+                                       "sentences outside the catalogue (not read in Chinese)")
 
 
 @pytest.fixture(autouse=True)

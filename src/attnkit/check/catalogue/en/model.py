@@ -126,3 +126,8 @@ TEXTS.update({
     "model.side-encoder": "encoder {what}",
     "model.side-decoder": "decoder {what}",
 })
+TEXTS.update({
+    "model.layer not checked": "  warning  not checked: {layer}: {why}",
+    "model.layers not checked": "{n} attention layer(s) not checked: the verdict covers the "
+                                "others only",
+})

@@ -112,3 +112,7 @@ TEXTS.update({
     "model.side-encoder": "编码器{what}",
     "model.side-decoder": "解码器{what}",
 })
+TEXTS.update({
+    "model.layer not checked": "  [警告] 未检查：{layer}：{why}",
+    "model.layers not checked": "{n} 个注意力层未检查：结论只涵盖其余各层",
+})
