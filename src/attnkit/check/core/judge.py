@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..meet.calls import Target
+from .behaviour import explain_attention, explain_masked_softmax, explain_weights, unread_keys
 from .cases import Case, attention_setup, run_setup, softmax_setup
 from .oracle import Baseline, bound_of, keep_of, oracle_attention, oracle_softmax, rule_error
 from .overflow import fill_words, overflow_cause
@@ -195,7 +196,9 @@ class Run:
                 if w.shape == want["weights"].shape:
                     err = rule_error(w, want["weights"], base["weights"], factor, "weights")
                     if err is not None:
-                        return Verdict("inaccurate", T("judge.weights"), err)
+                        unmasked = explain_weights(a, keep, w, bound_of(
+                            want["weights"], base["weights"], factor))
+                        return Verdict("inaccurate", unmasked or T("judge.weights"), err)
             return None
         other = self.explain(case, a, keep, got, err, ref, base["out"])
         if other is not None:
@@ -280,7 +283,37 @@ class Run:
             return Verdict("mask-polarity", T("judge.polarity", convention=self.t.convention,
                                               meaning=_polarity(self.t.convention)),
                            err, bound=bound)
-        return None
+        said = self.behaviour(case, a, keep, got, base)
+        return None if said is None else Verdict("inaccurate", said, err, bound=bound)
+
+    def behaviour(self, case: Case, a: dict, keep: Any, got: np.ndarray,
+                  base: np.ndarray) -> Text | None:
+        """What an attention output beyond the rule computes instead (:mod:`.behaviour`):
+        the sentence that names it, or None."""
+
+        bound = bound_of(self.want(a, keep)["out"], base, 2.0)
+
+        def fits_alt(alt: np.ndarray) -> bool:  # within the rule's bound of the oracle
+            return bool(alt.shape == got.shape and np.isfinite(alt).all()
+                        and np.isfinite(got).all() and np.abs(alt - got).max() <= bound)
+
+        def output(arrays: dict) -> np.ndarray | None:
+            result, error, _ = self.call(arrays, case, case.dtype)
+            try:
+                return None if error is not None else self.fw.float64(
+                    self.t.output(result)[0])
+            except Exception:
+                return None
+
+        def fits_keep(alt: Any) -> bool:  # None: no key masked
+            return self.fits(a, np.ones_like(keep) if alt is None else alt, None, case, got)
+
+        if self.t.check == "masked-softmax":
+            return explain_masked_softmax(a, got, fits_keep)
+        if self.t.check != "attention":
+            return None
+        said = explain_attention(a, keep, got, fits_alt, fits_keep)
+        return said if said is not None else unread_keys(a, keep, got, output)
 
     def sees_later_keys(self, case: Case, a: dict) -> int | None:
         """For a function declared causal: the first query ``i`` whose output moves when
