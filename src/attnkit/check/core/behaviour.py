@@ -10,7 +10,8 @@ right output never gets here), after the readings of :mod:`.readings`.
 - ``parts-averaged`` / ``parts-unnormalised`` / ``blocks-not-rescaled``: the keys taken in
   parts, each normalised on its own, and the parts merged with the wrong weights;
 - ``zero-slots``: the keys a query must not see attended as zero vectors with zero values;
-- ``unread-keys``: keys the oracle attends that move no output at all.
+- ``unread-keys``: keys the oracle attends that move no output at all;
+- ``lse-max-not-added``: a softmax whose rows come out multiplied by ``exp(row max)``.
 """
 
 from __future__ import annotations
@@ -22,9 +23,25 @@ import numpy as np
 
 from ..catalogue import T, Text
 
-__all__ = ["explain_attention", "explain_masked_softmax", "explain_weights", "unread_keys"]
+__all__ = ["explain_attention", "explain_masked_softmax", "explain_weights", "same_reading",
+           "times_row_max", "unread_keys"]
 
 _MAX_PROBED_KEYS = 64  # one call per key position: longer cases are not probed
+
+
+def same_reading(small: Text | str, found: Text | str) -> bool:
+    """Whether the smaller case's sentence may stand for ``found``'s: not when ``found``
+    names a reading of this module and the smaller case another (on fewer keys and queries
+    two readings can coincide: valid_lens cutting the queries looks like no mask at all)."""
+    key = getattr(found, "key", "")
+    return key not in READING_KEYS or getattr(small, "key", "") == key
+
+
+READING_KEYS = frozenset({
+    "judge.mask-ignored", "judge.weights-unmasked", "judge.query-axis",
+    "judge.lens-on-queries", "judge.first-length", "judge.parts-averaged",
+    "judge.parts-unnormalised", "judge.blocks-not-rescaled", "judge.zero-slots",
+    "judge.unread-keys", "judge.lse-max-not-added"})
 
 
 def _softmax(s: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -159,3 +176,17 @@ def unread_keys(a: dict, keep: np.ndarray, got: np.ndarray,
     if not unread:
         return None
     return T("judge.unread-keys", keys=", ".join(map(str, unread)), Tk=Tk)
+
+
+def times_row_max(x: np.ndarray, got: np.ndarray, bound: float) -> bool:
+    """``got`` is the softmax of ``x`` times ``exp(row max)``: ``exp(x - lse)`` with an
+    lse that subtracted the row maximum and never added it back. Only rows whose maximum
+    is away from 0 tell it apart from a right softmax."""
+    x = x.astype(np.float64)
+    m = x.max(-1, keepdims=True)
+    if got.shape != x.shape or not np.isfinite(got).all() or np.abs(m).max() < 0.1:
+        return False
+    e = np.exp(x - m)
+    alt = e / e.sum(-1, keepdims=True) * np.exp(m)
+    return bool(np.isfinite(alt).all() and np.abs(alt - got).max() <= bound * max(
+        1.0, float(np.exp(m).max())))

@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from ..meet.calls import Target
-from .behaviour import explain_attention, explain_masked_softmax, explain_weights, unread_keys
+from .behaviour import (
+    explain_attention,
+    explain_masked_softmax,
+    explain_weights,
+    times_row_max,
+    unread_keys,
+)
 from .cases import Case, attention_setup, run_setup, softmax_setup
 from .oracle import Baseline, bound_of, keep_of, oracle_attention, oracle_softmax, rule_error
 from .overflow import fill_words, overflow_cause
@@ -181,6 +187,10 @@ class Run:
                     count, finite=True)
             if not only_empty and case.spread:
                 msg = T("judge.one-maximum")
+            elif not only_empty and self.lse_without_max(a, case):
+                msg = T("judge.lse-max-not-added")
+            elif not only_empty and case.logit and self.t.check == "attention":
+                msg = T("judge.no-max-trick-attention")
             elif not only_empty:
                 msg = T("judge.no-max-trick" if case.logit else "judge.non-finite")
             else:
@@ -269,6 +279,8 @@ class Run:
                                                 default=1.0 / math.sqrt(Dk)),
                                err, bound=bound, scale=found.scale)
         elif keep is None:
+            if times_row_max(a["x"], got, bound):
+                return Verdict("inaccurate", T("judge.lse-max-not-added"), err, bound=bound)
             for axis in range(a["x"].ndim - 1):
                 alt = np.moveaxis(oracle_softmax(np.moveaxis(a["x"], axis, -1), None)[0], -1,
                                   axis)
@@ -285,6 +297,23 @@ class Run:
                            err, bound=bound)
         said = self.behaviour(case, a, keep, got, base)
         return None if said is None else Verdict("inaccurate", said, err, bound=bound)
+
+    def lse_without_max(self, a: dict, case: Case) -> bool:
+        """A softmax that overflows: on the same rows moved to a row maximum between 0.5
+        and 2 (nothing overflows there), is it the softmax times ``exp(row max)``?"""
+        if self.t.check != "softmax" or case.half:
+            return False
+        x = a["x"].astype(np.float64)
+        shift = np.linspace(0.5, 2.0, x.shape[-2])[:, None]
+        probe = dict(a, x=self.fw.rounded(x - x.max(-1, keepdims=True) + shift, case.dtype))
+        result, error, _ = self.call(probe, case, case.dtype)
+        try:
+            got = None if error is not None else self.fw.float64(self.t.output(result)[0])
+        except Exception:
+            return False
+        want = oracle_softmax(probe["x"], None)[0]
+        bound = bound_of(want, self.base(probe, None, case.dtype)["out"], 2.0)
+        return got is not None and times_row_max(probe["x"], got, bound)
 
     def behaviour(self, case: Case, a: dict, keep: Any, got: np.ndarray,
                   base: np.ndarray) -> Text | None:
@@ -309,7 +338,18 @@ class Run:
             return self.fits(a, np.ones_like(keep) if alt is None else alt, None, case, got)
 
         if self.t.check == "masked-softmax":
-            return explain_masked_softmax(a, got, fits_keep)
+            said = explain_masked_softmax(a, got, fits_keep)
+            lens = a.get("valid_lens")
+            if getattr(said, "key", "") == "judge.mask-ignored" and lens is not None \
+                    and lens.ndim == 1 and got.shape[-2] > 1:
+                # Every query of this case within its length: a length of 1 tells the
+                # lengths cutting the queries from no mask at all.
+                one = dict(a, valid_lens=np.ones_like(lens))
+                cut = output(one)
+                if cut is not None and explain_masked_softmax(one, cut, lambda alt: self.fits(
+                        one, alt, None, case, cut)) == T("judge.lens-on-queries"):
+                    return T("judge.lens-on-queries")
+            return said
         if self.t.check != "attention":
             return None
         said = explain_attention(a, keep, got, fits_alt, fits_keep)

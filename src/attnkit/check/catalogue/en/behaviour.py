@@ -41,4 +41,11 @@ TEXTS: dict[str, str] = {
                          "that take the keys (a last, shorter block that range() skips; a cache "
                          "whose append writes at position 0, or whose keys() returns slots it "
                          "never filled)",
+    "judge.lse-max-not-added": "each row comes out multiplied by exp(row max): the max subtracted "
+                               "inside the log-sum-exp is never added back; "
+                               "lse = m + log(sum(exp(x - m))), m the row maximum",
+    "judge.no-max-trick-attention": "fn gives NaN/inf for finite inputs: exp() of a raw score, "
+                                    "or of a log-sum-exp (lse), overflows; subtract the row "
+                                    "maximum first, and merge parts with exp(lse_part - lse), "
+                                    "never exp(lse_part)",
 }

@@ -71,6 +71,11 @@ TEXTS.update({
                         "state_dict() never see them; keep modules in nn.ModuleList/"
                         "nn.ModuleDict and tensors in nn.Parameter/nn.ParameterList",
     "measured.unregistered": "{n} unregistered: {names}",
+    "mha.raises-on-lengths": "the module runs when queries and keys are as long (Tq = Tk) and "
+                             "raises on query {query}, key/value {kv}: {error} The code uses "
+                             "the query length where the key length belongs, or the other way "
+                             "round: the scores must be (B, Tq, Tk); look for the unsqueeze, "
+                             "transpose, view or reshape that mixes the two lengths",
     "mha.raises-on": "the module raises on query {query}, key/value {kv}: {error}",
     "mha.not-callable-as": "the module could not be called as {call}: {error}; declare the "
                            "mask with --convention, or wrap the module in a factory whose "

@@ -34,4 +34,10 @@ TEXTS: dict[str, str] = {
                          "读到它们；请检查取键的切片或循环边界（range() 跳过了最后一个较短的块"
                          "（block）；缓存（cache）的 append 总写在位置 0，或 keys() 返回了从未"
                          "填写的槽位）",
+    "judge.lse-max-not-added": "每一行都被乘上了 exp(该行最大值)：在 log-sum-exp 里减去的最大值没有"
+                               "加回去；应为 lse = m + log(sum(exp(x - m)))，"
+                               "m 为该行最大值",
+    "judge.no-max-trick-attention": "fn 对有限的输入给出了 NaN/inf：对原始分数或对 log-sum-exp"
+                                    "（lse）直接取 exp() 上溢；请先减去每行的最大值，合并各段时用 "
+                                    "exp(lse_part - lse)，而不是 exp(lse_part)",
 }

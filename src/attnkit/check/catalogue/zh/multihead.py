@@ -62,6 +62,10 @@ TEXTS.update({
                         "它们；请把模块放进 nn.ModuleList/nn.ModuleDict，张量放进 "
                         "nn.Parameter/nn.ParameterList",
     "measured.unregistered": "{n} 个没有注册：{names}",
+    "mha.raises-on-lengths": "查询和键一样长（Tq = Tk）时模块能运行，在查询 {query}、键/值 {kv} "
+                             "上却报错：{error} 代码在该用键长度的地方用了查询长度（或反过来）："
+                             "分数应为 (B, Tq, Tk)；请找出混淆这两个长度的那个 unsqueeze、"
+                             "transpose、view 或 reshape",
     "mha.raises-on": "模块在查询 {query}、键/值 {kv} 上报错：{error}",
     "mha.not-callable-as": "没能{call}：{error}；请用 --convention 声明掩码，或把模块包进一个"
                            "工厂函数，让它的 forward 接受 (query, key, value) 或 (x)",
