@@ -5,8 +5,27 @@ from __future__ import annotations
 import importlib.util
 import os
 
-import numpy as np
-import pytest
+
+def _worker_threads() -> int | None:
+    """Under pytest-xdist (`make test` runs ``-n auto``), each worker's share of the cores:
+    two workers that each start a thread per core for torch and BLAS would run four busy
+    threads on a 2-core machine. None when not running as a worker."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not workers:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // int(workers))
+
+
+# Set before NumPy and torch load their thread pools, and inherited by the subprocesses that
+# tests start (CLI runs, notebook kernels, distributed ranks). A value the caller set wins.
+_THREADS = _worker_threads()
+if _THREADS is not None:
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, str(_THREADS))
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 
 def _cuda_available() -> bool:
@@ -23,6 +42,11 @@ def _cuda_available() -> bool:
 # subset of the suite and any test order.
 if not _cuda_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+if _THREADS is not None and importlib.util.find_spec("torch") is not None:
+    import torch
+
+    torch.set_num_threads(_THREADS)
 
 
 @pytest.fixture
