@@ -17,8 +17,9 @@ INSTALL := PIP_CONSTRAINT=$(LOCK) $(PIP) install --progress-bar on
 TORCH_ARGS := args="$$($(PY) tools/torch_build.py --lock $(LOCK))"
 SHOW_TORCH := $(PY) tools/torch_build.py --installed
 UV := uv==0.13.9
-# `make test`: pytest on every core, and the slowest tests listed at the end.
-PYTEST_ARGS ?= -n auto --durations=15
+# `make test`: pytest on every core (an idle worker takes tests queued for a busy one), and
+# the slowest tests listed at the end.
+PYTEST_ARGS ?= -n auto --dist worksteal --durations=15
 
 .PHONY: demo test lint bench lock notebooks test-compat test-platforms clean browser
 
