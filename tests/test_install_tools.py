@@ -128,7 +128,11 @@ def test_pylock_sizes_count_the_platform_wheel_and_mark_stand_ins():
     res = platforms.parse_pylock(PYLOCK, {stub: -200_000_000})
     assert res.ok and res.torch == "2.13.0+cpu" and res.packages == 3 and res.cuda
     assert res.mb == pytest.approx(703.0) and res.estimated  # 3 + 500 + 200 MB
-    assert platforms.describe(res) == "2.13.0+cpu CPU"
+    linux, mac = platforms.PLATFORMS[0], platforms.PLATFORMS[2]
+    assert platforms.describe(res, linux) == "2.13.0+cpu CUDA"  # nvidia-* in the set
+    res.cuda = False
+    assert platforms.describe(res, linux) == "2.13.0+cpu CPU"
+    assert platforms.describe(res, mac) == "2.13.0+cpu CPU + mps"
     exact = platforms.parse_pylock(PYLOCK, {stub: 200_000_000})
     assert not exact.estimated
 

@@ -115,13 +115,13 @@ def parse_pylock(text: str, local_sizes: dict[str, int]) -> Result:
     return Result(True, torch, total / 1e6, estimated, count, cuda=cuda)
 
 
-def describe(res: Result) -> str:
+def describe(res: Result, plat: Platform) -> str:
     """The torch column: version and build, from what the resolver chose."""
     if not res.torch:
         return "-"
-    if "+cpu" in res.torch:
-        return f"{res.torch} CPU"
-    return f"{res.torch} CUDA 13" if res.cuda else f"{res.torch} CPU (mps on macOS)"
+    if res.cuda:
+        return f"{res.torch} CUDA"
+    return f"{res.torch} CPU" + (" + mps" if plat.name.startswith("macos") else "")
 
 
 def configured_find_links() -> list[Path]:
@@ -229,7 +229,7 @@ def table(rows: list[tuple[Platform, str, dict[str, Result], str]]) -> str:
     lines = [head, "|" + " --- |" * 8]
     for plat, py, res, where in rows:
         demo, test = res["demo"], res["test"]
-        torch = describe(test if test.ok else demo)
+        torch = describe(test if test.ok else demo, plat)
 
         def cell(r: Result) -> tuple[str, str]:
             mb = f"{'~' if r.estimated else ''}{r.mb:,.0f} MB" if r.ok else "-"
