@@ -95,6 +95,17 @@ def test_an_unreachable_index_costs_at_most_the_timeout():
     assert time.monotonic() - start < 5.0
 
 
+def test_a_hanging_name_lookup_costs_the_timeout_not_more(monkeypatch):
+    """A socket timeout does not bound getaddrinfo: a resolver that hangs must not hang
+    `make demo` (stood in for by an urlopen that blocks for 10 s)."""
+    monkeypatch.setattr(torch_build.urllib.request, "urlopen",
+                        lambda *a, **k: time.sleep(10))
+    start = time.monotonic()
+    problem = torch_build.probe("https://download.example/whl/cpu", timeout=1.0)
+    assert problem == "no answer within 1 s"
+    assert time.monotonic() - start < 3.0
+
+
 PYLOCK = textwrap.dedent("""\
     lock-version = "1.0"
     created-by = "uv"

@@ -31,6 +31,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,12 +92,21 @@ def probe(index: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     if "://" not in index:
         return None if Path(index).is_dir() else f"{index} is not a folder"
     url = index.rstrip("/") + "/torch/"
-    try:
-        req = urllib.request.Request(url, method="HEAD")
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (https)
-            return None if resp.status < 400 else f"HTTP {resp.status}"
-    except Exception as exc:  # DNS failure, refused, timeout, TLS: all mean "not here"
-        return f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+    answer = [f"no answer within {timeout:g} s"]
+
+    def ask() -> None:
+        try:
+            req = urllib.request.Request(url, method="HEAD")
+            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (https)
+                answer[0] = None if resp.status < 400 else f"HTTP {resp.status}"
+        except Exception as exc:  # DNS failure, refused, timeout, TLS: all mean "not here"
+            answer[0] = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+
+    # The socket timeout does not bound a name lookup that hangs; the thread's join does.
+    worker = threading.Thread(target=ask, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return answer[0]
 
 
 def choose(
