@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 
@@ -71,3 +72,40 @@ def _check_png(path) -> np.ndarray:
 def check_png():
     """``check_png(path)``: the file opens as an image whose pixels vary; returns it."""
     return _check_png
+
+
+# -- tests that measure wall-clock time run alone ---------------------------------------------
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "alone: measures wall-clock time, so under pytest-xdist no other test runs "
+        "while it does (the other workers wait)")
+
+
+@pytest.fixture(autouse=True)
+def _alone_when_marked(request, tmp_path_factory):
+    """Under pytest-xdist, a test marked ``alone`` runs while no other worker runs a test:
+    every test holds a shared lock, an ``alone`` test the exclusive one. A gate lock, held
+    by the ``alone`` test while it waits, keeps the other workers from starting new tests
+    meanwhile (a shared lock alone would let them starve it). Without xdist: nothing."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    import fcntl
+
+    alone = request.node.get_closest_marker("alone") is not None
+    run_dir = tmp_path_factory.getbasetemp().parent  # shared by the workers of one run
+    with contextlib.ExitStack() as stack:
+        gate = stack.enter_context(open(run_dir / "attnkit-alone.gate", "a"))
+        lock = stack.enter_context(open(run_dir / "attnkit-alone.lock", "a"))
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
