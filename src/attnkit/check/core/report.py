@@ -36,6 +36,7 @@ CODES: dict[str, tuple[str, str]] = {
     "state-dict": (ERROR, "state_dict does not round-trip the module"),
     "dropout-in-eval": (ERROR, "dropout still active after eval()"),
     "causal-leak": (ERROR, "declared causal, a query sees later positions"),
+    "padding-ignored": (ERROR, "a padded key gets weight: the padding mask is not applied"),
     "mixes-queries": (ERROR, "a query's output changes with another query: heads split or "
                              "merged so that tokens mix"),
     "fully-masked-row": (WARNING, "a row with no allowed key is not 0"),

@@ -50,6 +50,7 @@ from typing import Any
 
 from ..core.report import CODES, ERROR
 from .compare import Comparison
+from .facts import read_facts
 from .judge import CallJudge
 from .masks import CallPlace
 from .report import ImplementationResult, LayerRow, ModelFinding, ModelReport
@@ -109,9 +110,15 @@ class _Check(CallJudge, Comparison):
         self.pad = self.pad0  # grows by one column per decoding step
         self.total = ids.shape[1]  # decoder tokens so far (decoder-only: the whole row)
         self.dec_total = 0
+        self.structure: dict[str, Any] = {}  # module name -> (B, L, L): see .facts
+        self.notes: list[str] = []
 
     # -- where a call's queries and keys sit ------------------------------------------------
-    def place(self, module: Any, name: str, B: int, Tq: int, Tk: int) -> CallPlace:
+    def place(self, module: Any, name: str, B: int, Tq: int, Tk: int, *,
+              n_tokens: int | None = None, structure: bool = True) -> CallPlace:
+        """Where a call's queries and keys sit (``n_tokens``: as if that many tokens,
+        every one real, existed; ``structure``: apply what the model's own mask code
+        builds where it differs from the config, see :mod:`.facts`)."""
         torch = self.torch
         lower = name.lower()
         causal = bool(getattr(module, "is_causal", True)) and \
@@ -128,6 +135,8 @@ class _Check(CallJudge, Comparison):
                                  query_real=(torch.ones(B, Tq, dtype=torch.bool) if cross
                                              else self.pad0), causal=False)
             total, pad = self.dec_total, torch.ones(B, self.dec_total, dtype=torch.bool)
+        elif n_tokens is not None:
+            total, pad = n_tokens, torch.ones(B, n_tokens, dtype=torch.bool)
         else:
             total, pad = self.total, self.pad
         q_index = torch.arange(total - Tq, total)
@@ -145,10 +154,17 @@ class _Check(CallJudge, Comparison):
         q_doc = k_doc = None
         if self.docs is not None:
             q_doc, k_doc = self.docs[:, q_index], self.docs[:, k_index.clamp(max=total - 1)]
-        return CallPlace(q_index=q_index, k_index=k_index, key_real=key_real,
-                         query_real=pad[:, q_index], causal=causal, window=window,
-                         chunk=chunk, left_pad=left_pad, q_doc=q_doc, k_doc=k_doc,
-                         n_tokens=total)
+        place = CallPlace(q_index=q_index, k_index=k_index, key_real=key_real,
+                          query_real=pad[:, q_index], causal=causal, window=window,
+                          chunk=chunk, left_pad=left_pad, q_doc=q_doc, k_doc=k_doc,
+                          n_tokens=total)
+        own = self.structure.get(name) if structure else None
+        if own is not None and int(k_index.max()) < own.shape[-1]:
+            place.structure = own[:, q_index][:, :, k_index]
+            later = torch.arange(own.shape[-1])
+            place.causal = not bool((own & (later[None, :] > later[:, None])).any())
+            place.window = place.chunk = place.q_doc = place.k_doc = None
+        return place
 
     def layer_type(self, module: Any) -> str:
         cfg = self.text_config
@@ -404,6 +420,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
     model.eval()
     check = _Check(model, inputs, generate, sample, save_to)
     check.compared = len(impls) > 1  # one implementation: no outputs kept to compare with
+    read_facts(check, report, inputs, generate)
     if progress is None:  # a terminal, or a model whose check takes a while
         layers = getattr(model.config.get_text_config(), "num_hidden_layers", 0) or 0
         progress = sys.stderr.isatty() or layers * len(impls) * (generate + 1) >= 200

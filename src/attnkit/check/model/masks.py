@@ -38,6 +38,10 @@ class CallPlace:
         q_doc: ``(B, Tq)`` packed-document id of each query, or None.
         k_doc: ``(B, Tk)`` packed-document id of each key, or None.
         n_tokens: tokens that exist so far (keys at or past it are empty cache slots).
+        structure: ``(B, Tq, Tk)`` bool, the mask the model's own code builds for this
+            layer with every token real (:mod:`.facts`), where it differs from what the
+            config says; it then replaces ``causal``, ``window``, ``chunk`` and the
+            documents. None: the config's facts.
     """
 
     q_index: torch.Tensor
@@ -51,6 +55,7 @@ class CallPlace:
     q_doc: torch.Tensor | None = None
     k_doc: torch.Tensor | None = None
     n_tokens: int = 0
+    structure: torch.Tensor | None = None
 
 
 def expected_keep(place: CallPlace, *, window: bool = True) -> torch.Tensor:
@@ -59,6 +64,8 @@ def expected_keep(place: CallPlace, *, window: bool = True) -> torch.Tensor:
     q = place.q_index[:, None]
     k = place.k_index[None, :]
     keep = place.key_real[:, None, :].expand(-1, q.shape[0], -1).clone()
+    if place.structure is not None:
+        return keep & place.structure
     if place.causal:
         keep &= k <= q
     if window and place.window is not None:
@@ -131,6 +138,8 @@ def _why(place: CallPlace, b: int, i: int, j: int) -> str:
             else "a padded key"
     if place.causal and kj > qi:
         return "a future key"
+    if place.structure is not None:
+        return "a key this layer's own mask code excludes"
     if place.window is not None and qi - kj >= place.window:
         return f"outside the sliding window of {place.window}"
     if place.chunk is not None:

@@ -140,6 +140,9 @@ class ModelReport:
         implementations: one :class:`ImplementationResult` each, in the order given
             (differences are measured against the first).
         seconds: wall time.
+        notes: facts about the model said as facts, not findings (a layer's own mask
+            code that the config does not describe, packed documents the model does not
+            split, decoding not applicable).
     """
 
     model: str
@@ -147,6 +150,7 @@ class ModelReport:
     inputs: str = ""
     implementations: list[ImplementationResult] = field(default_factory=list)
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -209,6 +213,7 @@ class ModelReport:
         lines = [w["title"].format(model=self.model),
                  "  " + w["inputs"].format(dtype=self.dtype, inputs=inputs,
                                            seconds=self.seconds)]
+        lines += [f"  note: {n}" for n in self.notes]
         first = self.implementations[0].name if self.implementations else ""
         for r in self.implementations:
             status = w["ran"] if r.status == "ran" else r.status
