@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.report import CODES, ERROR
+from .accounting import account
 from .compare import Comparison
 from .facts import read_facts
 from .judge import CallJudge
@@ -64,6 +65,7 @@ from .session import (
     register_wrapper,
     unregister_wrappers,
 )
+from .steps import Steps, cannot_load
 
 __all__ = ["DEFAULT_IMPLEMENTATIONS", "ImplementationResult", "LayerRow", "ModelFinding",
            "ModelReport", "check_model"]
@@ -71,7 +73,7 @@ __all__ = ["DEFAULT_IMPLEMENTATIONS", "ImplementationResult", "LayerRow", "Model
 DEFAULT_IMPLEMENTATIONS = ("eager", "sdpa", "attnkit")
 
 
-class _Check(CallJudge, Comparison):
+class _Check(CallJudge, Comparison, Steps):
     """One ``check_model`` run: the model's facts (padding, positions, packed documents),
     where each call's queries and keys sit, the findings, and the steps of each
     implementation's run (judging: :class:`CallJudge`; comparing: :class:`Comparison`)."""
@@ -95,12 +97,13 @@ class _Check(CallJudge, Comparison):
         self.compared = True
         self.plan: list[Any] = []  # the tokens fed at each decoding step
         self.bar: Any = _bar(0, False)
-        ids = inputs["input_ids"]
-        self.B = ids.shape[0]
+        ids = inputs.get("input_ids")
+        self.B = next(x for x in inputs.values() if isinstance(x, torch.Tensor)).shape[0]
         am = inputs.get("attention_mask")
-        # the model's facts live on the CPU, whatever device the model runs on
-        self.pad0 = (torch.ones(ids.shape, dtype=torch.bool) if am is None
-                     else am.bool().cpu())
+        # the model's facts live on the CPU, whatever device the model runs on; images and
+        # sounds: every position real, the length known at the first call (see place)
+        self.pad0 = None if ids is None else (
+            torch.ones(ids.shape, dtype=torch.bool) if am is None else am.bool().cpu())
         self.docs = None
         pos = inputs.get("position_ids")
         if pos is not None and am is None and not self.enc_dec:
@@ -108,7 +111,8 @@ class _Check(CallJudge, Comparison):
             first = pos[:, :1] - 1
             self.docs = (torch.diff(pos, prepend=first, dim=-1) != 1).cumsum(-1)
         self.pad = self.pad0  # grows by one column per decoding step
-        self.total = ids.shape[1]  # decoder tokens so far (decoder-only: the whole row)
+        # decoder tokens so far (decoder-only: the whole row)
+        self.total = 0 if ids is None else ids.shape[1]
         self.dec_total = 0
         self.structure: dict[str, Any] = {}  # module name -> (B, L, L): see .facts
         self.notes: list[str] = []
@@ -121,6 +125,9 @@ class _Check(CallJudge, Comparison):
         builds where it differs from the config, see :mod:`.facts`)."""
         torch = self.torch
         lower = name.lower()
+        if self.pad0 is None:  # no token ids: the first call (an encoder's) gives the length
+            self.pad0 = self.pad = torch.ones(B, Tk, dtype=torch.bool)
+            self.total = Tk
         causal = bool(getattr(module, "is_causal", True)) and \
             bool(getattr(self.text_config, "is_causal", True))
         if self.enc_dec:
@@ -217,6 +224,11 @@ class _Check(CallJudge, Comparison):
         name = register_wrapper(impl, session)
         model = self.model
         before = model.config._attn_implementation
+        missing = cannot_load(model, impl)
+        if missing is not None:
+            session.result.status = f"refused: {missing}"
+            session.result.unloaded = True
+            return session.result
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -242,86 +254,18 @@ class _Check(CallJudge, Comparison):
             else:
                 session.result.status = f"refused: {err}"
         except Exception as err:  # the model itself may fail under this implementation
+            too_long = self.too_long()
+            if too_long:
+                session.result.status = f"refused: {too_long}"
+                return session.result
             session.result.status = f"refused: {type(err).__name__}: {first_line(err)}"
         finally:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 model.set_attn_implementation(before)
         self.finish(session)
+        account(self, session)
         return session.result
-
-    def steps(self, s: Session, bar: Any) -> None:
-        torch = self.torch
-        model = self.model
-        device = next(model.parameters()).device
-        inputs = {n: (x.to(device) if isinstance(x, torch.Tensor) else x)
-                  for n, x in self.inputs.items()}
-        packed = self.docs is not None
-        use_cache = self.generate > 0 and not packed
-        am = inputs.get("attention_mask")
-        self.pad = self.pad0
-        self.total = inputs["input_ids"].shape[1]
-        kw: dict[str, Any] = {"output_hidden_states": True, "use_cache": use_cache,
-                              "return_dict": True}
-        if self.enc_dec:
-            dec = inputs.get("decoder_input_ids")
-            if dec is None:
-                start = getattr(self.config, "decoder_start_token_id", 0) or 0
-                dec = torch.full((self.B, 1), start, dtype=torch.long, device=device)
-                inputs["decoder_input_ids"] = dec
-            self.dec_total = dec.shape[1]
-        elif am is not None and "position_ids" not in inputs and _takes(model, "position_ids"):
-            inputs["position_ids"] = (am.long().cumsum(-1) - 1).clamp(min=0)
-        s.step, s.call_index = 0, 0
-        out = model(**inputs, **kw)
-        self.hidden(s, out)
-        bar.update(1)
-        for step in range(1, self.generate + 1):
-            s.step, s.call_index = step, 0
-            if getattr(out, "logits", None) is None:
-                raise ValueError(f"generate={self.generate} needs a model with a language-"
-                                 f"model head (logits); {type(model).__name__} has none")
-            logits = out.logits[:, -1]
-            if len(self.plan) < step:
-                self.plan.append(logits.argmax(-1, keepdim=True))
-            nxt = self.plan[step - 1]
-            past = _cache_of(out)
-            cache_kw = "cache" if _takes(model, "cache") else "past_key_values"
-            if self.enc_dec:
-                self.dec_total += 1
-                out_enc = inputs.get("_encoder_outputs") or (out.encoder_last_hidden_state,)
-                inputs["_encoder_outputs"] = out_enc
-                out = model(encoder_outputs=out_enc, attention_mask=inputs.get("attention_mask"),
-                            decoder_input_ids=nxt, **{cache_kw: past}, **kw)
-            else:
-                self.total += 1
-                self.pad = torch.cat([self.pad, torch.ones(self.B, 1, dtype=torch.bool)], 1)
-                step_kw = {"input_ids": nxt, cache_kw: past}
-                if am is not None:
-                    step_kw["attention_mask"] = self.pad.long().to(device)
-                    if "position_ids" in inputs:
-                        last = inputs["position_ids"][:, -1:]
-                        inputs["position_ids"] = last + 1
-                        step_kw["position_ids"] = inputs["position_ids"]
-                out = model(**step_kw, **kw)
-            self.hidden(s, out)
-            bar.update(1)
-
-
-def _cache_of(out: Any) -> Any:
-    """The KV cache a forward returned (``cache`` from transformers 5.2x, else
-    ``past_key_values``)."""
-    fields = getattr(out, "__dataclass_fields__", {})
-    return getattr(out, "cache" if "cache" in fields else "past_key_values", None)
-
-
-def _takes(model: Any, name: str) -> bool:
-    import inspect
-
-    try:
-        return name in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _bar(total: int, enabled: bool | None) -> Any:
@@ -403,6 +347,9 @@ def check_model(model: Any, inputs: dict | None = None, *,
     if inputs is None:
         inputs = make_inputs(model, batch=batch, length=length, padding=padding)
         described = f"batch {batch}, length {length}, padding {padding}"
+        if "input_ids" not in inputs:
+            described = ", ".join(f"{n} {tuple(x.shape)}" for n, x in inputs.items()
+                                  if n != "decoder_input_ids") + ", random"
     else:
         check_inputs(model, inputs)
         ids = inputs["input_ids"]
@@ -432,5 +379,6 @@ def check_model(model: Any, inputs: dict | None = None, *,
         bar.close()
         model.train(training)
         unregister_wrappers()  # transformers' registries as they were before the check
+    report.notes += check.notes
     report.seconds = time.perf_counter() - t0
     return report

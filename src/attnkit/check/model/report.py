@@ -66,6 +66,7 @@ class LayerRow:
         diff_hidden: the same for the hidden state after the block holding this module.
         origin: ``"made here"`` (its own attention fails), ``"inherited"`` (it passes, but
             its output differs from the first implementation's), or "".
+        why: for a row whose verdict is ``"not checked"`` (no call of it was judged), why.
     """
 
     layer: str
@@ -79,6 +80,7 @@ class LayerRow:
     diff_attention: float | None = None
     diff_hidden: float | None = None
     origin: str = ""
+    why: str = ""
     _ratio: float = field(default=0.0, repr=False)
     _nan_step: int | None = field(default=None, repr=False)  # first step a row held NaN
 
@@ -99,6 +101,8 @@ class ImplementationResult:
         first_failing_layer: the first layer whose own attention failed, or None.
         masks: how the masks arrived (``"bool mask"``, ``"additive float mask"``, ...).
         reproducer: the ``.pt`` file of the first failing call, or "".
+        unloaded: the implementation could not be loaded (a package it needs is missing):
+            the report fails.
     """
 
     name: str
@@ -109,10 +113,18 @@ class ImplementationResult:
     first_failing_layer: str | None = None
     masks: list[str] = field(default_factory=list)
     reproducer: str = ""
+    unloaded: bool = False
 
     @property
     def ok(self) -> bool:
-        return not any(f.is_error for f in self.findings)
+        """No error finding, no layer left unchecked, and it could be loaded."""
+        return not any(f.is_error for f in self.findings) and not self.unchecked \
+            and not self.unloaded
+
+    @property
+    def unchecked(self) -> list[LayerRow]:
+        """The attention modules of the model that no judged call came from."""
+        return [row for row in self.layers if row.verdict == "not checked"]
 
     @property
     def calls(self) -> int:
@@ -154,8 +166,9 @@ class ModelReport:
 
     @property
     def ok(self) -> bool:
-        """True when no implementation has an error finding and at least one attention
-        call was judged (a check that judged nothing is not a pass)."""
+        """True when no implementation has an error finding, left an attention layer
+        unchecked or could not be loaded, and at least one attention call was judged (a
+        check that judged nothing is not a pass)."""
         return all(r.ok for r in self.implementations) and self.judged
 
     @property
@@ -163,6 +176,20 @@ class ModelReport:
         """True when some implementation ran to the end with at least one attention call
         judged (a run refused or cut short by attnkit's own failure does not count)."""
         return any(r.calls and not r.note for r in self.implementations)
+
+    @property
+    def reason(self) -> str:
+        """Why the report is not a pass when no finding says it, in one line, else ""."""
+        for r in self.implementations:
+            if r.unloaded:
+                return f"{r.name} could not be loaded: {r.status.removeprefix('refused: ')}"
+        for r in self.implementations:
+            if r.unchecked:
+                names = ", ".join(row.layer for row in r.unchecked[:3])
+                more = f" and {len(r.unchecked) - 3} more" if len(r.unchecked) > 3 else ""
+                return (f"{len(r.unchecked)} attention layer(s) not checked under {r.name}: "
+                        f"{names}{more}")
+        return ""
 
     @property
     def codes(self) -> list[str]:
@@ -228,6 +255,10 @@ class ModelReport:
                         f"{_pad(w['empty rows'], 14)} {_pad(w['verdict'], 18)} {diff_head}")
                 lines.append(head.rstrip())
                 for row in r.layers:
+                    if row.verdict == "not checked":
+                        lines.append(f"  {_short(row.layer):<34} {0:>5}  {'-':<20} "
+                                     f"{'-':<34} {'-':<14} not checked: {row.why}")
+                        continue
                     hold = "/".join(row.empty_hold) if row.empty_rows else ""
                     empty = f"{row.empty_rows} ({hold})" if row.empty_rows else "0"
                     err = f"{row.worst_error:.1e} / {row.bound:.1e}" if row.bound else "-"
@@ -259,6 +290,8 @@ class ModelReport:
                                                errors=n_err, warnings=n_warn)]
         if not self.judged:
             lines.append(w["nothing judged"])
+        elif self.reason:
+            lines.append(f"{w['FAILED']}: {self.reason}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
