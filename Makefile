@@ -11,7 +11,7 @@ LOCK := requirements.lock
 INSTALL := PIP_CONSTRAINT=$(LOCK) $(PIP) install --progress-bar on
 PIP_TOOLS := pip-tools==7.6.2
 
-.PHONY: demo test lint bench lock notebooks test-compat clean browser
+.PHONY: demo test lint bench lock notebooks test-compat test-models clean browser
 
 $(PY):
 	@echo ">> creating $(VENV) with $$($(PYTHON) --version)"
@@ -69,6 +69,11 @@ lock: | $(PY)
 # (.compat/), running tests/integrations and a smoke set of the rest; prints a table.
 test-compat: | $(PY)
 	$(PY) tools/compat.py
+
+# `attnkit check model` on ~50 architectures x float32/bfloat16/float16 x left/right/no
+# padding (eager, sdpa, attnkit; two decoding steps): prints the table, fails on any error.
+test-models: $(VENV)/.stamp-test
+	$(PY) tools/check_models.py
 
 clean:
 	rm -rf $(VENV) .compat attnkit-out .pytest_cache
