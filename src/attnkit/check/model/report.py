@@ -205,6 +205,7 @@ class ModelReport:
         d = asdict(self)
         d["ok"] = self.ok
         d["judged"] = self.judged
+        d["reason"] = self.reason or None
         for r, item in zip(self.implementations, d["implementations"]):
             item["ok"], item["calls"] = r.ok, r.calls
             item["warning"] = r.note or None
