@@ -1,7 +1,8 @@
 """The acceptance matrix of ``attnkit check model`` (``make test-models``): every architecture
 of :mod:`attnkit.check.model.zoo` built from a tiny random config, checked with eager, SDPA
 and attnkit in float32, bfloat16 and float16, padded left, right and not at all, with two
-decoding steps where it has a language-model head, and with packed documents (position ids
+decoding steps where it has a language-model head (the check's own loop and the
+model's generate() with a dynamic and a static cache), and with packed documents (position ids
 that restart) where the zoo marks it. Prints one row per architecture; a cell is ``ok``
 (no error finding), the codes found, or why nothing was judged. Exits 1 when any cell is
 not ``ok`` (an architecture the installed transformers lacks is ``-``, not a failure).
@@ -51,7 +52,7 @@ def check_one(model, arch, padding: str | None) -> str:
         else:
             report = check_model(model, implementations=list(IMPLEMENTATIONS),
                                  generate=generate, padding=padding or "none",
-                                 progress=False)
+                                 progress=False, generate_api=True)
     except Exception as err:  # the matrix reports, it never stops
         return f"raised {type(err).__name__}: {str(err)[:50]}"
     return cell(report)

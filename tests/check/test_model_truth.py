@@ -204,3 +204,19 @@ def test_vision_and_speech_models_get_inputs_made_from_their_config(name):
     report = check_model(zoo(name), generate=1 if name == "whisper" else 0)
     assert_clean(report)
     assert "pixel_values" in report.inputs or "input_features" in report.inputs
+
+
+def test_model_generate_with_a_static_cache_is_checked_too():
+    """A kernel registered without a mask function builds its causal mask itself, bottom-
+    right: right in the check's own loop (a dynamic cache holds only real keys) and wrong
+    in ``model.generate()`` with a static cache: in its prefill (12 queries, 14 cache
+    slots) the bottom-right diagonal lets query 0 see the real keys 1 and 2."""
+    own_loop = check_model(tiny_model("llama"), implementations=["eager", "fault-no-window"],
+                           generate=2, padding="none")
+    assert own_loop.ok, own_loop.table(reproducers=False)
+    report = check_model(tiny_model("llama"), implementations=["eager", "fault-no-window"],
+                         generate=2, padding="none", generate_api=True)
+    assert report.implementations[0].ok and not report.implementations[0].findings
+    (f,) = report.findings("fault-no-window")
+    assert (f.code, f.step, f.query, f.key) == ("mask-mismatch", 6, 0, 1)
+    assert "static cache" in f.case and "a future key" in f.message, (f.case, f.message)

@@ -1,7 +1,8 @@
 """``attnkit check model`` never calls an unmodified model wrong: one row per architecture of
 the zoo (:mod:`attnkit.check.model.zoo`, ~50 tiny random configs: decoders, encoders,
 encoder-decoders, vision and speech models), float32, a left-padded batch and one decoding
-step where the model has a head, eager, SDPA and attnkit: no error finding and every
+step where the model has a head (the check's loop, and ``model.generate()`` with a dynamic
+and a static cache), eager, SDPA and attnkit: no error finding and every
 attention module judged. An architecture the installed transformers lacks is skipped with
 the reason. The full dtype x padding matrix is ``make test-models`` (tools/check_models.py).
 """
@@ -37,7 +38,8 @@ def test_an_unmodified_model_has_no_error_finding(name):
         pytest.skip(str(err))
     arch = ARCHITECTURES[name]
     report = check_model(model, implementations=["eager", "sdpa", "attnkit"], length=8,
-                         generate=1 if arch.head else 0, padding="left", progress=False)
+                         generate=1 if arch.head else 0, padding="left", progress=False,
+                         generate_api=True)
     assert report.ok, report.table(reproducers=False)
     assert not [f for r in report.implementations for f in r.findings if f.is_error]
     eager = report.implementations[0]

@@ -114,6 +114,7 @@ class _Check(CallJudge, Comparison, Steps):
         # decoder tokens so far (decoder-only: the whole row)
         self.total = 0 if ids is None else ids.shape[1]
         self.dec_total = 0
+        self.generate_api = False  # also model.generate(): see Steps.through_generate
         self.structure: dict[str, Any] = {}  # module name -> (B, L, L): see .facts
         self.notes: list[str] = []
 
@@ -198,8 +199,9 @@ class _Check(CallJudge, Comparison, Steps):
                 s.result.first_failing_layer = f"{row.layer} (step {s.step})"
         if code in (f.code for f in s.result.findings):
             return
-        parts = [f"step {where['step']}" + (" (prefill)" if where["step"] == 0 else
-                                            " (decoding)"), f"layer {where['layer']}"]
+        parts = [f"step {where['step']}" + (f" ({s.path})" if s.path else " (prefill)"
+                                            if where["step"] == 0 else " (decoding)"),
+                 f"layer {where['layer']}"]
         parts += [f"{n} {x}" for n, x in (("batch", batch), ("head", head), ("query", query),
                                           ("key", key)) if x is not None]
         f = ModelFinding(code, message, measured, ", ".join(parts), "", s.impl, where["step"],
@@ -244,6 +246,10 @@ class _Check(CallJudge, Comparison, Steps):
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self.steps(session, bar)
+                if self.generate_api and self.generate and not self.enc_dec and \
+                        "input_ids" in self.inputs and self.docs is None and \
+                        getattr(self.model, "can_generate", lambda: False)():
+                    self.through_generate(session)
         except CheckFailed as err:
             session.result.status = (f"not judged: attnkit's check failed at step "
                                      f"{session.step} ({err}); please report it")
@@ -293,7 +299,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
                 implementations: Sequence[str] | None = None, generate: int = 0,
                 sample: int | None = None, save_to: str | Path | None = None,
                 batch: int = 2, length: int = 12, padding: str = "left",
-                progress: bool | None = None) -> ModelReport:
+                progress: bool | None = None, generate_api: bool = False) -> ModelReport:
     """Judge every attention call of ``model`` under each implementation.
 
     Args:
@@ -317,6 +323,10 @@ def check_model(model: Any, inputs: dict | None = None, *,
             ``"left"``, ``"right"`` or ``"none"``).
         progress: a progress bar on stderr over implementations and steps (None: when
             stderr is a terminal, or layers x implementations x steps >= 200).
+        generate_api: with ``generate``, also run transformers' own ``model.generate()``
+            with a dynamic and then a static cache (decoder-only models with a head,
+            unpacked inputs), every call judged; its steps are numbered after the check's
+            own loop (``generate + 1`` on, then ``2 * (generate + 1)`` on).
 
     Returns:
         A :class:`ModelReport`; ``report.ok`` is False when any finding is an error (a
@@ -366,6 +376,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
     training = model.training
     model.eval()
     check = _Check(model, inputs, generate, sample, save_to)
+    check.generate_api = generate_api
     check.compared = len(impls) > 1  # one implementation: no outputs kept to compare with
     read_facts(check, report, inputs, generate)
     if progress is None:  # a terminal, or a model whose check takes a while

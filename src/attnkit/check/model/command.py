@@ -45,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser, positive_int: Callable[[str], int]
                    default=12, help="T of the random inputs (default: 12)")
     p.add_argument("--generate", type=non_negative_int, default=0, metavar="N",
                    help="decoding steps with a KV cache after the prefill (default: 0)")
+    p.add_argument("--generate-api", action="store_true",
+                   help="with --generate, also run the model's own generate() with a dynamic "
+                        "and a static cache, every attention call judged")
     p.add_argument("--sample", type=positive_int, default=None, metavar="N",
                    help="judge at most N heads and N queries per call against the oracle "
                         "(large models)")
@@ -71,6 +74,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         model = (tiny_model(args.tiny, args.dtype) if args.tiny
                  else load_model(args.model, args.dtype))
         report = check_model(model, implementations=impls, generate=args.generate,
+                             generate_api=args.generate_api,
                              sample=args.sample, save_to=args.save, batch=args.batch,
                              length=args.length, padding=args.padding)
     except ImportError as err:  # the transformers extra is missing: the install line

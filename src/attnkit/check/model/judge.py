@@ -51,7 +51,7 @@ class CallJudge:
                       f"transformers expects (B, Tq, H, Dv) = {(B, Tq, H, Dv)}{hint}", "",
                       where)
             return
-        keep, bias, words = received_keep(mask, module, kwargs, q, k)
+        keep, bias, words = received_keep(mask, module, kwargs, q, k, s.sdpa_masks)
         if words not in s.result.masks:
             s.result.masks.append(words)
         keep4 = keep.expand(B, H, Tq, Tk)

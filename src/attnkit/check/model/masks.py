@@ -82,7 +82,8 @@ def expected_keep(place: CallPlace, *, window: bool = True) -> torch.Tensor:
 
 
 def received_keep(mask: Any, module: Any, kwargs: dict, q: torch.Tensor,
-                  k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, str]:
+                  k: torch.Tensor, top_left: bool = False
+                  ) -> tuple[torch.Tensor, torch.Tensor | None, str]:
     """What an attention function received, as ``(keep, bias, words)``.
 
     ``keep`` is bool ``(B or 1, H or 1, Tq, Tk)``; ``bias`` a float tensor added to the
@@ -92,6 +93,9 @@ def received_keep(mask: Any, module: Any, kwargs: dict, q: torch.Tensor,
     A mask of None means what transformers means by it: causal when ``is_causal`` (or the
     module's ``is_causal``) and ``Tq > 1``, aligned bottom-right (with ``Tq == Tk``, as
     transformers sends None, both alignments agree), cut to ``sliding_window`` when given.
+    ``top_left``: the mask came from transformers' ``sdpa_mask``, which also drops the mask
+    of a static cache's prefill (``Tq < Tk``, the keys after the last query empty slots)
+    because PyTorch's ``is_causal`` aligns top-left: read it so.
     """
     Tq, Tk = q.shape[-2], k.shape[-2]
     bias = kwargs.get("position_bias")
@@ -100,7 +104,7 @@ def received_keep(mask: Any, module: Any, kwargs: dict, q: torch.Tensor,
         is_causal = kwargs.get("is_causal")
         is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
         keep = torch.ones(Tq, Tk, dtype=torch.bool)
-        i = torch.arange(Tq)[:, None] + (Tk - Tq)
+        i = torch.arange(Tq)[:, None] + (0 if top_left else Tk - Tq)
         j = torch.arange(Tk)[None, :]
         words = "no mask"
         if is_causal and Tq > 1:

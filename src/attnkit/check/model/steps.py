@@ -30,6 +30,45 @@ class Steps:
         return (f"the input needs {tokens} positions (with its decoding steps), more than "
                 f"this model's {field} = {config[field]}: give a shorter --length")
 
+    def through_generate(self, s: Any) -> None:
+        """``model.generate()`` with a dynamic and then a static cache, greedy, the
+        decoding steps asked for, every call judged as in :meth:`steps` (steps numbered
+        on from the check's own loop: ``generate + 1`` on, then ``2 * (generate + 1)`` on).
+        Its tokens are its own, so nothing is compared with the first implementation."""
+        torch = self.torch
+        model = self.model
+        ids = self.inputs["input_ids"]
+        device = next(model.parameters()).device
+        am = self.inputs.get("attention_mask")
+        state = {"n": 0, "first": 0}
+
+        def pre(module: Any, args: Any, kwargs: dict) -> None:
+            x = kwargs.get("input_ids", args[0] if args else None)
+            n = state["n"]
+            s.step, s.call_index = state["first"] + n, 0
+            if n == 0:
+                self.total, self.pad = ids.shape[1], self.pad0
+            else:
+                new = x.shape[1]
+                self.total += new
+                self.pad = torch.cat([self.pad, torch.ones(self.B, new, dtype=torch.bool)], 1)
+            state["n"] += 1
+
+        compared, self.compared = self.compared, False
+        hook = model.register_forward_pre_hook(pre, with_kwargs=True)
+        try:
+            for k, cache in enumerate(("dynamic", "static")):
+                state["n"], state["first"] = 0, (k + 1) * (self.generate + 1)
+                s.path = f"model.generate(), {cache} cache"
+                model.generate(input_ids=ids.to(device), attention_mask=None if am is None
+                               else am.to(device), max_new_tokens=self.generate,
+                               min_new_tokens=self.generate, do_sample=False,
+                               cache_implementation=cache, pad_token_id=0)
+        finally:
+            hook.remove()
+            self.compared = compared
+            s.path = ""
+
     def steps(self, s: Any, bar: Any) -> None:
         """Run the prefill and the decoding steps of implementation session ``s``."""
         torch = self.torch
