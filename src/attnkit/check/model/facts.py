@@ -28,7 +28,8 @@ PROBE_NAME = "attnkit-check-facts"
 def read_structure(check: Any, inputs: dict, extra_tokens: int) -> dict[str, torch.Tensor]:
     """``{module name: (B, L, L) bool}``: the keep-mask each attention module got from the
     model's own mask code, every token real, over ``L = T + extra_tokens`` positions; only
-    the modules where it differs from the config's expected mask.
+    the modules where it differs from the config's expected mask (compared call by call,
+    so one layer's mask is held at a time).
 
     Args:
         check: the running check (``model``, ``names``, ``place``, ``docs``, ``B``).
@@ -42,16 +43,22 @@ def read_structure(check: Any, inputs: dict, extra_tokens: int) -> dict[str, tor
     ids = inputs.get("input_ids")
     if ids is None or check.enc_dec:
         return {}
-    got: dict[str, torch.Tensor] = {}
+    differs: dict[str, torch.Tensor] = {}
+    seen: set[str] = set()
 
     def record(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
                *args: Any, **kwargs: Any) -> Any:
         name = check.names.get(id(module))
-        if name is not None and name not in got:
-            keep, _, _ = received_keep(attention_mask, module, kwargs, query, key)
-            B, Tq, Tk = query.shape[0], query.shape[-2], key.shape[-2]
-            got[name] = keep.expand(B, -1, Tq, Tk).all(1).cpu()
         B, H, Tq = query.shape[0], query.shape[1], query.shape[-2]
+        if name is not None and name not in seen and Tq == key.shape[-2] == L:
+            seen.add(name)  # compared at once: only the layers that differ are kept
+            keep, _, _ = received_keep(attention_mask, module, kwargs, query, key)
+            keep = keep.expand(B, -1, L, L).all(1).cpu()
+            place = check.place(module, name, B, L, L, n_tokens=L, structure=False)
+            place.key_real = torch.ones(B, L, dtype=torch.bool)
+            place.query_real = torch.ones(B, L, dtype=torch.bool)
+            if not torch.equal(expected_keep(place), keep):
+                differs[name] = keep
         return query.new_zeros(B, Tq, H, value.shape[-1]), None
 
     device = ids.device
@@ -59,6 +66,7 @@ def read_structure(check: Any, inputs: dict, extra_tokens: int) -> dict[str, tor
     full = ids
     if extra_tokens:
         full = torch.cat([ids, ids[:, -1:].expand(B, extra_tokens)], 1)
+    L = full.shape[1]
     kw: dict[str, Any] = {"input_ids": full, "use_cache": False}
     if inputs.get("position_ids") is not None and check.docs is not None:
         kw["position_ids"] = inputs["position_ids"]
@@ -85,17 +93,6 @@ def read_structure(check: Any, inputs: dict, extra_tokens: int) -> dict[str, tor
                 iface._global_mapping.pop(PROBE_NAME, None)
             else:
                 iface._global_mapping[PROBE_NAME] = value
-    L = full.shape[1]
-    differs = {}
-    for name, keep in got.items():
-        if keep.shape[-2:] != (L, L):
-            continue
-        module = dict(model.named_modules())[name]
-        place = check.place(module, name, B, L, L, n_tokens=L, structure=False)
-        place.key_real = torch.ones(B, L, dtype=torch.bool)
-        place.query_real = torch.ones(B, L, dtype=torch.bool)
-        if not torch.equal(expected_keep(place), keep):
-            differs[name] = keep
     return differs
 
 
