@@ -1,50 +1,78 @@
-"""Every attention layer of the model accounted for: the attention modules are found by
-walking the model (not only from the calls that arrived), and a module no call of which
-was judged gets a row "not checked" with the reason, which keeps the report from passing."""
+"""Accounting for every attention layer of a model: the attention modules found by walking
+it, against the modules whose calls were judged; a module never judged is named with the
+reason ("not checked: ..."), never passed in silence. Used by ``check_model`` on any
+PyTorch model; kept apart so that every kind of model check can use it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .report import LayerRow
-
-__all__ = ["NOT_CHECKED", "account", "attention_modules"]
+__all__ = ["NOT_CHECKED", "account", "not_checked"]
 
 NOT_CHECKED = "not checked"
 
+_INLINE = ("it ran but made no call of torch.nn.functional.scaled_dot_product_attention, "
+           "flex_attention or nn.MultiheadAttention: attention computed inline cannot be "
+           "judged on what it received (call F.scaled_dot_product_attention, or pass the "
+           "function as --implementation)")
 
-def _is_attention(module: Any) -> bool:
-    return type(module).__name__.lower().endswith("attention")
+
+def _related(a: str, b: str) -> bool:
+    """``a`` is ``b``, inside it, or holds it (``""`` is the model: it holds everything)."""
+    if a == b or not a or not b:
+        return True
+    return a.startswith(b + ".") or b.startswith(a + ".")
 
 
-def attention_modules(model: Any) -> list[str]:
-    """The names of ``model``'s attention modules, in module order: those whose class name
-    ends in ``Attention`` and that hold no such module themselves (``BertAttention`` holds
-    ``BertSelfAttention``, which is the one that calls the attention function)."""
-    names = []
-    for name, module in model.named_modules():
-        if _is_attention(module) and not any(_is_attention(m) for _, m in
-                                             module.named_modules() if m is not module):
-            names.append(name)
-    return names
+def not_checked(found: Mapping[str, str], judged: Iterable[str], ran: Mapping[str, int],
+                inline: str = _INLINE,
+                not_ran: str = "it did not run on these inputs") -> dict[str, str]:
+    """The attention modules no judged call accounts for, with why.
+
+    Args:
+        found: ``{module name: why it counts as attention}`` (from walking the model).
+        judged: names of the modules calls were judged for (a call from a module counts
+            for the modules inside it and around it: a wrapper, the function it calls).
+        ran: ``{module name: forward calls}`` of the run.
+        inline: the reason given for a module that ran and made no call.
+        not_ran: the reason given for a module that did not run.
+
+    Returns:
+        ``{module name: reason}``, in the model's order.
+    """
+    judged = list(judged)
+    out: dict[str, str] = {}
+    for name in found:
+        if any(_related(name, j) and j for j in judged):
+            continue
+        if not ran.get(name):
+            out[name] = not_ran
+        else:
+            out[name] = inline
+    return out
+
+
+_NO_INTERFACE = ("no call of it reached transformers' AttentionInterface (its forward "
+                 "computes attention itself, or it did not run on these inputs)")
 
 
 def account(check: Any, session: Any) -> None:
-    """Add a "not checked" row for each attention module of ``check.model`` that no judged
-    call came from (``session``: one implementation's run that got to run the model), and
-    put the rows in module order."""
+    """A transformers model: add a "not checked" row, with why, for each attention module
+    of ``check.model`` (found by walking it) that no judged call of ``session`` (one
+    implementation's run that got to run the model) accounts for; rows in module order."""
+    from .report import LayerRow
+    from .torch_calls import attention_modules
+
     result = session.result
     if result.status.startswith(("refused", "not judged")):
         return  # nothing ran: the implementation's note says why
-    order = {name: i for i, (name, _) in enumerate(check.model.named_modules())}
+    found = attention_modules(check.model)
     stopped = result.status.startswith("stopped")
-    for name in attention_modules(check.model):
-        if name in session.rows:
-            continue
-        row = LayerRow(name, verdict=NOT_CHECKED)
-        row.why = ("the run stopped before it" if stopped else
-                   "no call of it reached transformers' AttentionInterface (its forward "
-                   "computes attention itself, or it did not run on these inputs)")
-        session.rows[name] = row
+    missing = not_checked(found, session.rows, {name: 1 for name in found},
+                          inline="the run stopped before it" if stopped else _NO_INTERFACE)
+    for name, why in missing.items():
+        row = session.rows[name] = LayerRow(name, verdict=NOT_CHECKED, note=why)
         result.layers.append(row)
+    order = {name: i for i, (name, _) in enumerate(check.model.named_modules())}
     result.layers.sort(key=lambda r: order.get(r.layer, len(order)))
