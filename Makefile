@@ -21,7 +21,7 @@ UV := uv==0.13.9
 # the slowest tests listed at the end.
 PYTEST_ARGS ?= -n auto --dist worksteal --durations=15
 
-.PHONY: demo test lint bench lock notebooks test-compat test-platforms clean browser
+.PHONY: demo test lint bench lock notebooks test-compat test-platforms test-models clean browser
 
 $(PY):
 	@echo ">> creating $(VENV) with $$($(PYTHON) --version)"
@@ -94,6 +94,11 @@ test-platforms: | $(PY)
 # (.compat/), running tests/integrations and a smoke set of the rest; prints a table.
 test-compat: | $(PY)
 	$(PY) tools/compat.py
+
+# `attnkit check model` on ~50 architectures x float32/bfloat16/float16 x left/right/no
+# padding (eager, sdpa, attnkit; two decoding steps): prints the table, fails on any error.
+test-models: $(VENV)/.stamp-test
+	$(PY) tools/check_models.py
 
 clean:
 	rm -rf $(VENV) .compat attnkit-out .pytest_cache
