@@ -116,6 +116,14 @@ CODES: dict[str, dict[str, str]] = {
         what="Declared causal, the code lets a query see keys after its position.",
         why="A language model trained so reads the answer it is meant to predict.",
         fix="Mask the scores of keys j > i + Tk - Tq (bottom-right) before the softmax."),
+    "padding-ignored": dict(
+        title="a padded key gets weight",
+        what="A real query gives weight to keys at padded positions: the attention ignores "
+             "the padding mask it was given.",
+        why="The same sentence then gets another output when the batch is padded "
+            "differently, and padding tokens leak into every real position.",
+        fix="Apply the padding mask (attention_mask, key_padding_mask or valid_lens) to the "
+            "scores before the softmax, together with any causal mask."),
     "mixes-queries": dict(
         title="a query's output changes with another query: heads split or merged so that "
               "tokens mix",

@@ -104,4 +104,26 @@ AttentionMaskInterface.register("mine", sdpa_mask)  # the padding and causal mas
 report = check_model(tiny_model("llama"), implementations=["mine"], padding="left")
 assert report.ok, report.codes
 '''),
+    "padding-ignored": (
+        _MODEL + '''    # is_causal builds its own mask: attention_mask, with the padding, is dropped
+    out = F.scaled_dot_product_attention(query, key, value, is_causal=query.shape[-2] > 1,
+                                         scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register("mine", my_attention)
+AttentionMaskInterface.register("mine", sdpa_mask)  # it receives the padding, and ignores it
+report = check_model(tiny_model("llama"), implementations=["mine"], padding="left")
+assert "padding-ignored" in report.codes
+''',
+        _MODEL + '''    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                         scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register("mine", my_attention)
+AttentionMaskInterface.register("mine", sdpa_mask)
+report = check_model(tiny_model("llama"), implementations=["mine"], padding="left")
+assert report.ok, report.codes
+'''),
 }

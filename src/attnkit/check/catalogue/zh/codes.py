@@ -93,6 +93,12 @@ CODES: dict[str, dict[str, str]] = {
         what="声明了因果注意力，但查询看到了它之后位置上的键。",
         why="这样训练的语言模型能直接读到它要预测的答案。",
         fix="在 softmax 之前掩蔽 j > i + Tk - Tq 的键的分数（右下角对齐）。"),
+    "padding-ignored": dict(
+        title="忽略了填充掩码",
+        what="真实的查询把权重分给了填充位置上的键：注意力没有用上传给它的填充掩码。",
+        why="同一句话只因批量里补齐的方式不同，输出就不同；填充词元的信息也混进了每个真实位置。",
+        fix="在 softmax 之前把填充掩码（attention_mask、key_padding_mask 或有效长度）连同因果"
+            "掩码一起作用到分数上。"),
     "mixes-queries": dict(
         title="查询之间相互串扰",
         what="只改动一个查询，其他查询的输出也跟着变了。",
