@@ -25,6 +25,11 @@ TEXTS.update({
                        "the causal mask, e.g. scores.masked_fill(~torch.tril(...), -inf), "
                        "before the softmax)",
     "measured.early-moved": "outputs at positions 0..2 moved",
+    "mha.mixes-queries-lengths": "changing query {query} alone changes the outputs of queries "
+                                 "{moved}, and the module raises when queries and keys differ "
+                                 "in length: the query and key lengths are mixed, so the "
+                                 "scores are not (B, Tq, Tk) normalised over the keys; look "
+                                 "for the unsqueeze, transpose, view or reshape that swaps them",
     "mha.mixes-queries": "changing query {query} alone changes the outputs of queries "
                          "{moved}: a query's output must depend only on its own query and the "
                          "keys/values. The heads are split or merged so that tokens mix: split "

@@ -22,6 +22,10 @@ TEXTS.update({
                        "上的值，位置 0..2 的输出就变了（请在 softmax 之前加上因果掩码，例如 "
                        "scores.masked_fill(~torch.tril(...), -inf)）",
     "measured.early-moved": "位置 0..2 的输出变了",
+    "mha.mixes-queries-lengths": "只改动查询 {query}，查询 {moved} 的输出也变了，而且查询和键长度"
+                                 "不同时模块会报错：查询长度和键长度被混淆了，分数不是在键上"
+                                 "归一化的 (B, Tq, Tk)；请找出把它们对调的那个 unsqueeze、"
+                                 "transpose、view 或 reshape",
     "mha.mixes-queries": "只改动查询 {query}，查询 {moved} 的输出也变了：每个查询的输出只应取决"
                          "于它自己和键、值。拆分或合并多个头的方式让词元混在了一起：拆分应写 "
                          "x.view(B, T, H, Dk).transpose(1, 2)，而不是 x.view(B, H, T, Dk)；"
