@@ -263,6 +263,7 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
     if not self_only:
         add(mixing, "queries independent: does changing query 4 move outputs 0..3?")
     add(h.large_logits(), "logits ~1e3 and ~1e4 (inputs scaled by 30 and 100)")
+    _oracle(h, factory, report, is_module, mixing, add)
     if mixing:
         # Tokens mixed by the heads' split or merge also leak masked keys and averaged
         # rows: the mask probes would blame the mask for the same bug.
@@ -293,6 +294,24 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
         "gradients: every parameter gets one; float64 central differences")
     h.m = built.obj
     add(dropout(h), "eval(): dropout off (dropout set to 0.5 where the module has it)")
+
+
+def _oracle(h: Any, factory: Any, report: Report, is_module: bool, mixing: list,
+            add: Any) -> None:
+    """Compare with the float64 oracle from the module's own weights
+    (:mod:`attnkit.check.mhaoracle`); its finding is left out where the queries' outputs
+    mix, which already says what is wrong."""
+    if not is_module:
+        report.oracle = {"compared": False, "why": "a NumPy module: its weights are not read"}
+        return
+    from .mhaoracle import compare_with_oracle
+
+    outcome = compare_with_oracle(h, factory)
+    report.oracle = outcome.as_dict()
+    if outcome.compared:
+        found = [outcome.finding] if outcome.finding is not None and not mixing else []
+        add(found, "the oracle: the attention core and the output, from the module's own "
+                   "weights")
 
 
 def _tried(factory: Any) -> str:

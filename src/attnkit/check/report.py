@@ -17,6 +17,18 @@ __all__ = ["CODES", "ERROR", "WARNING", "Finding", "Report", "first_line"]
 
 ERROR, WARNING = "error", "warning"
 
+# The oracle line of a multi-head report, per language ({structure} and {why} are the
+# check's own words).
+ORACLE_WORDS: dict[str, dict[str, str]] = {
+    "en": {"compared": "  compared with the float64 oracle from the module's own weights: "
+                       "{structure}",
+           "not compared": "  not compared with the oracle: {why}"},
+    "zh": {"compared": "  已用模块自己的权重与 float64 参考实现比较：{structure}",
+           "not compared": "  未与参考实现比较：{why}",
+           "no findings, not compared":
+               "只做了性质检查，没有发现问题（未与参考实现比较，原因见上）"},
+}
+
 # code -> (severity, what it means), in the order a report lists them.
 CODES: dict[str, tuple[str, str]] = {
     "call-failed": (ERROR, "the target could not be built, loaded or called"),
@@ -101,6 +113,10 @@ class Report:
         findings: at most one per code, errors first.
         cases: the names of the cases run.
         seconds: wall time of the check.
+        oracle: ``{"compared": bool, "why": str}`` (and ``"structure"`` for a module):
+            whether the outputs were compared with the float64 oracle, and why not. A
+            function check always compares; a multi-head module is compared from its own
+            weights where its structure can be read.
     """
 
     check: str
@@ -113,6 +129,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     cases: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    oracle: dict = field(default_factory=lambda: {"compared": True, "why": ""})
 
     @property
     def ok(self) -> bool:
@@ -185,8 +202,12 @@ class Report:
                 "behaves as causal") else "masks, empty rows and causal alignment were"
             lines.append(f"  {untested} not tested: no mask argument was recognised (declare "
                          f"one with --convention valid_lens, masked, keep, sdpa or additive)")
+        lines += self._oracle_lines()
         if not self.findings:
-            lines.append("  no findings: every case agrees with the oracle")
+            lines.append("  no findings: every case agrees with the oracle"
+                         if self.oracle.get("compared", True) else
+                         "  no findings from the property probes (not compared with the "
+                         "oracle, see above)")
         else:
             width = max(len(f.code) for f in self.findings)
             lines.append("")
@@ -207,6 +228,16 @@ class Report:
         lines += ["", f"{verdict}: {n_err} error(s), {len(self.findings) - n_err} warning(s)"]
         return "\n".join(lines)
 
+    def _oracle_lines(self, lang: str = "en") -> list[str]:
+        """The oracle line of a multi-head report: what was compared, or why not."""
+        if self.check != "multi-head":
+            return []
+        words = ORACLE_WORDS[lang]
+        if self.oracle.get("compared", True):
+            structure = self.oracle.get("structure", "")
+            return [words["compared"].format(structure=structure)] if structure else []
+        return [words["not compared"].format(why=self.oracle.get("why", ""))]
+
     def _text_zh(self, reproducers: bool) -> str:
         w = ZH_WORDS
         fields = [f"{w['framework']} {self.framework or w['not found']}",
@@ -222,8 +253,10 @@ class Report:
         if self.check == "attention" and self.convention.startswith("none"):
             causal = self.causality.startswith("behaves as causal")
             lines.append("  " + w["no mask, causal" if causal else "no mask"])
+        lines += self._oracle_lines("zh")
         if not self.findings:
-            lines.append("  " + w["no findings"])
+            lines.append("  " + (w["no findings"] if self.oracle.get("compared", True)
+                                 else ORACLE_WORDS["zh"]["no findings, not compared"]))
         for f in self.findings:
             title, diagnosis = ZH_CODES[f.code]
             lines += ["", f"  [{w[f.severity]}] {f.code}：{title}",

@@ -1,0 +1,404 @@
+"""``check_multi_head`` against the float64 oracle, computed from the module's own weights.
+
+The structure comes from one forward with hooks (:mod:`attnkit.check.mhastructure`). Two
+comparisons follow, each under the 2x rule of the function check:
+
+- the attention core: the oracle's ``softmax(q k^T / sqrt(d)) v`` on the q, k, v the
+  module's projections produced (captured), against the input of its output projection;
+- the whole output: the oracle from the module's input and a float64 copy of its weights,
+  against its output.
+
+So a report can say whether an error is in the attention or around it. An error is named
+when another reading fits under the same rule (:func:`explain`): a scale (named: no scale,
+``1/sqrt(E)``, ``1/d``, ``sqrt(d)``, else the fitted value, and, when the module can be
+built at a second head dim, "at every head dim"), the softmax over the queries axis,
+weights that do not sum to 1 (a sigmoid), another head count. Tokens of one batch example
+that move another's output are ``mixes-queries``. Where the module runs something the
+check cannot read between its projections and its scores (a norm, rotary embeddings,
+scores that depend on positions), nothing is claimed: the report says "not compared with the
+oracle" and why, and the property probes are all there is.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .mhacore import core, fit_scale, linear, oracle_core, passes
+from .mhainner import compare_inner
+from .mhastructure import (
+    Candidate,
+    Capture,
+    batch_first,
+    candidates,
+    capture,
+    heads_of,
+    output_projection,
+)
+from .report import Finding
+
+__all__ = ["Outcome", "compare_with_oracle"]
+
+B, T = 2, 5
+
+
+@dataclass
+class Outcome:
+    """What the oracle comparison found: ``compared`` False with ``why`` when it could not
+    compare; ``structure`` in words; ``finding`` when the module disagrees."""
+
+    compared: bool
+    why: str = ""
+    structure: str = ""
+    finding: Finding | None = None
+
+    def as_dict(self) -> dict:
+        d: dict[str, Any] = {"compared": self.compared, "why": self.why}
+        if self.structure:
+            d["structure"] = self.structure
+        return d
+
+
+def _rand(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().double().numpy()
+
+
+def _keeps(T_: int, causal: bool) -> list[tuple[bool, np.ndarray]]:
+    """The keep-mask of the comparison: causal for a module that behaves causal (the
+    causality probe), else every key."""
+    full = np.ones((T_, T_), dtype=bool)
+    return [(True, np.tril(full))] if causal else [(False, full)]
+
+
+class Reading:
+    """The captured tensors of one forward, in float64, for judging candidates."""
+
+    def __init__(self, cap: Capture, merged: torch.Tensor, o: Any) -> None:
+        self.cap, self.o = cap, o
+        Bn, Tq = cap.xq.shape[:2]
+        Tk = cap.xkv.shape[1]
+        self.P: dict[int, np.ndarray] = {}
+        self.P64: dict[int, np.ndarray] = {}
+        self.P32: dict[int, np.ndarray] = {}
+        for i, c in enumerate(cap.linears):
+            out = batch_first(c.out, Bn, Tq) if batch_first(c.out, Bn, Tq) is not None \
+                else batch_first(c.out, Bn, Tk)
+            x = batch_first(c.args[0], *out.shape[:2]) if out is not None else None
+            if out is None or x is None:
+                continue
+            self.P[i] = _np(out)
+            self.P64[i] = linear(_np(x), c.module.weight, c.module.bias)
+            self.P32[i] = linear(_np(x), c.module.weight, c.module.bias, np.float32)
+        self.got = _np(merged)
+        self.out = _np(cap.out)
+
+    def core_check(self, cand: Candidate, keep: np.ndarray) -> str | None:
+        q, k, v = cand.split(self.P)
+        scale = 1 / math.sqrt(cand.d)
+        ref = cand.merge(oracle_core(q, k, v, keep))
+        base = cand.merge(core(q, k, v, keep, scale, dtype=np.float32))
+        return passes(self.got, ref, base, "attention core")
+
+    def whole_check(self, cand: Candidate, keep: np.ndarray) -> str | None:
+        if self.o is None:
+            return None  # no output projection: the core is the output
+        q, k, v = cand.split(self.P64)
+        ref = linear(cand.merge(oracle_core(q, k, v, keep)), self.o.weight, self.o.bias)
+        q, k, v = cand.split(self.P32)
+        mid = cand.merge(core(q, k, v, keep, 1 / math.sqrt(cand.d), dtype=np.float32))
+        base = linear(mid, self.o.weight, self.o.bias, np.float32)
+        return passes(self.out, ref, base, "output")
+
+    def fits(self, cand: Candidate, keep: np.ndarray, scale: float, kind: str) -> str | None:
+        """None when the reading ``(scale, kind)`` explains the captured core."""
+        q, k, v = cand.split(self.P)
+        ref = cand.merge(core(q, k, v, keep, scale, kind))
+        base = cand.merge(core(q, k, v, keep, scale, kind, np.float32))
+        if passes(self.got, ref, base, "reading") is None:
+            return None
+        return "no"
+
+
+def compare_with_oracle(h: Any, factory: Any) -> Outcome:
+    """Compare the module under check (``h.m``, see :class:`~attnkit.check.mhaprobe.Harness`)
+    with the float64 oracle from its own weights.
+
+    Args:
+        h: the harness (how the module is called).
+        factory: what the user gave (a class or factory can be built again at another head
+            dim, to name a scale that does not follow it).
+
+    Returns:
+        An :class:`Outcome`: never a finding without a reading that explains it, never
+        ``compared`` True unless the core was compared.
+    """
+    E = 16
+    xq = _rand(B, T, E, seed=21)
+    xkv = xq if h.self_only else _rand(B, T, E, seed=22)
+    m = h.eval(h.m)
+    try:
+        cap = capture(h, m, xq, xkv)
+    except Exception as err:  # the first call of the check reports what it raises
+        return Outcome(False, f"the module raised on the call that reads its structure "
+                              f"({type(err).__name__})")
+    if cap.out.shape != (B, T, E):
+        return Outcome(False, f"its output is {tuple(cap.out.shape)}, not (B, T, E)")
+    if cap.inner is not None:
+        return compare_inner(cap, h, B, T)
+    H, _ = heads_of(m, E, 4)
+    cands, why = candidates(cap, h.self_only, H)
+    if not cands:
+        return Outcome(False, why)
+    o, merged = output_projection(cap)
+    if merged is None:
+        merged, how = cap.out, "no output projection"
+    else:
+        how = "output projection " + ("with bias" if o.bias is not None else "without bias")
+    r = Reading(cap, merged, o)
+    causal_first = bool(getattr(h, "behaves_causal", False))
+    for cand in cands:
+        for causal, keep in _keeps(T, causal_first):
+            if r.got.shape[-1] != cand.H * cand.dv or r.core_check(cand, keep) is not None:
+                continue
+            structure = _words(cand, how, causal)
+            err = r.whole_check(cand, keep)
+            if err is None:
+                return Outcome(True, "", structure)
+            return Outcome(True, "", structure, Finding(
+                "inaccurate", "the attention core agrees with the oracle on the q, k, v the "
+                "module's projections produced, but the output does not agree with the "
+                "oracle from the module's own weights: the error is in the projections or "
+                "the output projection, not in the attention", err))
+    return _explain(h, factory, r, cands, causal_first, how)
+
+
+def _words(cand: Candidate, how: str, causal: bool) -> str:
+    heads = f"{cand.H} heads of {cand.d}" + (
+        f", {cand.Hkv} key/value heads" if cand.Hkv != cand.H else "")
+    return f"{cand.label}, {heads}, {how}" + (", causal" if causal else "")
+
+
+SCALE_WORDS = {
+    "none": "not scaled: the 1/sqrt(d) is missing",
+    "sqrt(E)": "scaled by 1/sqrt(E) = {value:.4g}, the model width, instead of 1/sqrt(d) "
+               "= {default:.4g}, the head dim",
+    "1/d": "scaled by 1/d = {value:.4g} instead of 1/sqrt(d) = {default:.4g}",
+    "sqrt(d)": "multiplied by sqrt(d) = {value:.4g} instead of divided by it",
+    "E or d": "scaled by {value:.4g}, which is 1/sqrt(E) (the model width) and also 1/d at "
+              "this width, instead of 1/sqrt(d) = {default:.4g}",
+    "constant": "scaled by {value:.4g} at every head dim (a constant, where 1/sqrt(d) "
+                "changes with the head dim: {default:.4g} here)",
+    "fitted": "scaled by {value:.4g} (fitted) instead of 1/sqrt(d) = {default:.4g}",
+}
+
+
+def _named(scale: float, E: int, d: int) -> list[str]:
+    names = []
+    for name, value in (("none", 1.0), ("sqrt(E)", 1 / math.sqrt(E)), ("1/d", 1 / d),
+                        ("sqrt(d)", math.sqrt(d))):
+        if math.isclose(scale, value, rel_tol=1e-3):
+            names.append(name)
+    return names
+
+
+def _explain(h: Any, factory: Any, r: Reading, cands: list[Candidate], causal_first: bool,
+             how: str) -> Outcome:
+    E = r.cap.xq.shape[-1]
+    # A reading that fits: named scales first, then a fitted one, the axis, a sigmoid.
+    for cand in cands:
+        if r.got.shape[-1] != cand.H * cand.dv:
+            continue
+        default = 1 / math.sqrt(cand.d)
+        for causal, keep in _keeps(T, causal_first):
+            structure = _words(cand, how, causal)
+            tried = [1.0, 1 / math.sqrt(E), 1 / cand.d, math.sqrt(cand.d)]
+            q, k, v = cand.split(r.P)
+            fitted = fit_scale(q, k, v, keep, _unmerge(cand, r.got))
+            for scale in [s for s in tried if not math.isclose(s, default)] + [fitted]:
+                if r.fits(cand, keep, scale, "softmax") is None:
+                    words = _scale_words(h, factory, scale, E, cand)
+                    return Outcome(True, "", structure, Finding(
+                        "wrong-scale", f"the attention scores are {words}; scaled dot-"
+                        f"product attention divides q.k by sqrt(d) (found in the attention "
+                        f"core, from the q, k, v the module's projections produced)",
+                        f"the core fits the oracle with scale {scale:.4g}, not "
+                        f"{default:.4g}"))
+            if r.fits(cand, keep, default, "queries") is None:
+                return Outcome(True, "", structure, Finding(
+                    "inaccurate", "the softmax runs over the queries axis (dim=-2 of the "
+                    "(..., Tq, Tk) scores), not over the keys: each query's weights must sum "
+                    "to 1 over the keys (softmax(scores, dim=-1))",
+                    "the core fits the oracle with the softmax over the queries"))
+            for scale in (default, 1.0):
+                if r.fits(cand, keep, scale, "sigmoid") is None:
+                    return Outcome(True, "", structure, Finding(
+                        "inaccurate", "the attention weights are sigmoid(scores), which do "
+                        "not sum to 1 over the keys: use softmax(scores, dim=-1)",
+                        "the core fits sigmoid weights; a query's weights sum to "
+                        + _sums(q, k, v, keep, scale)))
+    for cand in cands:  # another head count
+        for H2 in (1, 2, 4, 8, 16):
+            if H2 == cand.H or cand.interleave or r.got.shape[-1] % H2:
+                continue
+            alt = _reheaded(cand, H2, r)
+            if alt is None:
+                continue
+            for causal, keep in _keeps(T, causal_first):
+                if r.fits(alt, keep, 1 / math.sqrt(alt.d), "softmax") is None:
+                    return Outcome(True, "", _words(cand, how, causal), Finding(
+                        "inaccurate", f"the module computes {H2} head(s) of {alt.d}, not "
+                        f"{cand.H} heads of {cand.d}: the heads are split or merged wrongly",
+                        f"the core fits the oracle at {H2} heads"))
+    return _unexplained(h, r, cands, causal_first, how)
+
+
+def _unmerge(cand: Candidate, got: np.ndarray) -> np.ndarray:
+    """The merged ``(B, T, H * dv)`` core back as the :func:`core` output, for fitting."""
+    Bn, Tq = got.shape[:2]
+    if cand.layout == "hd":
+        return got.reshape(Bn, Tq, cand.H, cand.dv).transpose(0, 2, 1, 3)
+    return got.reshape(Bn, Tq, cand.dv, cand.H).transpose(0, 3, 1, 2)
+
+
+def _sums(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray,
+          scale: float) -> str:
+    G = q.shape[1] // k.shape[1]
+    k = np.repeat(k, G, axis=1)
+    w = 1 / (1 + np.exp(-(q @ np.swapaxes(k, -1, -2)) * scale)) * keep
+    s = w.sum(-1)
+    return f"{s.min():.3g} to {s.max():.3g} over the keys"
+
+
+def _reheaded(cand: Candidate, H2: int, r: Reading) -> Candidate | None:
+    if cand.Hkv != cand.H:
+        return None
+    nq = cand.H * cand.d
+    if nq % H2 or (cand.H * cand.dv) % H2:
+        return None
+    return Candidate(cand.label, cand.parts, H2, H2, nq // H2, cand.H * cand.dv // H2,
+                     cand.layout)
+
+
+def _scale_words(h: Any, factory: Any, scale: float, E: int, cand: Candidate) -> str:
+    default = 1 / math.sqrt(cand.d)
+    names = _named(scale, E, cand.d)
+    other = _second_scale(h, factory)
+    if other is not None and math.isclose(other, scale, rel_tol=1e-3) and "none" not in names:
+        key = "constant"
+    elif names == ["none"] or names == ["sqrt(d)"]:
+        key = names[0]
+    elif "sqrt(E)" in names and "1/d" in names:
+        key = "E or d"
+        if other is not None:  # built again at E = 32, d = 16: 1/sqrt(E) and 1/d differ
+            key = "sqrt(E)" if math.isclose(other, 1 / math.sqrt(32), rel_tol=1e-3) else \
+                "1/d" if math.isclose(other, 1 / 16, rel_tol=1e-3) else "E or d"
+    elif names:
+        key = names[0]
+    else:
+        key = "fitted"
+    return SCALE_WORDS[key].format(value=scale, default=default)
+
+
+def _second_scale(h: Any, factory: Any) -> float | None:
+    """The fitted scale of the same class built at width 32 with 2 heads (head dim 16);
+    None where it cannot be built so or its core is not read."""
+    from .build import build_module
+
+    if not (inspect.isclass(factory) or inspect.isroutine(factory)):
+        return None
+    try:
+        m = h.eval(build_module(factory, 32, 2, None).obj)
+        from .mhagrads import dropout_knobs
+
+        dropout_knobs(m, 0.0)
+        x = _rand(B, T, 32, seed=23)
+        cap = capture(h, m, x, x if h.self_only else _rand(B, T, 32, seed=24))
+        H, _ = heads_of(m, 32, 2)
+        cands, _ = candidates(cap, h.self_only, H)
+        o, merged = output_projection(cap)
+        r = Reading(cap, cap.out if merged is None else merged, o)
+    except Exception:
+        return None
+    for cand in cands:
+        if r.got.shape[-1] != cand.H * cand.dv:
+            continue
+        for _, keep in _keeps(T, bool(getattr(h, "behaves_causal", False))):
+            q, k, v = cand.split(r.P)
+            s = fit_scale(q, k, v, keep, _unmerge(cand, r.got))
+            if r.fits(cand, keep, s, "softmax") is None:
+                return s
+    return None
+
+
+def _batch_mixing(h: Any, m: Any, cap: Capture) -> bool:
+    """Does changing example 1 of the batch move example 0's output?"""
+    xq, xkv = cap.xq.clone(), cap.xkv.clone()
+    xq[1] += 2 * _rand(T, xq.shape[-1], seed=25)
+    if not h.self_only:
+        xkv[1] += 2 * _rand(T, xkv.shape[-1], seed=26)
+    try:
+        with torch.no_grad():
+            out = h.call(m, xq, None if h.self_only else xkv)
+    except Exception:
+        return False
+    return not torch.allclose(out[0], cap.out[0], rtol=1e-5, atol=1e-5)
+
+
+def _positional(h: Any, m: Any, cap: Capture) -> bool:
+    """Do the scores depend on the positions? A module without positional terms is
+    equivariant: permuting the query tokens permutes its outputs (and permuting the key and
+    value tokens together changes nothing). Rotary or relative position embeddings break
+    that."""
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    xq = cap.xq[:, perm]
+    xkv = xq if h.self_only else cap.xkv[:, perm.flip(0)]
+    try:
+        with torch.no_grad():
+            out = h.call(m, xq, None if h.self_only else xkv)
+    except Exception:
+        return False
+    return not torch.allclose(out, cap.out[:, perm], rtol=1e-4, atol=1e-5)
+
+
+def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool,
+                 how: str) -> Outcome:
+    m = h.eval(h.m)
+    structure = _words(cands[0], how, causal_first)
+    if _batch_mixing(h, m, r.cap):
+        return Outcome(True, "", structure, Finding(
+            "mixes-queries", "changing one example of the batch changes another example's "
+            "output: the heads are split or merged across the batch (a reshape of a fused "
+            "qkv (B, T, 3E) straight to (3, B, H, T, d), or a view without the transpose); "
+            "split with qkv.view(B, T, 3, H, d).permute(2, 0, 3, 1, 4)",
+            "example 0's output moved when only example 1's input changed"))
+    if r.cap.others:
+        name, cls, _ = r.cap.others[0]
+        what = ("a norm" if "norm" in cls.lower() else
+                "rotary or other position embeddings?" if "rot" in cls.lower() or "pos" in
+                cls.lower() else "something the check does not read")
+        return Outcome(False, f"{cls} ({name}) runs in forward besides the projections "
+                              f"({what}), and the attention core does not follow from the "
+                              f"captured q, k, v without it")
+    if not causal_first:
+        if _positional(h, m, r.cap):
+            return Outcome(False, "the scores depend on the positions (permuting the tokens "
+                                  "does not permute the outputs): rotary or relative "
+                                  "position embeddings, which the check does not read")
+    else:
+        return Outcome(False, "the causal attention core does not follow from the captured "
+                              "q, k, v by any reading the check knows, and a causal module's "
+                              "position-dependent scores are not probed")
+    return Outcome(True, "", structure, Finding(
+        "inaccurate", "the attention core (softmax(q k^T / sqrt(d)) v on the q, k, v the "
+        "module's projections produced) disagrees with the oracle, and no reading the check "
+        "knows explains it (scale, softmax axis, sigmoid, head count, q/k/v order)",
+        "no reading fits"))

@@ -1,0 +1,236 @@
+"""Multi-head modules written as people write them, for the oracle comparison of
+``check_multi_head``: correct ones in every structure the check reads (separate q/k/v/o,
+fused qkv in two layouts and another order, GQA, nn.MultiheadAttention wrappers, causal,
+cross-attention), correct ones it cannot read (rotary embeddings, a norm on q/k), and the
+wrong ones a learner writes (no scale, 1/sqrt(E), a constant scale, a sigmoid, the softmax
+over the queries, a fused qkv reshaped straight to (3, B, H, T, d), a batch_first=False
+layer fed (B, T, E))."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class Separate(nn.Module):
+    """q/k/v/o as four nn.Linear; ``scale``: "d" (right), "none", "E", a number; ``weights``:
+    "softmax" (right), "sigmoid", "queries" (softmax over dim=-2)."""
+
+    def __init__(self, d_model, num_heads, bias=True, scale="d", weights="softmax"):
+        super().__init__()
+        self.num_heads, self.d_k = num_heads, d_model // num_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.how, self.weights, self.d_model = scale, weights, d_model
+
+    def split(self, t):
+        B, T, _ = t.shape
+        return t.view(B, T, self.num_heads, self.d_k).transpose(1, 2)
+
+    def forward(self, x):
+        B, T, E = x.shape
+        q, k, v = self.split(self.w_q(x)), self.split(self.w_k(x)), self.split(self.w_v(x))
+        scores = q @ k.transpose(-2, -1)
+        if self.how == "d":
+            scores = scores / math.sqrt(self.d_k)
+        elif self.how == "E":
+            scores = scores / math.sqrt(self.d_model)
+        elif self.how != "none":
+            scores = scores * self.how
+        if self.weights == "sigmoid":
+            p = torch.sigmoid(scores)
+        else:
+            p = scores.softmax(dim=-1 if self.weights == "softmax" else -2)
+        out = (p @ v).transpose(1, 2).contiguous().view(B, T, E)
+        return self.w_o(out)
+
+
+def separate_no_bias(E, H):
+    return Separate(E, H, bias=False)
+
+
+def no_scale(E, H):
+    return Separate(E, H, scale="none")
+
+
+def width_scale(E, H):
+    return Separate(E, H, scale="E")
+
+
+def sigmoid_weights(E, H):
+    return Separate(E, H, weights="sigmoid")
+
+
+def softmax_over_queries(E, H):
+    return Separate(E, H, weights="queries")
+
+
+class ConstantScale(Separate):
+    """The scale written as a number, right only for 64-wide heads."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__(d_model, n_heads, scale=0.125)
+
+
+class FusedQKV(nn.Module):
+    """One nn.Linear(E, 3E); ``layout``: "3hd" (chunks q, k, v), "h3d" (per head
+    interleaved), "vqk" (chunks in the order v, q, k), "flat" (the bug: the (B, T, 3E)
+    output reshaped straight to (3, B, H, T, d))."""
+
+    def __init__(self, embed_dim, num_heads, layout="3hd", causal=False):
+        super().__init__()
+        self.H, self.d = num_heads, embed_dim // num_heads
+        self.qkv = nn.Linear(embed_dim, 3 * embed_dim)
+        self.proj = nn.Linear(embed_dim, embed_dim)
+        self.layout, self.causal = layout, causal
+
+    def forward(self, x):
+        B, T, E = x.shape
+        qkv = self.qkv(x)
+        if self.layout == "3hd":
+            q, k, v = qkv.view(B, T, 3, self.H, self.d).permute(2, 0, 3, 1, 4)
+        elif self.layout == "h3d":
+            q, k, v = qkv.view(B, T, self.H, 3, self.d).permute(3, 0, 2, 1, 4)
+        elif self.layout == "vqk":
+            v, q, k = (t.view(B, T, self.H, self.d).transpose(1, 2) for t in qkv.split(E, -1))
+        else:
+            q, k, v = qkv.reshape(3, B, self.H, T, self.d)
+        out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return self.proj(out.transpose(1, 2).reshape(B, T, E))
+
+
+def fused_interleaved(E, H):
+    return FusedQKV(E, H, layout="h3d")
+
+
+def fused_vqk(E, H):
+    return FusedQKV(E, H, layout="vqk")
+
+
+def fused_flat_reshape(E, H):
+    return FusedQKV(E, H, layout="flat")
+
+
+def fused_causal(E, H):
+    return FusedQKV(E, H, causal=True)
+
+
+class GroupedQuery(nn.Module):
+    """GQA: 4 query heads over 2 key/value heads, k/v projections E -> Hkv * d."""
+
+    def __init__(self, dim, n_heads, n_kv_heads=2):
+        super().__init__()
+        self.n_heads, self.n_kv, self.head_dim = n_heads, n_kv_heads, dim // n_heads
+        self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(n_heads * self.head_dim, dim, bias=False)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        rep = self.n_heads // self.n_kv
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        w = torch.softmax(q @ k.transpose(2, 3) / math.sqrt(self.head_dim), dim=-1)
+        return self.wo((w @ v).transpose(1, 2).reshape(B, T, -1))
+
+
+class Cross(nn.Module):
+    """forward(query, key, value): separate projections, cross-attention."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.H, self.d = num_heads, embed_dim // num_heads
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, query, key, value):
+        B, Tq, E = query.shape
+        q = self.q_proj(query).view(B, Tq, self.H, self.d).transpose(1, 2)
+        k = self.k_proj(key).view(B, -1, self.H, self.d).transpose(1, 2)
+        v = self.v_proj(value).view(B, -1, self.H, self.d).transpose(1, 2)
+        out = nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.out_proj(out.transpose(1, 2).reshape(B, Tq, E))
+
+
+class TorchWrapper(nn.Module):
+    """A block around torch.nn.MultiheadAttention; ``transpose``: feed a batch_first=False
+    layer (T, B, E) as it wants; False (the bug): (B, T, E) straight in."""
+
+    def __init__(self, d_model, nhead, batch_first=True, transpose=True):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d_model, nhead, batch_first=batch_first)
+        self.transpose = not batch_first and transpose
+
+    def forward(self, x):
+        if self.transpose:
+            x = x.transpose(0, 1)
+        out, _ = self.attn(x, x, x, need_weights=False)
+        return out.transpose(0, 1) if self.transpose else out
+
+
+def seq_first_wrapper(E, H):
+    return TorchWrapper(E, H, batch_first=False)
+
+
+def seq_first_not_transposed(E, H):
+    return TorchWrapper(E, H, batch_first=False, transpose=False)
+
+
+class Rotary(nn.Module):
+    """Rotary position embeddings on q and k (cos/sin tables in buffers, applied by a
+    function): correct, and not a structure the oracle reads."""
+
+    def __init__(self, d_model, n_heads, max_len=64):
+        super().__init__()
+        self.H, self.d = n_heads, d_model // n_heads
+        self.wq, self.wk, self.wv = (nn.Linear(d_model, d_model, bias=False) for _ in range(3))
+        self.wo = nn.Linear(d_model, d_model, bias=False)
+        inv = 1.0 / (10000 ** (torch.arange(0, self.d, 2).float() / self.d))
+        ang = torch.outer(torch.arange(max_len).float(), inv)
+        self.register_buffer("cos", ang.cos(), persistent=False)
+        self.register_buffer("sin", ang.sin(), persistent=False)
+
+    def rotate(self, t):
+        T = t.shape[-2]
+        a, b = t[..., 0::2], t[..., 1::2]
+        c, s = self.cos[:T], self.sin[:T]
+        return torch.stack((a * c - b * s, a * s + b * c), -1).flatten(-2)
+
+    def forward(self, x):
+        B, T, E = x.shape
+        q, k, v = (p(x).view(B, T, self.H, self.d).transpose(1, 2)
+                   for p in (self.wq, self.wk, self.wv))
+        q, k = self.rotate(q), self.rotate(k)
+        w = (q @ k.transpose(-1, -2) / math.sqrt(self.d)).softmax(-1)
+        return self.wo((w @ v).transpose(1, 2).reshape(B, T, E))
+
+
+class QKNorm(nn.Module):
+    """A LayerNorm on each head's q and k before the scores (as several recent models):
+    correct, and not a structure the oracle reads."""
+
+    def __init__(self, hidden_size, num_attention_heads):
+        super().__init__()
+        self.H, self.d = num_attention_heads, hidden_size // num_attention_heads
+        self.q_proj = nn.Linear(hidden_size, hidden_size)
+        self.k_proj = nn.Linear(hidden_size, hidden_size)
+        self.v_proj = nn.Linear(hidden_size, hidden_size)
+        self.o_proj = nn.Linear(hidden_size, hidden_size)
+        self.q_norm, self.k_norm = nn.LayerNorm(self.d), nn.LayerNorm(self.d)
+
+    def forward(self, x):
+        B, T, E = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, self.H, self.d)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, T, self.H, self.d)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.H, self.d).transpose(1, 2)
+        out = nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, E))

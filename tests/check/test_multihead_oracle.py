@@ -1,0 +1,104 @@
+"""``check_multi_head`` against the float64 oracle, from the module's own weights: the wrong
+modules a learner writes are found with the code that names the cause (they all passed as
+"every case agrees with the oracle" before), correct modules of every structure the check
+reads agree with it, and modules it cannot read (rotary, a norm on q/k) get no finding and
+say that they were not compared."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import attnkit.torch as at  # noqa: E402
+from attnkit.check import check_attention, check_multi_head, load_target  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+FILE = "tests/check/impl_calls/oracle_modules.py"
+
+
+@pytest.fixture(autouse=True)
+def _at_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+def _check(name: str):
+    return check_multi_head(load_target(f"{FILE}:{name}"))
+
+
+@pytest.mark.parametrize("name, code, words", [
+    ("no_scale", "wrong-scale", "not scaled: the 1/sqrt(d) is missing"),
+    ("width_scale", "wrong-scale", "1/sqrt(E) = 0.25, the model width"),
+    ("ConstantScale", "wrong-scale", "0.125 at every head dim"),
+    ("sigmoid_weights", "inaccurate", "do not sum to 1"),
+    ("softmax_over_queries", "inaccurate", "over the queries axis"),
+    ("fused_flat_reshape", "mixes-queries", "across the batch"),
+])
+def test_wrong_modules_are_found_with_their_cause(name, code, words):
+    report = _check(name)
+    assert report.codes == [code], report.text()
+    assert words in report.findings[0].message
+    assert report.oracle["compared"] is True
+    assert "agrees with the oracle" not in report.text()
+
+
+@pytest.mark.parametrize("name, structure", [
+    ("Separate", "separate q/k/v/o nn.Linear, 4 heads of 4, output projection with bias"),
+    ("separate_no_bias", "output projection without bias"),
+    ("FusedQKV", "fused qkv nn.Linear, chunks in qkv order"),
+    ("fused_vqk", "fused qkv nn.Linear, chunks in vqk order"),
+    ("fused_interleaved", "fused qkv nn.Linear, per head (qkv) interleaved"),
+    ("fused_causal", ", causal"),
+    ("GroupedQuery", "4 heads of 4, 2 key/value heads"),
+    ("Cross", "separate q/k/v/o nn.Linear"),
+    ("TorchWrapper", "torch.nn.MultiheadAttention (attn), 4 heads of 4"),
+    ("seq_first_wrapper", "torch.nn.MultiheadAttention (attn)"),
+])
+def test_correct_modules_agree_with_the_oracle(name, structure):
+    report = _check(name)
+    assert report.findings == [], report.text()
+    assert report.oracle["compared"] is True and structure in report.oracle["structure"]
+    assert "compared with the float64 oracle from the module's own weights" in report.text()
+    assert "every case agrees with the oracle" in report.text()
+
+
+@pytest.mark.parametrize("factory, structure", [
+    (at.MultiHeadAttention, "attnkit MultiHeadAttention, 4 heads of 4"),
+    (lambda E, H: at.MultiHeadAttention(E, H, num_kv_heads=2), "2 key/value heads"),
+    (lambda E, H: at.MultiHeadAttention(E, H, bias=False), "attnkit MultiHeadAttention"),
+    (lambda E, H: at.MultiheadAttention(E, H, batch_first=True),
+     "torch.nn.MultiheadAttention, 4 heads of 4"),
+])
+def test_attnkit_and_torch_layers_agree_with_the_oracle(factory, structure):
+    report = check_multi_head(factory)
+    assert report.findings == [], report.text()
+    assert report.oracle["compared"] is True and structure in report.oracle["structure"]
+
+
+@pytest.mark.parametrize("name, why", [
+    ("Rotary", "the scores depend on the positions"),
+    ("QKNorm", "LayerNorm (q_norm)"),
+])
+def test_unreadable_modules_are_not_compared_and_not_blamed(name, why):
+    report = _check(name)
+    assert report.findings == [], report.text()
+    assert report.oracle["compared"] is False and why in report.oracle["why"]
+    text = report.text()
+    assert "not compared with the oracle: " in text
+    assert "agrees with the oracle" not in text
+    assert json.loads(report.to_json())["oracle"] == {"compared": False,
+                                                      "why": report.oracle["why"]}
+    assert "未与参考实现比较" in report.text(lang="zh")
+
+
+def test_every_report_carries_the_oracle_status():
+    def attention(q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1) @ v
+
+    assert json.loads(check_attention(attention).to_json())["oracle"] == {
+        "compared": True, "why": ""}
+    data = json.loads(_check("Separate").to_json())
+    assert data["oracle"]["compared"] is True and data["oracle"]["why"] == ""
