@@ -43,6 +43,10 @@ def test_wrong_modules_are_found_with_their_cause(name, code, words):
     assert words in report.findings[0].message
     assert report.oracle["compared"] is True
     assert "agrees with the oracle" not in report.text()
+    # The reproducer runs as printed and fails while the bug is there.
+    with pytest.raises(AssertionError):
+        exec(compile(report.findings[0].reproducer, "<reproducer>", "exec"),
+             {"__name__": "__reproducer__"})
 
 
 @pytest.mark.parametrize("name, structure", [

@@ -170,10 +170,13 @@ def compare_inner(cap: Capture, h: Any, Bn: int, T: int) -> Any:
     if err is None:
         return Outcome(True, "", structure)
     if not first and tuple(q_in.shape[:2]) == (Bn, T):
+        from .mharepro import batch_mixing_repro
+
         return Outcome(True, "", structure, Finding(
             "mixes-queries", f"{label} has batch_first=False and gets (B, T, E) inputs: it "
             f"reads the batch axis as positions, so the examples of a batch attend to each "
-            f"other; build it with batch_first=True or pass x.transpose(0, 1)", err))
+            f"other; build it with batch_first=True or pass x.transpose(0, 1)", err,
+            reproducer=batch_mixing_repro(h)))
     return Outcome(True, "", structure, Finding(
         "inaccurate", f"{label} agrees with the oracle on the inputs it got, but the "
         f"module's output does not agree with the oracle on the module's inputs: the "

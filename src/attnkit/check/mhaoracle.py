@@ -31,6 +31,7 @@ import torch
 
 from .mhacore import core, fit_scale, linear, oracle_core, passes
 from .mhainner import compare_inner
+from .mharepro import batch_mixing_repro, core_repro
 from .mhastructure import (
     Candidate,
     Capture,
@@ -56,6 +57,7 @@ class Outcome:
     why: str = ""
     structure: str = ""
     finding: Finding | None = None
+    cand: Candidate | None = None  # the reading of the structure the finding is made on
 
     def as_dict(self) -> dict:
         d: dict[str, Any] = {"compared": self.compared, "why": self.why}
@@ -100,21 +102,34 @@ class Reading:
             self.P32[i] = linear(_np(x), c.module.weight, c.module.bias, np.float32)
         self.got = _np(merged)
         self.out = _np(cap.out)
+        self.o_index: int | None = None
+        self.offset: np.ndarray | float = 0.0  # a constant per channel after the attention
 
     def core_check(self, cand: Candidate, keep: np.ndarray) -> str | None:
         q, k, v = cand.split(self.P)
         scale = 1 / math.sqrt(cand.d)
         ref = cand.merge(oracle_core(q, k, v, keep))
         base = cand.merge(core(q, k, v, keep, scale, dtype=np.float32))
-        return passes(self.got, ref, base, "attention core")
+        err = passes(self.got, ref, base, "attention core")
+        if err is None or not np.isfinite(self.got).all():
+            return err
+        # A constant per channel added after the attention is a bias on v (the weights
+        # sum to 1): the same family of modules, with other weights.
+        shift = (self.got - ref).mean(axis=(0, 1))
+        if passes(self.got - shift, ref, base, "attention core") is None:
+            self.offset = shift
+            return None
+        return err
 
     def whole_check(self, cand: Candidate, keep: np.ndarray) -> str | None:
         if self.o is None:
             return None  # no output projection: the core is the output
         q, k, v = cand.split(self.P64)
-        ref = linear(cand.merge(oracle_core(q, k, v, keep)), self.o.weight, self.o.bias)
+        ref = linear(cand.merge(oracle_core(q, k, v, keep)) + self.offset, self.o.weight,
+                     self.o.bias)
         q, k, v = cand.split(self.P32)
         mid = cand.merge(core(q, k, v, keep, 1 / math.sqrt(cand.d), dtype=np.float32))
+        mid = (mid + self.offset).astype(np.float32)
         base = linear(mid, self.o.weight, self.o.bias, np.float32)
         return passes(self.out, ref, base, "output")
 
@@ -159,17 +174,21 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
     if not cands:
         return Outcome(False, why)
     o, merged = output_projection(cap)
+    o_index = next((i for i, c in enumerate(cap.linears) if c.module is o), None)
     if merged is None:
         merged, how = cap.out, "no output projection"
     else:
         how = "output projection " + ("with bias" if o.bias is not None else "without bias")
     r = Reading(cap, merged, o)
+    r.o_index = o_index
     causal_first = bool(getattr(h, "behaves_causal", False))
     for cand in cands:
         for causal, keep in _keeps(T, causal_first):
             if r.got.shape[-1] != cand.H * cand.dv or r.core_check(cand, keep) is not None:
                 continue
-            structure = _words(cand, how, causal)
+            structure = _words(cand, how, causal) + (
+                ", a constant added after the attention (as a bias on v)"
+                if np.any(r.offset != 0) else "")
             err = r.whole_check(cand, keep)
             if err is None:
                 return Outcome(True, "", structure)
@@ -178,7 +197,12 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
                 "module's projections produced, but the output does not agree with the "
                 "oracle from the module's own weights: the error is in the projections or "
                 "the output projection, not in the attention", err))
-    return _explain(h, factory, r, cands, causal_first, how)
+    outcome = _explain(h, factory, r, cands, causal_first, how)
+    f = outcome.finding
+    if f is not None and not f.reproducer:
+        f.reproducer = (batch_mixing_repro(h) if f.code == "mixes-queries" else
+                        core_repro(h, cap, outcome.cand or cands[0], o_index, causal_first))
+    return outcome
 
 
 def _words(cand: Candidate, how: str, causal: bool) -> str:
@@ -223,24 +247,25 @@ def _explain(h: Any, factory: Any, r: Reading, cands: list[Candidate], causal_fi
             tried = [1.0, 1 / math.sqrt(E), 1 / cand.d, math.sqrt(cand.d)]
             q, k, v = cand.split(r.P)
             fitted = fit_scale(q, k, v, keep, _unmerge(cand, r.got))
-            for scale in [s for s in tried if not math.isclose(s, default)] + [fitted]:
+            for scale in [s for s in tried + [fitted]
+                          if not math.isclose(s, default, rel_tol=1e-3)]:
                 if r.fits(cand, keep, scale, "softmax") is None:
                     words = _scale_words(h, factory, scale, E, cand)
-                    return Outcome(True, "", structure, Finding(
+                    return Outcome(True, "", structure, cand=cand, finding=Finding(
                         "wrong-scale", f"the attention scores are {words}; scaled dot-"
                         f"product attention divides q.k by sqrt(d) (found in the attention "
                         f"core, from the q, k, v the module's projections produced)",
                         f"the core fits the oracle with scale {scale:.4g}, not "
                         f"{default:.4g}"))
             if r.fits(cand, keep, default, "queries") is None:
-                return Outcome(True, "", structure, Finding(
+                return Outcome(True, "", structure, cand=cand, finding=Finding(
                     "inaccurate", "the softmax runs over the queries axis (dim=-2 of the "
                     "(..., Tq, Tk) scores), not over the keys: each query's weights must sum "
                     "to 1 over the keys (softmax(scores, dim=-1))",
                     "the core fits the oracle with the softmax over the queries"))
             for scale in (default, 1.0):
                 if r.fits(cand, keep, scale, "sigmoid") is None:
-                    return Outcome(True, "", structure, Finding(
+                    return Outcome(True, "", structure, cand=cand, finding=Finding(
                         "inaccurate", "the attention weights are sigmoid(scores), which do "
                         "not sum to 1 over the keys: use softmax(scores, dim=-1)",
                         "the core fits sigmoid weights; a query's weights sum to "
@@ -254,7 +279,8 @@ def _explain(h: Any, factory: Any, r: Reading, cands: list[Candidate], causal_fi
                 continue
             for causal, keep in _keeps(T, causal_first):
                 if r.fits(alt, keep, 1 / math.sqrt(alt.d), "softmax") is None:
-                    return Outcome(True, "", _words(cand, how, causal), Finding(
+                    return Outcome(True, "", _words(cand, how, causal), cand=cand,
+                                   finding=Finding(
                         "inaccurate", f"the module computes {H2} head(s) of {alt.d}, not "
                         f"{cand.H} heads of {cand.d}: the heads are split or merged wrongly",
                         f"the core fits the oracle at {H2} heads"))
@@ -397,8 +423,11 @@ def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool,
         return Outcome(False, "the causal attention core does not follow from the captured "
                               "q, k, v by any reading the check knows, and a causal module's "
                               "position-dependent scores are not probed")
+    keep = _keeps(T, causal_first)[0][1]
+    fit = [c for c in cands if r.got.shape[-1] == c.H * c.dv]
+    err = r.core_check(fit[0], keep) if fit else None
     return Outcome(True, "", structure, Finding(
         "inaccurate", "the attention core (softmax(q k^T / sqrt(d)) v on the q, k, v the "
         "module's projections produced) disagrees with the oracle, and no reading the check "
         "knows explains it (scale, softmax axis, sigmoid, head count, q/k/v order)",
-        "no reading fits"))
+        err or "no reading fits"), cand=fit[0] if fit else None)

@@ -308,6 +308,10 @@ def _oracle(h: Any, factory: Any, report: Report, is_module: bool, mixing: list,
 
     outcome = compare_with_oracle(h, factory)
     report.oracle = outcome.as_dict()
+    if mixing and not (outcome.compared and outcome.finding is None):
+        # The core was compared and cannot agree: mixes-queries says why.
+        report.oracle = {"compared": True, "why": "", "structure": outcome.structure or
+                         "the attention core disagrees: the queries' outputs mix"}
     if outcome.compared:
         found = [outcome.finding] if outcome.finding is not None and not mixing else []
         add(found, "the oracle: the attention core and the output, from the module's own "
