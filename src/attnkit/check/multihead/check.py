@@ -307,12 +307,12 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
 def _oracle(h: Any, factory: Any, report: Report, is_module: bool, mixing: list,
             add: Any) -> None:
     """Compare with the float64 oracle from the module's own weights
-    (:mod:`attnkit.check.mhaoracle`); its finding is left out where the queries' outputs
+    (:mod:`attnkit.check.multihead.oracle`); its finding is left out where the queries' outputs
     mix, which already says what is wrong."""
     if not is_module:
         report.oracle = {"compared": False, "why": "a NumPy module: its weights are not read"}
         return
-    from .mhaoracle import compare_with_oracle
+    from .oracle import compare_with_oracle
 
     outcome = compare_with_oracle(h, factory)
     report.oracle = outcome.as_dict()

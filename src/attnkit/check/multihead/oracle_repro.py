@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .mhastructure import Candidate, Capture
+from .structure import Candidate, Capture
 
 __all__ = ["batch_mixing_repro", "core_repro"]
 

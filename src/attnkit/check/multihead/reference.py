@@ -2,7 +2,7 @@
 reading (scale, softmax axis, sigmoid), projections from a module's own weights, and the
 2x rule between them (:func:`attnkit.testing.assert_close_by_rule`, as the function check).
 
-The verdict of "agrees" always comes from :func:`attnkit.check.oracle.oracle_attention` (the
+The verdict of "agrees" always comes from :func:`attnkit.check.core.oracle.oracle_attention` (the
 row-by-row float64 reference); the vectorised :func:`core` here is for the search over
 readings, and, in float32, the plain same-precision math whose error sets the bound.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .oracle import oracle_attention, rule_error
+from ..core.oracle import oracle_attention, rule_error
 
 __all__ = ["core", "fit_scale", "linear", "oracle_core", "passes"]
 

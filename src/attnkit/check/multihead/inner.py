@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .mhacore import core, linear, oracle_core, passes
-from .mhastructure import Capture, same
-from .report import Finding
+from ..core.report import Finding
+from .reference import core, linear, oracle_core, passes
+from .structure import Capture, Outcome, same
 
 __all__ = ["compare_inner"]
 
@@ -120,10 +120,8 @@ def _attend(xq: np.ndarray, xkv: np.ndarray, pairs: list, H: int, Hkv: int, d: i
 
 
 def compare_inner(cap: Capture, h: Any, Bn: int, T: int) -> Any:
-    """The oracle :class:`~attnkit.check.mhaoracle.Outcome` of a module built around (or
+    """The oracle :class:`~attnkit.check.multihead.oracle.Outcome` of a module built around (or
     being) an ``nn.MultiheadAttention`` or attnkit ``MultiHeadAttention``."""
-    from .mhaoracle import Outcome
-
     assert cap.inner is not None
     call, kind = cap.inner.call, cap.inner.kind
     mod = call.module
@@ -170,7 +168,7 @@ def compare_inner(cap: Capture, h: Any, Bn: int, T: int) -> Any:
     if err is None:
         return Outcome(True, "", structure)
     if not first and tuple(q_in.shape[:2]) == (Bn, T):
-        from .mharepro import batch_mixing_repro
+        from .oracle_repro import batch_mixing_repro
 
         return Outcome(True, "", structure, Finding(
             "mixes-queries", f"{label} has batch_first=False and gets (B, T, E) inputs: it "

@@ -1,5 +1,5 @@
 """Reading a multi-head module's structure from one forward with hooks, so that the float64
-oracle can be computed from the module's own weights (:mod:`attnkit.check.mhaoracle`).
+oracle can be computed from the module's own weights (:mod:`attnkit.check.multihead.oracle`).
 
 One call of the module, with a forward hook on every submodule, records what each
 ``nn.Linear`` read and wrote, any ``nn.MultiheadAttention`` (or attnkit's
@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Candidate", "Capture", "Inner", "capture", "candidates", "heads_of"]
+if TYPE_CHECKING:
+    from ..core.report import Finding
+
+__all__ = ["Candidate", "Capture", "Inner", "Outcome", "capture", "candidates", "heads_of"]
 
 HEAD_ATTRS = ("num_heads", "n_heads", "n_head", "nhead", "heads", "h", "num_attention_heads")
 # Submodules that leave the data flow as the check reads it.
@@ -76,7 +79,7 @@ class Capture:
 def _inner_kind(m: nn.Module) -> str | None:
     if isinstance(m, nn.MultiheadAttention):
         return "torch"
-    from ..torch import MultiHeadAttention
+    from ...torch import MultiHeadAttention
 
     return "attnkit" if isinstance(m, MultiHeadAttention) else None
 
@@ -93,7 +96,7 @@ def capture(h: Any, m: nn.Module, xq: torch.Tensor, xkv: torch.Tensor) -> Captur
     """Run ``m`` once through the harness ``h`` (as the check calls it) with hooks.
 
     Args:
-        h: the :class:`~attnkit.check.mhaprobe.Harness`.
+        h: the :class:`~attnkit.check.multihead.probe.Harness`.
         m: the module (eval mode, dropout off).
         xq, xkv: batch-first inputs ``(B, Tq, E)``, ``(B, Tk, E)`` (the same tensor for a
             self-attention module).
@@ -310,3 +313,21 @@ def output_projection(cap: Capture) -> tuple[nn.Linear | None, torch.Tensor | No
             if merged is not None:
                 return c.module, merged
     return None, None
+
+
+@dataclass
+class Outcome:
+    """What the oracle comparison found: ``compared`` False with ``why`` when it could not
+    compare; ``structure`` in words; ``finding`` when the module disagrees."""
+
+    compared: bool
+    why: str = ""
+    structure: str = ""
+    finding: Finding | None = None
+    cand: Candidate | None = None  # the reading of the structure the finding is made on
+
+    def as_dict(self) -> dict:
+        d: dict[str, Any] = {"compared": self.compared, "why": self.why}
+        if self.structure:
+            d["structure"] = self.structure
+        return d

@@ -1,6 +1,6 @@
 """``check_multi_head`` against the float64 oracle, computed from the module's own weights.
 
-The structure comes from one forward with hooks (:mod:`attnkit.check.mhastructure`). Two
+The structure comes from one forward with hooks (:mod:`attnkit.check.multihead.structure`). Two
 comparisons follow, each under the 2x rule of the function check:
 
 - the attention core: the oracle's ``softmax(q k^T / sqrt(d)) v`` on the q, k, v the
@@ -23,47 +23,29 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from .mhacore import core, fit_scale, linear, oracle_core, passes
-from .mhainner import compare_inner
-from .mharepro import batch_mixing_repro, core_repro
-from .mhastructure import (
+from ..core.report import Finding
+from .inner import compare_inner
+from .oracle_repro import batch_mixing_repro, core_repro
+from .reference import core, fit_scale, linear, oracle_core, passes
+from .structure import (
     Candidate,
     Capture,
+    Outcome,
     batch_first,
     candidates,
     capture,
     heads_of,
     output_projection,
 )
-from .report import Finding
 
 __all__ = ["Outcome", "compare_with_oracle"]
 
 B, T = 2, 5
-
-
-@dataclass
-class Outcome:
-    """What the oracle comparison found: ``compared`` False with ``why`` when it could not
-    compare; ``structure`` in words; ``finding`` when the module disagrees."""
-
-    compared: bool
-    why: str = ""
-    structure: str = ""
-    finding: Finding | None = None
-    cand: Candidate | None = None  # the reading of the structure the finding is made on
-
-    def as_dict(self) -> dict:
-        d: dict[str, Any] = {"compared": self.compared, "why": self.why}
-        if self.structure:
-            d["structure"] = self.structure
-        return d
 
 
 def _rand(*shape: int, seed: int) -> torch.Tensor:
@@ -144,7 +126,7 @@ class Reading:
 
 
 def compare_with_oracle(h: Any, factory: Any) -> Outcome:
-    """Compare the module under check (``h.m``, see :class:`~attnkit.check.mhaprobe.Harness`)
+    """Compare the module under check (``h.m``, see :class:`~attnkit.check.multihead.probe.Harness`)
     with the float64 oracle from its own weights.
 
     Args:
@@ -337,13 +319,13 @@ def _scale_words(h: Any, factory: Any, scale: float, E: int, cand: Candidate) ->
 def _second_scale(h: Any, factory: Any) -> float | None:
     """The fitted scale of the same class built at width 32 with 2 heads (head dim 16);
     None where it cannot be built so or its core is not read."""
-    from .build import build_module
+    from ..meet.build import build_module
 
     if not (inspect.isclass(factory) or inspect.isroutine(factory)):
         return None
     try:
         m = h.eval(build_module(factory, 32, 2, None).obj)
-        from .mhagrads import dropout_knobs
+        from .gradients import dropout_knobs
 
         dropout_knobs(m, 0.0)
         x = _rand(B, T, 32, seed=23)
