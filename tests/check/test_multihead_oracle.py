@@ -60,6 +60,10 @@ def test_wrong_modules_are_found_with_their_cause(name, code, words):
     ("Cross", "separate q/k/v/o nn.Linear"),
     ("TorchWrapper", "torch.nn.MultiheadAttention (attn), 4 heads of 4"),
     ("seq_first_wrapper", "torch.nn.MultiheadAttention (attn)"),
+    ("QAndFusedKV", "q nn.Linear and a fused kv nn.Linear"),
+    ("two_heads_instance", "2 heads of 8"),  # no attribute names the heads: any that fits
+    ("CausalCross", ", causal"),  # m(query, key, value), causal inside, not probed as such
+    ("WithResidual", "then a step after it that is not read"),  # the core is compared
 ])
 def test_correct_modules_agree_with_the_oracle(name, structure):
     report = _check(name)
@@ -67,6 +71,16 @@ def test_correct_modules_agree_with_the_oracle(name, structure):
     assert report.oracle["compared"] is True and structure in report.oracle["structure"]
     assert "compared with the float64 oracle from the module's own weights" in report.text()
     assert "every case agrees with the oracle" in report.text()
+
+
+@pytest.mark.parametrize("name", ["ListOfFour", "FoldedHeads"])
+def test_tutorial_structures_agree_with_the_oracle(name):
+    # Both fill masked scores with finfo.min: a uniform row where no key is allowed, a
+    # warning (peers disagree); nothing about the oracle.
+    report = _check(name)
+    assert set(report.codes) <= {"fully-masked-row"}, report.text()
+    assert report.oracle["compared"] is True
+    assert "separate q/k/v/o nn.Linear, 4 heads of 4" in report.oracle["structure"]
 
 
 @pytest.mark.parametrize("factory, structure", [

@@ -234,3 +234,110 @@ class QKNorm(nn.Module):
         v = self.v_proj(x).view(B, T, self.H, self.d).transpose(1, 2)
         out = nn.functional.scaled_dot_product_attention(q, k, v)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, E))
+
+
+class ListOfFour(nn.Module):
+    """Four projections in an nn.ModuleList, zipped with (query, key, value), a dropout
+    module on the weights and an optional mask (as a well-known annotated tutorial)."""
+
+    def __init__(self, h, d_model, dropout=0.1):
+        super().__init__()
+        self.d_k, self.h = d_model // h, h
+        self.linears = nn.ModuleList([nn.Linear(d_model, d_model) for _ in range(4)])
+        self.dropout = nn.Dropout(p=dropout)
+
+    def forward(self, query, key, value, mask=None):
+        n = query.size(0)
+        query, key, value = [lin(x).view(n, -1, self.h, self.d_k).transpose(1, 2)
+                             for lin, x in zip(self.linears, (query, key, value))]
+        scores = query @ key.transpose(-2, -1) / math.sqrt(self.d_k)
+        if mask is not None:
+            scores = scores.masked_fill(mask.unsqueeze(1) == 0, torch.finfo(scores.dtype).min)
+        p = self.dropout(scores.softmax(dim=-1))
+        x = (p @ value).transpose(1, 2).contiguous().view(n, -1, self.h * self.d_k)
+        return self.linears[-1](x)
+
+
+class FoldedHeads(nn.Module):
+    """Heads folded into the batch, (B, T, H*d) -> (B*H, T, d), with lazy projections and
+    valid_lens (as a widely used textbook)."""
+
+    def __init__(self, num_hiddens, num_heads, dropout=0.0, bias=False):
+        super().__init__()
+        self.num_heads = num_heads
+        self.W_q = nn.LazyLinear(num_hiddens, bias=bias)
+        self.W_k = nn.LazyLinear(num_hiddens, bias=bias)
+        self.W_v = nn.LazyLinear(num_hiddens, bias=bias)
+        self.W_o = nn.LazyLinear(num_hiddens, bias=bias)
+
+    def fold(self, X):
+        X = X.reshape(X.shape[0], X.shape[1], self.num_heads, -1).permute(0, 2, 1, 3)
+        return X.reshape(-1, X.shape[2], X.shape[3])
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        q, k = self.fold(self.W_q(queries)), self.fold(self.W_k(keys))
+        v = self.fold(self.W_v(values))
+        scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(q.shape[-1])
+        if valid_lens is not None:
+            lens = torch.repeat_interleave(valid_lens, self.num_heads, dim=0)
+            keep = torch.arange(k.shape[1])[None, None, :] < lens[:, None, None]
+            scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+        out = torch.bmm(scores.softmax(-1), v)
+        out = out.reshape(-1, self.num_heads, out.shape[1], out.shape[2]).permute(0, 2, 1, 3)
+        return self.W_o(out.reshape(out.shape[0], out.shape[1], -1))
+
+
+class WithResidual(Separate):
+    """The residual added inside the attention module: the output is not the output
+    projection's."""
+
+    def forward(self, x):
+        return x + super().forward(x)
+
+
+class QAndFusedKV(nn.Module):
+    """A q projection and one E -> 2E projection for k and v."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.H, self.d = num_heads, embed_dim // num_heads
+        self.to_q = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.to_kv = nn.Linear(embed_dim, 2 * embed_dim, bias=False)
+        self.to_out = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, x):
+        B, T, E = x.shape
+        k, v = self.to_kv(x).chunk(2, dim=-1)
+        q, k, v = (t.reshape(B, T, self.H, self.d).transpose(1, 2) for t in (self.to_q(x), k, v))
+        out = nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.to_out(out.transpose(1, 2).reshape(B, T, E))
+
+
+class TwoHeadsNoAttribute(nn.Module):
+    """Two heads fixed inside, and no attribute that says so (passed as an instance)."""
+
+    def __init__(self, width=16):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(width, width) for _ in range(4))
+
+    def forward(self, x):
+        B, T, E = x.shape
+        q, k, v = (p(x).view(B, T, 2, E // 2).transpose(1, 2) for p in (self.q, self.k, self.v))
+        out = nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.o(out.transpose(1, 2).reshape(B, T, E))
+
+
+two_heads_instance = TwoHeadsNoAttribute()
+
+
+class CausalCross(Cross):
+    """forward(query, key, value) with a causal mask inside (a decoder's self-attention
+    written with three inputs)."""
+
+    def forward(self, query, key, value):
+        B, Tq, E = query.shape
+        q = self.q_proj(query).view(B, Tq, self.H, self.d).transpose(1, 2)
+        k = self.k_proj(key).view(B, -1, self.H, self.d).transpose(1, 2)
+        v = self.v_proj(value).view(B, -1, self.H, self.d).transpose(1, 2)
+        out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out_proj(out.transpose(1, 2).reshape(B, Tq, E))

@@ -56,11 +56,12 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().double().numpy()
 
 
-def _keeps(T_: int, causal: bool) -> list[tuple[bool, np.ndarray]]:
-    """The keep-mask of the comparison: causal for a module that behaves causal (the
-    causality probe), else every key."""
+def _keeps(T_: int, causal: bool | None) -> list[tuple[bool, np.ndarray]]:
+    """The keep-masks of the comparison: causal for a module that behaves causal (the
+    causality probe), every key for one that does not, both where it was not probed."""
     full = np.ones((T_, T_), dtype=bool)
-    return [(True, np.tril(full))] if causal else [(False, full)]
+    pairs = [(False, full), (True, np.tril(full))]
+    return pairs if causal is None else [pairs[int(bool(causal))]]
 
 
 class Reading:
@@ -86,6 +87,7 @@ class Reading:
         self.out = _np(cap.out)
         self.o_index: int | None = None
         self.offset: np.ndarray | float = 0.0  # a constant per channel after the attention
+        self.heads_read = True  # the head count is the module's own attribute
 
     def core_check(self, cand: Candidate, keep: np.ndarray) -> str | None:
         q, k, v = cand.split(self.P)
@@ -151,19 +153,25 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
         return Outcome(False, f"its output is {tuple(cap.out.shape)}, not (B, T, E)")
     if cap.inner is not None:
         return compare_inner(cap, h, B, T)
-    H, _ = heads_of(m, E, 4)
-    cands, why = candidates(cap, h.self_only, H)
+    H, read = heads_of(m, E, 4)
+    cands, why = [], ""
+    for H_ in [H] if read else [4, 2, 8, 1, 16]:  # no attribute names it: any that fits
+        found, why_ = candidates(cap, h.self_only, H_)
+        cands, why = cands + found, why or why_
     if not cands:
         return Outcome(False, why)
-    o, merged = output_projection(cap)
+    o, merged, last = output_projection(cap)
     o_index = next((i for i, c in enumerate(cap.linears) if c.module is o), None)
     if merged is None:
         merged, how = cap.out, "no output projection"
+    elif not last:
+        how = "output projection, then a step after it that is not read (a residual?)"
     else:
         how = "output projection " + ("with bias" if o.bias is not None else "without bias")
-    r = Reading(cap, merged, o)
+    r = Reading(cap, merged, o if last else None)
     r.o_index = o_index
-    causal_first = bool(getattr(h, "behaves_causal", False))
+    r.heads_read = read
+    causal_first = getattr(h, "behaves_causal", None)
     for cand in cands:
         for causal, keep in _keeps(T, causal_first):
             if r.got.shape[-1] != cand.H * cand.dv or r.core_check(cand, keep) is not None:
@@ -183,7 +191,8 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
     f = outcome.finding
     if f is not None and not f.reproducer:
         f.reproducer = (batch_mixing_repro(h) if f.code == "mixes-queries" else
-                        core_repro(h, cap, outcome.cand or cands[0], o_index, causal_first))
+                        core_repro(h, cap, outcome.cand or cands[0], o_index,
+                                   outcome.causal))
     return outcome
 
 
@@ -216,7 +225,7 @@ def _named(scale: float, E: int, d: int) -> list[str]:
     return names
 
 
-def _explain(h: Any, factory: Any, r: Reading, cands: list[Candidate], causal_first: bool,
+def _explain(h: Any, factory: Any, r: Reading, cands: list[Candidate], causal_first: bool | None,
              how: str) -> Outcome:
     E = r.cap.xq.shape[-1]
     # A reading that fits: named scales first, then a fitted one, the axis, a sigmoid.
@@ -233,26 +242,26 @@ def _explain(h: Any, factory: Any, r: Reading, cands: list[Candidate], causal_fi
                           if not math.isclose(s, default, rel_tol=1e-3)]:
                 if r.fits(cand, keep, scale, "softmax") is None:
                     words = _scale_words(h, factory, scale, E, cand)
-                    return Outcome(True, "", structure, cand=cand, finding=Finding(
+                    return Outcome(True, "", structure, cand=cand, causal=causal, finding=Finding(
                         "wrong-scale", f"the attention scores are {words}; scaled dot-"
                         f"product attention divides q.k by sqrt(d) (found in the attention "
                         f"core, from the q, k, v the module's projections produced)",
                         f"the core fits the oracle with scale {scale:.4g}, not "
                         f"{default:.4g}"))
             if r.fits(cand, keep, default, "queries") is None:
-                return Outcome(True, "", structure, cand=cand, finding=Finding(
+                return Outcome(True, "", structure, cand=cand, causal=causal, finding=Finding(
                     "inaccurate", "the softmax runs over the queries axis (dim=-2 of the "
                     "(..., Tq, Tk) scores), not over the keys: each query's weights must sum "
                     "to 1 over the keys (softmax(scores, dim=-1))",
                     "the core fits the oracle with the softmax over the queries"))
             for scale in (default, 1.0):
                 if r.fits(cand, keep, scale, "sigmoid") is None:
-                    return Outcome(True, "", structure, cand=cand, finding=Finding(
+                    return Outcome(True, "", structure, cand=cand, causal=causal, finding=Finding(
                         "inaccurate", "the attention weights are sigmoid(scores), which do "
                         "not sum to 1 over the keys: use softmax(scores, dim=-1)",
                         "the core fits sigmoid weights; a query's weights sum to "
                         + _sums(q, k, v, keep, scale)))
-    for cand in cands:  # another head count
+    for cand in cands if r.heads_read else []:  # another head count than it says
         for H2 in (1, 2, 4, 8, 16):
             if H2 == cand.H or cand.interleave or r.got.shape[-1] % H2:
                 continue
@@ -261,7 +270,7 @@ def _explain(h: Any, factory: Any, r: Reading, cands: list[Candidate], causal_fi
                 continue
             for causal, keep in _keeps(T, causal_first):
                 if r.fits(alt, keep, 1 / math.sqrt(alt.d), "softmax") is None:
-                    return Outcome(True, "", _words(cand, how, causal), cand=cand,
+                    return Outcome(True, "", _words(cand, how, causal), cand=cand, causal=causal,
                                    finding=Finding(
                         "inaccurate", f"the module computes {H2} head(s) of {alt.d}, not "
                         f"{cand.H} heads of {cand.d}: the heads are split or merged wrongly",
@@ -332,8 +341,8 @@ def _second_scale(h: Any, factory: Any) -> float | None:
         cap = capture(h, m, x, x if h.self_only else _rand(B, T, 32, seed=24))
         H, _ = heads_of(m, 32, 2)
         cands, _ = candidates(cap, h.self_only, H)
-        o, merged = output_projection(cap)
-        r = Reading(cap, cap.out if merged is None else merged, o)
+        o, merged, last = output_projection(cap)
+        r = Reading(cap, cap.out if merged is None else merged, o if last else None)
     except Exception:
         return None
     for cand in cands:
@@ -377,10 +386,10 @@ def _positional(h: Any, m: Any, cap: Capture) -> bool:
     return not torch.allclose(out, cap.out[:, perm], rtol=1e-4, atol=1e-5)
 
 
-def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool,
+def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool | None,
                  how: str) -> Outcome:
     m = h.eval(h.m)
-    structure = _words(cands[0], how, causal_first)
+    structure = _words(cands[0], how, bool(causal_first))
     if _batch_mixing(h, m, r.cap):
         return Outcome(True, "", structure, Finding(
             "mixes-queries", "changing one example of the batch changes another example's "
@@ -412,4 +421,4 @@ def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool,
         "inaccurate", "the attention core (softmax(q k^T / sqrt(d)) v on the q, k, v the "
         "module's projections produced) disagrees with the oracle, and no reading the check "
         "knows explains it (scale, softmax axis, sigmoid, head count, q/k/v order)",
-        err or "no reading fits"), cand=fit[0] if fit else None)
+        err or "no reading fits"), cand=fit[0] if fit else None, causal=bool(causal_first))

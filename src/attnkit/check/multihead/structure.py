@@ -283,18 +283,20 @@ def candidates(cap: Capture, self_only: bool, H: int) -> tuple[list[Candidate], 
                 parts = tuple((i, order.index(j) * d, d) for j in range(3))
                 found.append(Candidate(f"fused qkv nn.Linear, per head ({word}) interleaved",
                                        parts, H, H, d, d, interleave=True))
-    elif not self_only and len(on_q) == 1 and len(on_kv) == 1:
-        iq, ikv = on_q[0], on_kv[0]
-        nq, nkv = width[iq], width[ikv]
-        if nkv % 2 == 0:
-            for order in ("kv", "vk"):
+    elif (not self_only and len(on_q) == 1 and len(on_kv) == 1
+          or self_only and len(on_q) == 2):
+        pairs = ([(on_q[0], on_kv[0])] if not self_only else
+                 [(on_q[0], on_q[1]), (on_q[1], on_q[0])])
+        for (iq, ikv), order in itertools.product(pairs, ("kv", "vk")):
+            nq, nkv = width[iq], width[ikv]
+            if nkv % 2 == 0:
                 w = _widths(nq, nkv // 2, nkv // 2, H)
                 if w is None:
                     continue
                 k0, v0 = (0, nkv // 2) if order == "kv" else (nkv // 2, 0)
+                half = nkv // 2
                 found.append(Candidate(f"q nn.Linear and a fused {order} nn.Linear",
-                                       ((iq, 0, nq), (ikv, k0, nkv // 2), (ikv, v0, nkv // 2)),
-                                       *w))
+                                       ((iq, 0, nq), (ikv, k0, half), (ikv, v0, half)), *w))
     if not found:
         return [], (f"{len(on_q)} nn.Linear layer(s) read the query input and "
                     f"{len(on_kv)} the key/value input, with widths "
@@ -303,16 +305,23 @@ def candidates(cap: Capture, self_only: bool, H: int) -> tuple[list[Candidate], 
     return found, ""
 
 
-def output_projection(cap: Capture) -> tuple[nn.Linear | None, torch.Tensor | None]:
-    """The ``nn.Linear`` whose output is the module's output, and its input batch-first
-    (the merged heads); ``(None, None)`` when there is none."""
+def output_projection(cap: Capture) -> tuple[nn.Linear | None, torch.Tensor | None, bool]:
+    """The output projection and its input batch-first (the merged heads), and whether its
+    output is the module's output: the ``nn.Linear`` that gives the module's output, else
+    the last one that reads neither input (something runs after it: a residual);
+    ``(None, None, False)`` when there is none."""
     Bn, T = cap.out.shape[:2]
     for c in reversed(cap.linears):
         if c.args and same(c.out, cap.out):
             merged = batch_first(c.args[0], Bn, T)
             if merged is not None:
-                return c.module, merged
-    return None, None
+                return c.module, merged, True
+    for c in reversed(cap.linears):
+        if c.args and not same(c.args[0], cap.xq) and not same(c.args[0], cap.xkv):
+            merged = batch_first(c.args[0], Bn, T)
+            if merged is not None:
+                return c.module, merged, False
+    return None, None, False
 
 
 @dataclass
@@ -325,6 +334,7 @@ class Outcome:
     structure: str = ""
     finding: Finding | None = None
     cand: Candidate | None = None  # the reading of the structure the finding is made on
+    causal: bool = False  # ... and whether it was judged causal
 
     def as_dict(self) -> dict:
         d: dict[str, Any] = {"compared": self.compared, "why": self.why}
