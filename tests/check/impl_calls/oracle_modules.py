@@ -341,3 +341,72 @@ class CausalCross(Cross):
         v = self.v_proj(value).view(B, -1, self.H, self.d).transpose(1, 2)
         out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.out_proj(out.transpose(1, 2).reshape(B, Tq, E))
+
+
+class TimmStyle(nn.Module):
+    """Fused qkv unbound from (3, B, H, N, d), q scaled before the product, nn.Identity
+    where a q/k norm may go (as a well-known vision library)."""
+
+    def __init__(self, dim, num_heads=8, qkv_bias=False, qk_norm=False):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.scale = self.head_dim ** -0.5
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.q_norm = nn.LayerNorm(self.head_dim) if qk_norm else nn.Identity()
+        self.k_norm = nn.LayerNorm(self.head_dim) if qk_norm else nn.Identity()
+        self.attn_drop = nn.Dropout(0.0)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(0.0)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        q, k = self.q_norm(q), self.k_norm(k)
+        q = q * self.scale
+        attn = (q @ k.transpose(-2, -1)).softmax(dim=-1)
+        x = (self.attn_drop(attn) @ v).transpose(1, 2).reshape(B, N, C)
+        return self.proj_drop(self.proj(x))
+
+
+class BertStyleNoOutput(nn.Module):
+    """Returns the merged heads (no output projection), and the weights."""
+    def __init__(self, hidden_size, num_attention_heads):
+        super().__init__()
+        self.num_attention_heads = num_attention_heads
+        self.attention_head_size = hidden_size // num_attention_heads
+        self.query = nn.Linear(hidden_size, hidden_size)
+        self.key = nn.Linear(hidden_size, hidden_size)
+        self.value = nn.Linear(hidden_size, hidden_size)
+
+    def t(self, x):
+        shape = x.size()[:-1] + (self.num_attention_heads, self.attention_head_size)
+        return x.view(shape).permute(0, 2, 1, 3)
+
+    def forward(self, hidden_states, attention_mask=None):
+        q, k = self.t(self.query(hidden_states)), self.t(self.key(hidden_states))
+        v = self.t(self.value(hidden_states))
+        s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.attention_head_size)
+        if attention_mask is not None:
+            s = s + attention_mask
+        p = nn.functional.softmax(s, dim=-1)
+        ctx = torch.matmul(p, v).permute(0, 2, 1, 3).contiguous()
+        return ctx.view(ctx.size()[:-2] + (hidden_states.shape[-1],)), p
+
+
+class RawParams(nn.Module):
+    """Projections as raw parameters (x @ W): correct, and not read by the oracle."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.Wq, self.Wk, self.Wv, self.Wo = (
+            nn.Parameter(torch.randn(d_model, d_model) / d_model ** 0.5) for _ in range(4))
+
+    def forward(self, x):
+        B, T, E = x.shape
+        q, k, v = ((x @ W).view(B, T, self.h, -1).transpose(1, 2)
+                   for W in (self.Wq, self.Wk, self.Wv))
+        out = nn.functional.scaled_dot_product_attention(q, k, v)
+        return out.transpose(1, 2).reshape(B, T, E) @ self.Wo

@@ -257,7 +257,7 @@ def candidates(cap: Capture, self_only: bool, H: int) -> tuple[list[Candidate], 
             w = _widths(width[iq], width[ik], width[iv], H)
             if w is None:
                 continue
-            label = "separate q/k/v/o nn.Linear" + (", columns (d, H)" if layout == "dh" else "")
+            label = "separate q/k/v nn.Linear" + (", columns (d, H)" if layout == "dh" else "")
             found.append(Candidate(label, ((iq, 0, width[iq]), (ik, 0, width[ik]),
                                            (iv, 0, width[iv])), *w, layout=layout))
     elif self_only and len(on_q) == 1:
