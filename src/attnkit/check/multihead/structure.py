@@ -177,7 +177,7 @@ class Candidate:
     """One reading of how the projections' outputs become q, k, v heads.
 
     Attributes:
-        label: in words, for the report (``"separate q/k/v/o nn.Linear"``).
+        label: in words, for the report (``"separate q/k/v nn.Linear"``).
         parts: for each of q, k, v: ``(index into Capture.linears, first column, width)``.
         H, Hkv, d, dv: heads and head dims.
         layout: ``"hd"`` (columns ``h * d + c``) or ``"dh"`` (``c * H + h``).
