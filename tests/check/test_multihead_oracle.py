@@ -122,3 +122,16 @@ def test_every_report_carries_the_oracle_status():
         "compared": True, "why": ""}
     data = json.loads(_check("Separate").to_json())
     assert data["oracle"]["compared"] is True and data["oracle"]["why"] == ""
+
+
+def test_oracle_sentences_have_the_same_keys_and_fields_in_english_and_chinese():
+    import string
+
+    from attnkit.check.multihead.oracle_words import EN, ZH
+
+    def fields(template: str) -> set[str]:
+        return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+
+    assert set(EN) == set(ZH)
+    for key in EN:
+        assert fields(EN[key]) == fields(ZH[key]), key

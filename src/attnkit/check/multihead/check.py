@@ -47,6 +47,7 @@ from ..meet.adapt import (
     target_spec,
 )
 from ..meet.build import BuildError, build_module
+from .oracle_words import say
 
 __all__ = ["check_multi_head"]
 
@@ -307,10 +308,10 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
 def _oracle(h: Any, factory: Any, report: Report, is_module: bool, mixing: list,
             add: Any) -> None:
     """Compare with the float64 oracle from the module's own weights
-    (:mod:`attnkit.check.multihead.oracle`); its finding is left out where the queries' outputs
-    mix, which already says what is wrong."""
+    (:mod:`attnkit.check.multihead.oracle`); its finding is left out where the queries'
+    outputs mix, which already says what is wrong."""
     if not is_module:
-        report.oracle = {"compared": False, "why": "a NumPy module: its weights are not read"}
+        report.oracle = {"compared": False, "why": say("why.numpy")}
         return
     from .oracle import compare_with_oracle
 
@@ -319,7 +320,7 @@ def _oracle(h: Any, factory: Any, report: Report, is_module: bool, mixing: list,
     if mixing and not (outcome.compared and outcome.finding is None):
         # The core was compared and cannot agree: mixes-queries says why.
         report.oracle = {"compared": True, "why": "", "structure": outcome.structure or
-                         "the attention core disagrees: the queries' outputs mix"}
+                         say("oracle.mixing")}
     if outcome.compared:
         found = [outcome.finding] if outcome.finding is not None and not mixing else []
         add(found, "the oracle: the attention core and the output, from the module's own "

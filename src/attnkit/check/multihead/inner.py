@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..core.report import Finding
+from .oracle_words import say
 from .reference import core, linear, oracle_core, passes
 from .structure import Capture, Outcome, same
 
@@ -28,7 +29,7 @@ def _weights(mod: Any, kind: str) -> tuple[list, int, int, int, int, str]:
     """``([(W, b) for q, k, v, o], H, Hkv, d, dv, why-not)``."""
     if kind == "torch":
         if mod.bias_k is not None or mod.add_zero_attn:
-            return [], 0, 0, 0, 0, "its add_bias_kv / add_zero_attn are not read"
+            return [], 0, 0, 0, 0, say("why.inner-bias-kv")
         H = mod.num_heads
         if mod._qkv_same_embed_dim:
             ws = list(mod.in_proj_weight.chunk(3))
@@ -39,7 +40,7 @@ def _weights(mod: Any, kind: str) -> tuple[list, int, int, int, int, str]:
         d = mod.embed_dim // H
         return pairs, H, H, d, d, ""
     if getattr(mod, "softcap", None) is not None or getattr(mod, "sinks", None) is not None:
-        return [], 0, 0, 0, 0, "its softcap / sinks are not read"
+        return [], 0, 0, 0, 0, say("why.inner-softcap")
     pairs = [(p.weight, p.bias) for p in (mod.q_proj, mod.k_proj, mod.v_proj, mod.out_proj)]
     return pairs, mod.num_heads, mod.num_kv_heads, mod.head_dim, mod.v_head_dim, ""
 
@@ -71,34 +72,34 @@ def _keep(given: dict, kind: str, Bn: int, Tq: int, Tk: int) -> tuple[np.ndarray
             elif bool(((mask == 0) | torch.isneginf(mask)).all()):
                 allowed = mask == 0
             else:
-                return None, f"the float {name} it gets is not read"
+                return None, say("why.inner-float-mask", name=name)
             a = allowed.numpy()
             if name == "key_padding_mask":
                 a = a.reshape(Bn, 1, 1, Tk)
             elif a.ndim == 3:
-                return None, "a per-head attn_mask is not read"
+                return None, say("why.inner-head-mask")
             keep = keep & a
         if given.get("is_causal") and given.get("attn_mask") is None:
             keep = keep & causal
         return keep, ""
     for name in ("bias", "window", "segment_ids", "padding_mask", "cache"):
         if given.get(name) is not None:
-            return None, f"its {name}= argument is not read"
+            return None, say("why.inner-argument", name=name)
     mask = given.get("mask")
     if mask is not None:
         if mask.dtype != torch.bool:
-            return None, "a float mask= is not read"
+            return None, say("why.inner-float-mask", name="mask=")
         m = mask.detach().numpy()
         keep = keep & (m[:, None] if m.ndim == 3 else m)
     lens = given.get("valid_lens")
     if lens is not None:
         lens = lens.detach().numpy()
         if lens.ndim != 1:
-            return None, "per-query valid_lens are not read"
+            return None, say("why.inner-lens")
         keep = keep & (np.arange(Tk)[None, :] < lens[:, None])[:, None, None, :]
     causal_arg = given.get("causal")
     if causal_arg not in (None, False, True):
-        return None, f"causal={causal_arg!r} is not read"
+        return None, say("why.inner-causal", value=repr(causal_arg))
     if causal_arg:
         keep = keep & causal
     return keep, ""
@@ -125,39 +126,39 @@ def compare_inner(cap: Capture, h: Any, Bn: int, T: int) -> Any:
     assert cap.inner is not None
     call, kind = cap.inner.call, cap.inner.kind
     mod = call.module
-    label = ("torch.nn.MultiheadAttention" if kind == "torch" else
-             "attnkit MultiHeadAttention") + (f" ({call.name})" if call.name else "")
+    label = say("oracle.inner-torch" if kind == "torch" else "oracle.inner-attnkit")
+    if call.name:
+        label = say("oracle.inner-named", label=label, name=call.name)
     pairs, H, Hkv, d, dv, why = _weights(mod, kind)
     if why:
-        return Outcome(False, f"{label}: {why}")
+        return Outcome(False, say("why.inner", label=label, why=why))
     (q_in, k_in, v_in), given = _inputs(call, kind)
     first = bool(getattr(mod, "batch_first", kind != "torch"))
     xs = []
     for x in (q_in, k_in, v_in):
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
-            return Outcome(False, f"{label} got inputs the check does not read")
+            return Outcome(False, say("why.inner", label=label, why=say("why.inner-inputs")))
         xs.append((x if first else x.transpose(0, 1)).detach().double().numpy())
     if not np.array_equal(xs[1], xs[2]):
-        return Outcome(False, f"{label} got different key and value inputs")
+        return Outcome(False, say("why.inner", label=label, why=say("why.inner-kv")))
     keep, why = _keep(given, kind, xs[0].shape[0], xs[0].shape[1], xs[1].shape[1])
     if keep is None:
-        return Outcome(False, f"{label}: {why}")
+        return Outcome(False, say("why.inner", label=label, why=why))
     out = call.out[0] if isinstance(call.out, (tuple, list)) else call.out
     got = (out if first else out.transpose(0, 1)).detach().double().numpy()
-    heads = f"{H} heads of {d}" + (f", {Hkv} key/value heads" if Hkv != H else "")
-    structure = f"{label}, {heads}"
+    heads = (say("oracle.heads", H=H, d=d) if Hkv == H else
+             say("oracle.heads-kv", H=H, d=d, Hkv=Hkv))
+    structure = say("oracle.inner-structure", label=label, heads=heads)
     ref = _attend(xs[0], xs[1], pairs, H, Hkv, d, dv, keep, np.float64)
     base = _attend(xs[0], xs[1], pairs, H, Hkv, d, dv, keep, np.float32)
     err = passes(got, ref, base, "inner attention")
     if err is not None:
         return Outcome(True, "", structure, Finding(
-            "inaccurate", f"{label} disagrees with the oracle on the inputs it got",
-            err))
+            "inaccurate", say("oracle.inner-disagrees", label=label), err))
     # The wrapper: its input and output are the inner layer's, in any layout?
     if not (same(q_in, cap.xq) and same(k_in, cap.xkv) and same(cap.out, cap.out)
             and same(out, cap.out)):
-        return Outcome(True, "", structure + " (compared on the inputs it got; the wrapper "
-                                             "around it is not read)")
+        return Outcome(True, "", say("oracle.inner-alone", structure=structure))
     xq, xkv = cap.xq.double().numpy(), cap.xkv.double().numpy()
     Tq, Tk = xq.shape[1], xkv.shape[1]
     wkeep = keep if keep.shape[-2:] == (Tq, Tk) and keep.shape[0] == Bn else \
@@ -171,11 +172,7 @@ def compare_inner(cap: Capture, h: Any, Bn: int, T: int) -> Any:
         from .oracle_repro import batch_mixing_repro
 
         return Outcome(True, "", structure, Finding(
-            "mixes-queries", f"{label} has batch_first=False and gets (B, T, E) inputs: it "
-            f"reads the batch axis as positions, so the examples of a batch attend to each "
-            f"other; build it with batch_first=True or pass x.transpose(0, 1)", err,
+            "mixes-queries", say("oracle.inner-batch-first", label=label), err,
             reproducer=batch_mixing_repro(h)))
     return Outcome(True, "", structure, Finding(
-        "inaccurate", f"{label} agrees with the oracle on the inputs it got, but the "
-        f"module's output does not agree with the oracle on the module's inputs: the "
-        f"wrapper feeds it (or reads its output) wrongly", err))
+        "inaccurate", say("oracle.inner-wrapper", label=label), err))

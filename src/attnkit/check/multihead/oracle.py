@@ -31,6 +31,7 @@ import torch
 from ..core.report import Finding
 from .inner import compare_inner
 from .oracle_repro import batch_mixing_repro, core_repro
+from .oracle_words import say
 from .reference import core, fit_scale, linear, oracle_core, passes
 from .structure import (
     Candidate,
@@ -147,10 +148,9 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
     try:
         cap = capture(h, m, xq, xkv)
     except Exception as err:  # the first call of the check reports what it raises
-        return Outcome(False, f"the module raised on the call that reads its structure "
-                              f"({type(err).__name__})")
+        return Outcome(False, say("why.raised", error=type(err).__name__))
     if cap.out.shape != (B, T, E):
-        return Outcome(False, f"its output is {tuple(cap.out.shape)}, not (B, T, E)")
+        return Outcome(False, say("why.output-shape", shape=tuple(cap.out.shape)))
     if cap.inner is not None:
         return compare_inner(cap, h, B, T)
     H, read = heads_of(m, E, 4)
@@ -163,11 +163,11 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
     o, merged, last = output_projection(cap)
     o_index = next((i for i, c in enumerate(cap.linears) if c.module is o), None)
     if merged is None:
-        merged, how = cap.out, "no output projection"
+        merged, how = cap.out, say("oracle.out-none")
     elif not last:
-        how = "output projection, then a step after it that is not read (a residual?)"
+        how = say("oracle.out-then")
     else:
-        how = "output projection " + ("with bias" if o.bias is not None else "without bias")
+        how = say("oracle.out-bias" if o.bias is not None else "oracle.out-no-bias")
     r = Reading(cap, merged, o if last else None)
     r.o_index = o_index
     r.heads_read = read
@@ -176,17 +176,13 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
         for causal, keep in _keeps(T, causal_first):
             if r.got.shape[-1] != cand.H * cand.dv or r.core_check(cand, keep) is not None:
                 continue
-            structure = _words(cand, how, causal) + (
-                ", a constant added after the attention (as a bias on v)"
-                if np.any(r.offset != 0) else "")
+            structure = _words(cand, how, causal)
+            if np.any(r.offset != 0):
+                structure = say("oracle.offset", structure=structure)
             err = r.whole_check(cand, keep)
             if err is None:
                 return Outcome(True, "", structure)
-            return Outcome(True, "", structure, Finding(
-                "inaccurate", "the attention core agrees with the oracle on the q, k, v the "
-                "module's projections produced, but the output does not agree with the "
-                "oracle from the module's own weights: the error is in the projections or "
-                "the output projection, not in the attention", err))
+            return Outcome(True, "", structure, Finding("inaccurate", say("oracle.whole"), err))
     outcome = _explain(h, factory, r, cands, causal_first, how)
     f = outcome.finding
     if f is not None and not f.reproducer:
@@ -197,23 +193,10 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
 
 
 def _words(cand: Candidate, how: str, causal: bool) -> str:
-    heads = f"{cand.H} heads of {cand.d}" + (
-        f", {cand.Hkv} key/value heads" if cand.Hkv != cand.H else "")
-    return f"{cand.label}, {heads}, {how}" + (", causal" if causal else "")
-
-
-SCALE_WORDS = {
-    "none": "not scaled: the 1/sqrt(d) is missing",
-    "sqrt(E)": "scaled by 1/sqrt(E) = {value:.4g}, the model width, instead of 1/sqrt(d) "
-               "= {default:.4g}, the head dim",
-    "1/d": "scaled by 1/d = {value:.4g} instead of 1/sqrt(d) = {default:.4g}",
-    "sqrt(d)": "multiplied by sqrt(d) = {value:.4g} instead of divided by it",
-    "E or d": "scaled by {value:.4g}, which is 1/sqrt(E) (the model width) and also 1/d at "
-              "this width, instead of 1/sqrt(d) = {default:.4g}",
-    "constant": "scaled by {value:.4g} at every head dim (a constant, where 1/sqrt(d) "
-                "changes with the head dim: {default:.4g} here)",
-    "fitted": "scaled by {value:.4g} (fitted) instead of 1/sqrt(d) = {default:.4g}",
-}
+    heads = (say("oracle.heads", H=cand.H, d=cand.d) if cand.Hkv == cand.H else
+             say("oracle.heads-kv", H=cand.H, d=cand.d, Hkv=cand.Hkv))
+    return say("oracle.structure-causal" if causal else "oracle.structure", label=cand.label,
+               heads=heads, how=how)
 
 
 def _named(scale: float, E: int, d: int) -> list[str]:
@@ -243,24 +226,18 @@ def _explain(h: Any, factory: Any, r: Reading, cands: list[Candidate], causal_fi
                 if r.fits(cand, keep, scale, "softmax") is None:
                     words = _scale_words(h, factory, scale, E, cand)
                     return Outcome(True, "", structure, cand=cand, causal=causal, finding=Finding(
-                        "wrong-scale", f"the attention scores are {words}; scaled dot-"
-                        f"product attention divides q.k by sqrt(d) (found in the attention "
-                        f"core, from the q, k, v the module's projections produced)",
-                        f"the core fits the oracle with scale {scale:.4g}, not "
-                        f"{default:.4g}"))
+                        "wrong-scale", say("oracle.wrong-scale", words=words),
+                        say("oracle.wrong-scale-measured", scale=scale, default=default)))
             if r.fits(cand, keep, default, "queries") is None:
                 return Outcome(True, "", structure, cand=cand, causal=causal, finding=Finding(
-                    "inaccurate", "the softmax runs over the queries axis (dim=-2 of the "
-                    "(..., Tq, Tk) scores), not over the keys: each query's weights must sum "
-                    "to 1 over the keys (softmax(scores, dim=-1))",
-                    "the core fits the oracle with the softmax over the queries"))
+                    "inaccurate", say("oracle.queries-axis"),
+                    say("oracle.queries-axis-measured")))
             for scale in (default, 1.0):
                 if r.fits(cand, keep, scale, "sigmoid") is None:
+                    lo, hi = _sums(q, k, v, keep, scale)
                     return Outcome(True, "", structure, cand=cand, causal=causal, finding=Finding(
-                        "inaccurate", "the attention weights are sigmoid(scores), which do "
-                        "not sum to 1 over the keys: use softmax(scores, dim=-1)",
-                        "the core fits sigmoid weights; a query's weights sum to "
-                        + _sums(q, k, v, keep, scale)))
+                        "inaccurate", say("oracle.sigmoid"),
+                        say("oracle.sigmoid-measured", lo=lo, hi=hi)))
     for cand in cands if r.heads_read else []:  # another head count than it says
         for H2 in (1, 2, 4, 8, 16):
             if H2 == cand.H or cand.interleave or r.got.shape[-1] % H2:
@@ -272,9 +249,9 @@ def _explain(h: Any, factory: Any, r: Reading, cands: list[Candidate], causal_fi
                 if r.fits(alt, keep, 1 / math.sqrt(alt.d), "softmax") is None:
                     return Outcome(True, "", _words(cand, how, causal), cand=cand, causal=causal,
                                    finding=Finding(
-                        "inaccurate", f"the module computes {H2} head(s) of {alt.d}, not "
-                        f"{cand.H} heads of {cand.d}: the heads are split or merged wrongly",
-                        f"the core fits the oracle at {H2} heads"))
+                        "inaccurate", say("oracle.heads-count", H2=H2, d2=alt.d, H=cand.H,
+                                          d=cand.d),
+                        say("oracle.heads-count-measured", H2=H2)))
     return _unexplained(h, r, cands, causal_first, how)
 
 
@@ -287,12 +264,13 @@ def _unmerge(cand: Candidate, got: np.ndarray) -> np.ndarray:
 
 
 def _sums(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray,
-          scale: float) -> str:
+          scale: float) -> tuple[float, float]:
+    """The least and the largest sum of a query's sigmoid weights over the keys."""
     G = q.shape[1] // k.shape[1]
     k = np.repeat(k, G, axis=1)
     w = 1 / (1 + np.exp(-(q @ np.swapaxes(k, -1, -2)) * scale)) * keep
     s = w.sum(-1)
-    return f"{s.min():.3g} to {s.max():.3g} over the keys"
+    return float(s.min()), float(s.max())
 
 
 def _reheaded(cand: Candidate, H2: int, r: Reading) -> Candidate | None:
@@ -322,7 +300,7 @@ def _scale_words(h: Any, factory: Any, scale: float, E: int, cand: Candidate) ->
         key = names[0]
     else:
         key = "fitted"
-    return SCALE_WORDS[key].format(value=scale, default=default)
+    return say("scale." + key, value=scale, default=default)
 
 
 def _second_scale(h: Any, factory: Any) -> float | None:
@@ -392,33 +370,21 @@ def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool 
     structure = _words(cands[0], how, bool(causal_first))
     if _batch_mixing(h, m, r.cap):
         return Outcome(True, "", structure, Finding(
-            "mixes-queries", "changing one example of the batch changes another example's "
-            "output: the heads are split or merged across the batch (a reshape of a fused "
-            "qkv (B, T, 3E) straight to (3, B, H, T, d), or a view without the transpose); "
-            "split with qkv.view(B, T, 3, H, d).permute(2, 0, 3, 1, 4)",
-            "example 0's output moved when only example 1's input changed"))
+            "mixes-queries", say("oracle.batch-mixing"), say("oracle.batch-mixing-measured")))
     if r.cap.others:
         name, cls, _ = r.cap.others[0]
-        what = ("a norm" if "norm" in cls.lower() else
-                "rotary or other position embeddings?" if "rot" in cls.lower() or "pos" in
-                cls.lower() else "something the check does not read")
-        return Outcome(False, f"{cls} ({name}) runs in forward besides the projections "
-                              f"({what}), and the attention core does not follow from the "
-                              f"captured q, k, v without it")
+        low = cls.lower()
+        key = ("why.norm" if "norm" in low else
+               "why.module" if "rot" in low or "pos" in low else "why.other")
+        return Outcome(False, say(key, cls=cls, name=name))
     if not causal_first:
         if _positional(h, m, r.cap):
-            return Outcome(False, "the scores depend on the positions (permuting the tokens "
-                                  "does not permute the outputs): rotary or relative "
-                                  "position embeddings, which the check does not read")
+            return Outcome(False, say("why.positions"))
     else:
-        return Outcome(False, "the causal attention core does not follow from the captured "
-                              "q, k, v by any reading the check knows, and a causal module's "
-                              "position-dependent scores are not probed")
+        return Outcome(False, say("why.causal"))
     keep = _keeps(T, causal_first)[0][1]
     fit = [c for c in cands if r.got.shape[-1] == c.H * c.dv]
     err = r.core_check(fit[0], keep) if fit else None
     return Outcome(True, "", structure, Finding(
-        "inaccurate", "the attention core (softmax(q k^T / sqrt(d)) v on the q, k, v the "
-        "module's projections produced) disagrees with the oracle, and no reading the check "
-        "knows explains it (scale, softmax axis, sigmoid, head count, q/k/v order)",
-        err or "no reading fits"), cand=fit[0] if fit else None, causal=bool(causal_first))
+        "inaccurate", say("oracle.unexplained"), err or say("oracle.no-reading")),
+        cand=fit[0] if fit else None, causal=bool(causal_first))

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .oracle_words import say
+
 if TYPE_CHECKING:
     from ..core.report import Finding
 
@@ -243,11 +245,9 @@ def candidates(cap: Capture, self_only: bool, H: int) -> tuple[list[Candidate], 
     on_kv = on_q if self_only else [i for i, c in enumerate(lin)
                                     if c.args and same(c.args[0], cap.xkv)]
     if not lin:
-        return [], ("no nn.Linear runs in forward: projections written with raw parameters "
-                    "(x @ W) are not read, only nn.Linear and nn.MultiheadAttention")
+        return [], say("why.no-linear")
     if not on_q:
-        return [], ("no nn.Linear reads the module's input as it was given (something runs "
-                    "on it first: a norm, a positional embedding)")
+        return [], say("why.input-changed")
     width = {i: int(lin[i].module.out_features) for i in set(on_q) | set(on_kv)}
     found: list[Candidate] = []
     if self_only and len(on_q) == 3 or not self_only and len(on_q) == 1 and len(on_kv) == 2:
@@ -257,7 +257,7 @@ def candidates(cap: Capture, self_only: bool, H: int) -> tuple[list[Candidate], 
             w = _widths(width[iq], width[ik], width[iv], H)
             if w is None:
                 continue
-            label = "separate q/k/v nn.Linear" + (", columns (d, H)" if layout == "dh" else "")
+            label = say("oracle.label-separate" if layout == "hd" else "oracle.label-separate-dh")
             found.append(Candidate(label, ((iq, 0, width[iq]), (ik, 0, width[ik]),
                                            (iv, 0, width[iv])), *w, layout=layout))
     elif self_only and len(on_q) == 1:
@@ -276,12 +276,12 @@ def candidates(cap: Capture, self_only: bool, H: int) -> tuple[list[Candidate], 
                 for j in order:
                     cols[j] = (i, first, sizes[j])
                     first += sizes[j]
-                found.append(Candidate(f"fused qkv nn.Linear, chunks in {word} order",
+                found.append(Candidate(say("oracle.label-fused", order=word),
                                        (cols[0], cols[1], cols[2]), H, Hkv, d, d))
             if n % (3 * H) == 0:
                 d = n // (3 * H)
                 parts = tuple((i, order.index(j) * d, d) for j in range(3))
-                found.append(Candidate(f"fused qkv nn.Linear, per head ({word}) interleaved",
+                found.append(Candidate(say("oracle.label-interleaved", order=word),
                                        parts, H, H, d, d, interleave=True))
     elif (not self_only and len(on_q) == 1 and len(on_kv) == 1
           or self_only and len(on_q) == 2):
@@ -295,13 +295,11 @@ def candidates(cap: Capture, self_only: bool, H: int) -> tuple[list[Candidate], 
                     continue
                 k0, v0 = (0, nkv // 2) if order == "kv" else (nkv // 2, 0)
                 half = nkv // 2
-                found.append(Candidate(f"q nn.Linear and a fused {order} nn.Linear",
+                found.append(Candidate(say("oracle.label-q-fused-kv", order=order),
                                        ((iq, 0, nq), (ikv, k0, half), (ikv, v0, half)), *w))
     if not found:
-        return [], (f"{len(on_q)} nn.Linear layer(s) read the query input and "
-                    f"{len(on_kv)} the key/value input, with widths "
-                    f"{sorted(width.values())}: not a layout the check reads (separate "
-                    f"q/k/v, or one fused qkv projection) at {H} heads")
+        return [], say("why.layout", nq=len(on_q), nkv=len(on_kv),
+                       widths=sorted(width.values()))
     return found, ""
 
 
