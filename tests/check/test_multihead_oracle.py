@@ -135,3 +135,11 @@ def test_oracle_sentences_have_the_same_keys_and_fields_in_english_and_chinese()
     assert set(EN) == set(ZH)
     for key in EN:
         assert fields(EN[key]) == fields(ZH[key]), key
+
+
+def test_dropout_left_on_after_the_output_projection_gets_one_code():
+    # The check seeds every call alike, so the core (before the dropout) is compared and
+    # agrees; the dropout probe names the bug.
+    report = _check("DropoutAlwaysOn")
+    assert report.codes == ["dropout-in-eval"], report.text()
+    assert "then a step after it that is not read" in report.oracle["structure"]

@@ -37,6 +37,7 @@ EN: dict[str, str] = {
     # -- why it was not compared ----------------------------------------------------------
     "why.raised": "the module raised on the call that reads its structure ({error})",
     "why.output-shape": "its output is {shape}, not (B, T, E)",
+    "why.random": "two identical calls give different outputs (dropout left on?)",
     "why.numpy": "a NumPy module: its weights are not read",
     "why.no-linear": "no nn.Linear runs in forward: projections written with raw parameters "
                      "(x @ W) are not read, only nn.Linear and nn.MultiheadAttention",
@@ -145,6 +146,7 @@ ZH: dict[str, str] = {
     "oracle.mixing": "注意力核心不一致：各查询的输出相互混杂",
     "why.raised": "读取结构的那次调用中模块抛出了异常（{error}）",
     "why.output-shape": "它的输出形状是 {shape}，不是 (B, T, E)",
+    "why.random": "两次相同的调用给出不同的输出（暂退法没有关掉？）",
     "why.numpy": "NumPy 模块：不读取它的权重",
     "why.no-linear": "forward 中没有运行任何 nn.Linear：用裸参数写的投影（x @ W）不读取，只读取 "
                      "nn.Linear 和 nn.MultiheadAttention",

@@ -78,25 +78,37 @@ def passes(got: np.ndarray, ref: np.ndarray, base: np.ndarray, name: str) -> str
 def fit_scale(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray,
               got: np.ndarray, kind: str = "softmax") -> float:
     """The scale of the scores that brings :func:`core` closest to ``got`` (max error): a
-    grid over 1e-3..1e3, then a golden-section search around its best point."""
+    grid over 1e-3..1e3 in one batch, then a golden-section search around its best point."""
+    G = q.shape[1] // k.shape[1]
+    k, v = (np.repeat(k, G, axis=1), np.repeat(v, G, axis=1)) if G > 1 else (k, v)
+    S = q @ np.swapaxes(k, -1, -2)
+    axis = -1 if kind == "softmax" else -2
 
-    def err(log_s: float) -> float:
-        return float(np.nanmax(np.abs(core(q, k, v, keep, math.exp(log_s), kind) - got)))
+    def errs(scales: np.ndarray) -> np.ndarray:
+        s = scales.reshape((-1,) + (1,) * S.ndim) * S
+        with np.errstate(all="ignore"):
+            if kind == "sigmoid":
+                w = np.where(keep, 1 / (1 + np.exp(-s)), 0.0)
+            else:
+                s = np.where(keep, s, -np.inf)
+                e = np.where(keep, np.exp(s - s.max(axis, keepdims=True)), 0.0)
+                w = e / e.sum(axis, keepdims=True)
+            diff = np.abs(w @ v - got)
+        return np.nanmax(diff.reshape(len(scales), -1), axis=1)
 
-    grid = np.linspace(math.log(1e-3), math.log(1e3), 41)
-    errs = [err(g) for g in grid]
-    i = int(np.argmin(errs))
+    grid = np.linspace(math.log(1e-3), math.log(1e3), 61)
+    i = int(np.argmin(errs(np.exp(grid))))
     lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
     ratio = (math.sqrt(5) - 1) / 2
     a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-    fa, fb = err(a), err(b)
+    fa, fb = errs(np.exp(np.array([a, b])))
     for _ in range(45):
         if fa < fb:
             hi, b, fb = b, a, fa
             a = hi - ratio * (hi - lo)
-            fa = err(a)
+            fa = errs(np.exp(np.array([a])))[0]
         else:
             lo, a, fa = a, b, fb
             b = lo + ratio * (hi - lo)
-            fb = err(b)
+            fb = errs(np.exp(np.array([b])))[0]
     return math.exp((lo + hi) / 2)

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Candidate", "Capture", "Inner", "Outcome", "capture", "candidates", "heads_of"]
 
-HEAD_ATTRS = ("num_heads", "n_heads", "n_head", "nhead", "heads", "h", "num_attention_heads")
+HEAD_ATTRS = ("num_heads", "n_heads", "n_head", "nhead", "nheads", "num_head", "heads", "h",
+              "H", "num_attention_heads", "head_num", "head_count", "n_h", "nh")
 # Submodules that leave the data flow as the check reads it.
 TRANSPARENT = (nn.Dropout, nn.Identity, nn.Softmax, nn.Sequential, nn.ModuleList,
                nn.ModuleDict)
