@@ -417,3 +417,28 @@ class DropoutAlwaysOn(Separate):
 
     def forward(self, x):
         return nn.functional.dropout(super().forward(x), 0.1, training=True)
+
+
+class LogSoftmaxWeights(Separate):
+    """log_softmax where the softmax belongs: weights that are all negative."""
+
+    def forward(self, x):
+        B, T, E = x.shape
+        q, k, v = self.split(self.w_q(x)), self.split(self.w_k(x)), self.split(self.w_v(x))
+        p = nn.functional.log_softmax(q @ k.transpose(-2, -1) / math.sqrt(self.d_k), dim=-1)
+        return self.w_o((p @ v).transpose(1, 2).reshape(B, T, E))
+
+
+class Additive(nn.Module):
+    """Additive attention, w . tanh(W_q q + W_k k), as a module: correct, and not the
+    dot-product attention the oracle compares."""
+
+    def __init__(self, embed_dim, num_hiddens):
+        super().__init__()
+        self.W_q = nn.Linear(embed_dim, num_hiddens, bias=False)
+        self.W_k = nn.Linear(embed_dim, num_hiddens, bias=False)
+        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
+
+    def forward(self, queries, keys, values):
+        features = torch.tanh(self.W_q(queries)[:, :, None] + self.W_k(keys)[:, None])
+        return self.w_v(features).squeeze(-1).softmax(-1) @ values

@@ -90,13 +90,15 @@ class Reading:
         self.offset: np.ndarray | float = 0.0  # a constant per channel after the attention
         self.heads_read = True  # the head count is the module's own attribute
 
-    def core_check(self, cand: Candidate, keep: np.ndarray) -> str | None:
+    def core_check(self, cand: Candidate, keep: np.ndarray, quick: bool = True) -> str | None:
+        """None when the core agrees with the oracle on this reading, else the measured
+        error (``quick``: a reading far off is rejected by the vectorised float64 core)."""
         q, k, v = cand.split(self.P)
         scale = 1 / math.sqrt(cand.d)
         base = cand.merge(core(q, k, v, keep, scale, dtype=np.float32))
-        quick = cand.merge(core(q, k, v, keep, scale))  # float64: a reading far off is cheap
-        if passes(self.got, quick, base, "attention core") is not None and \
-                np.nanmax(np.abs(self.got - quick)) > 1e-2:
+        near = cand.merge(core(q, k, v, keep, scale))
+        if quick and passes(self.got, near, base, "attention core") is not None and \
+                np.nanmax(np.abs(self.got - near)) > 1e-2:
             return "far off"
         ref = cand.merge(oracle_core(q, k, v, keep))
         err = passes(self.got, ref, base, "attention core")
@@ -372,6 +374,40 @@ def _positional(h: Any, m: Any, cap: Capture) -> bool:
     return not torch.allclose(out, cap.out[:, perm], rtol=1e-4, atol=1e-5)
 
 
+def _v_columns(cand: Candidate, width: int) -> torch.Tensor:
+    """The columns of the projection that gives v, as a bool ``(width,)`` mask."""
+    i, first, n = cand.parts[2]
+    cols = torch.zeros(width, dtype=torch.bool)
+    if cand.interleave:
+        idx = torch.arange(width)
+        cols = (idx // cand.d) % 3 == first // cand.d
+    else:
+        cols[first:first + n] = True
+    return cols
+
+
+def _linear_in_v(h: Any, m: Any, r: Reading, cand: Candidate) -> bool:
+    """Is the output linear in what the candidate reads as v, and does v reach it? (The
+    attention core is, for fixed q and k.) Adds ``t * u`` to v's columns of the projection
+    that gives it, for ``t`` = 1 and 2."""
+    c = r.cap.linears[cand.parts[2][0]]
+    cols = _v_columns(cand, int(c.module.out_features))
+    u = _rand(*c.out.shape, seed=27) * cols * float(c.out.std())
+    outs = []
+    for t in (1.0, 2.0):
+        handle = c.module.register_forward_hook(lambda mod, a, out, t=t: out + t * u)
+        try:
+            with torch.no_grad():
+                outs.append(h.call(m, r.cap.xq, None if h.self_only else r.cap.xkv))
+        except Exception:
+            return False
+        finally:
+            handle.remove()
+    one, two = outs[0] - r.cap.out, outs[1] - r.cap.out
+    scale = float(one.abs().max())
+    return scale > 1e-4 and bool(torch.allclose(two, 2 * one, rtol=1e-3, atol=1e-4 * scale))
+
+
 def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool | None,
                  how: str) -> Outcome:
     m = h.eval(h.m)
@@ -385,14 +421,17 @@ def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool 
         key = ("why.norm" if "norm" in low else
                "why.module" if "rot" in low or "pos" in low else "why.other")
         return Outcome(False, say(key, cls=cls, name=name))
+    fit = [c for c in cands if r.got.shape[-1] == c.H * c.dv]
+    sources = {(c.parts[2], c.interleave): c for c in fit}  # each reading of v once
+    if not any(_linear_in_v(h, m, r, c) for c in sources.values()):
+        return Outcome(False, say("why.not-dot-product"))
     if not causal_first:
         if _positional(h, m, r.cap):
             return Outcome(False, say("why.positions"))
     else:
         return Outcome(False, say("why.causal"))
     keep = _keeps(T, causal_first)[0][1]
-    fit = [c for c in cands if r.got.shape[-1] == c.H * c.dv]
-    err = r.core_check(fit[0], keep) if fit else None
+    err = r.core_check(fit[0], keep, quick=False)
     return Outcome(True, "", structure, Finding(
         "inaccurate", say("oracle.unexplained"), err or say("oracle.no-reading")),
-        cand=fit[0] if fit else None, causal=bool(causal_first))
+        cand=fit[0], causal=bool(causal_first))

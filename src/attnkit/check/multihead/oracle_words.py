@@ -53,6 +53,10 @@ EN: dict[str, str] = {
                   "captured q, k, v without it",
     "why.other": "{cls} ({name}) runs in forward besides the projections, and the attention "
                  "core does not follow from the captured q, k, v without it",
+    "why.not-dot-product": "the output is not linear in what its projections give as v, as "
+                           "dot-product attention's is (additive attention, or values that "
+                           "pass through something else): only dot-product attention is "
+                           "compared",
     "why.positions": "the scores depend on the positions (permuting the tokens does not "
                      "permute the outputs): rotary or relative position embeddings, which "
                      "the check does not read",
@@ -160,6 +164,8 @@ ZH: dict[str, str] = {
                   "它，注意力核心无法由捕获的 q、k、v 得出",
     "why.other": "forward 中除投影外还运行了 {cls}（{name}），没有它，注意力核心无法由捕获的 q、k、"
                  "v 得出",
+    "why.not-dot-product": "输出与投影给出的值（v）不成线性关系，而点积注意力的输出应当如此（加"
+                           "性注意力，或值还经过了别的处理）：只与点积注意力比较",
     "why.positions": "注意力分数依赖位置（打乱词元的顺序，输出并不随之同样打乱）：旋转位置编码或相"
                      "对位置编码，检查不读取这些",
     "why.causal": "因果注意力核心无法用检查已知的任何解读由捕获的 q、k、v 得出，而因果模块中依赖"
