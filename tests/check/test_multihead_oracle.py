@@ -103,6 +103,7 @@ def test_attnkit_and_torch_layers_agree_with_the_oracle(factory, structure):
     ("QKNorm", "LayerNorm (q_norm)"),
     ("RawParams", "projections written with raw parameters"),
     ("Additive", "only dot-product attention is compared"),
+    ("MemoryKeys", "parameters outside its nn.Linear layers (mem_k, mem_v)"),
 ])
 def test_unreadable_modules_are_not_compared_and_not_blamed(name, why):
     report = _check(name)

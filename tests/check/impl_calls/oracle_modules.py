@@ -442,3 +442,21 @@ class Additive(nn.Module):
     def forward(self, queries, keys, values):
         features = torch.tanh(self.W_q(queries)[:, :, None] + self.W_k(keys)[:, None])
         return self.w_v(features).squeeze(-1).softmax(-1) @ values
+
+
+class MemoryKeys(Separate):
+    """Two learned key/value slots per head joined to every sequence's keys: correct, and
+    parameters the oracle does not read."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.mem_k = nn.Parameter(torch.randn(num_heads, 2, self.d_k))
+        self.mem_v = nn.Parameter(torch.randn(num_heads, 2, self.d_k))
+
+    def forward(self, x):
+        B, T, E = x.shape
+        q, k, v = self.split(self.w_q(x)), self.split(self.w_k(x)), self.split(self.w_v(x))
+        k = torch.cat([self.mem_k.expand(B, -1, -1, -1), k], dim=2)
+        v = torch.cat([self.mem_v.expand(B, -1, -1, -1), v], dim=2)
+        out = nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.w_o(out.transpose(1, 2).reshape(B, T, E))

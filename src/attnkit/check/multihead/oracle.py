@@ -408,6 +408,14 @@ def _linear_in_v(h: Any, m: Any, r: Reading, cand: Candidate) -> bool:
     return scale > 1e-4 and bool(torch.allclose(two, 2 * one, rtol=1e-3, atol=1e-4 * scale))
 
 
+def _extra_parameters(m: Any) -> list[str]:
+    """The module's parameters that no ``nn.Linear`` holds (learned keys, temperatures,
+    biases of its own): what the oracle does not read."""
+    held = {id(p) for mod in m.modules() if isinstance(mod, torch.nn.Linear)
+            for p in mod.parameters()}
+    return [name for name, p in m.named_parameters() if id(p) not in held]
+
+
 def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool | None,
                  how: str) -> Outcome:
     m = h.eval(h.m)
@@ -425,6 +433,9 @@ def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool 
     sources = {(c.parts[2], c.interleave): c for c in fit}  # each reading of v once
     if not any(_linear_in_v(h, m, r, c) for c in sources.values()):
         return Outcome(False, say("why.not-dot-product"))
+    extra = _extra_parameters(m)
+    if extra:
+        return Outcome(False, say("why.parameters", names=", ".join(extra[:4])))
     if not causal_first:
         if _positional(h, m, r.cap):
             return Outcome(False, say("why.positions"))

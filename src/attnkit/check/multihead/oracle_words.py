@@ -57,6 +57,9 @@ EN: dict[str, str] = {
                            "dot-product attention's is (additive attention, or values that "
                            "pass through something else): only dot-product attention is "
                            "compared",
+    "why.parameters": "parameters outside its nn.Linear layers ({names}) take part in forward, "
+                      "and the attention core does not follow from the captured q, k, v "
+                      "without them (learned keys, a temperature?): they are not read",
     "why.positions": "the scores depend on the positions (permuting the tokens does not "
                      "permute the outputs): rotary or relative position embeddings, which "
                      "the check does not read",
@@ -166,6 +169,8 @@ ZH: dict[str, str] = {
                  "v 得出",
     "why.not-dot-product": "输出与投影给出的值（v）不成线性关系，而点积注意力的输出应当如此（加"
                            "性注意力，或值还经过了别的处理）：只与点积注意力比较",
+    "why.parameters": "nn.Linear 之外的参数（{names}）参与了 forward，没有它们，注意力核心无法"
+                      "由捕获的 q、k、v 得出（学习到的键、温度？）：这些参数不读取",
     "why.positions": "注意力分数依赖位置（打乱词元的顺序，输出并不随之同样打乱）：旋转位置编码或相"
                      "对位置编码，检查不读取这些",
     "why.causal": "因果注意力核心无法用检查已知的任何解读由捕获的 q、k、v 得出，而因果模块中依赖"
