@@ -20,6 +20,7 @@ import numpy as np
 from ..meet.calls import Target
 from .cases import Case, attention_setup, run_setup, softmax_setup
 from .oracle import Baseline, bound_of, keep_of, oracle_attention, oracle_softmax, rule_error
+from .overflow import fill_words, overflow_cause
 from .report import first_line
 
 __all__ = ["Run", "Verdict", "first_line"]
@@ -124,13 +125,11 @@ class Run:
                 break
         if error is not None:
             if case.half and self.twin_finite(a, case):
+                problem = f"{type(error).__name__}: {first_line(error)}"
                 verdicts.append(Verdict(
                     "float16-overflow",
-                    f"fn raises in {case.dtype} but not in float32 "
-                    f"({type(error).__name__}: {first_line(error)}); a constant like -1e9 does "
-                    f"not fit in "
-                    f"half precision: use -inf or torch.finfo(dtype).min",
-                    f"{type(error).__name__}: {first_line(error)}", raises=True))
+                    f"fn raises in {case.dtype} but not in float32 ({problem}); "
+                    + overflow_cause(self.t.fn, case.dtype, problem), problem, raises=True))
             elif not case.half:
                 verdicts.append(Verdict(
                     "shape", f"fn raises on {case.label(self.t.check != 'attention')} "
@@ -176,11 +175,14 @@ class Run:
             count = f"{int(bad.sum())} of {bad.size} values non-finite in {where}"
             if case.half and self.twin_finite(a, case):
                 return Verdict("float16-overflow",
-                                f"fn gives NaN/inf in {case.dtype} where float32 is finite "
-                                f"(a fill like -1e9/-1e6 overflows to -inf in half precision, "
-                                f"or exp overflows): keep statistics in float32, fill with -inf "
-                                f"and guard empty rows", count, finite=True)
-            if where == "the output":
+                                f"fn gives NaN/inf in {case.dtype} where float32 is finite: "
+                                + overflow_cause(self.t.fn, case.dtype, "NaN/inf in the output"),
+                                count, finite=True)
+            if where == "the output" and case.spread:
+                msg = ("fn gives NaN/inf on rows whose logits are far below another row's: "
+                       "it subtracts one maximum for the whole array (x.max()), not each "
+                       "row's; subtract x.max(axis=-1, keepdims=True)")
+            elif where == "the output":
                 msg = ("fn gives NaN/inf for finite inputs: a softmax without the max trick "
                        "overflows exp(); subtract the row maximum first"
                        if case.logit else "fn gives NaN/inf where the oracle is finite")
@@ -211,8 +213,8 @@ class Run:
             what = ("a uniform row (an additive finfo.min mask, as transformers' eager "
                     "attention takes, leaves every score of the row equal)"
                     if uniform and self.t.convention == "additive" else
-                    "a uniform row (a large negative fill like -1e9 leaves every score of "
-                    "the row equal)" if uniform else "neither 0 nor NaN")
+                    f"a uniform row ({fill_words(self.t.fn)} leaves every score of the "
+                    f"row equal)" if uniform else "neither 0 nor NaN")
             return Verdict("fully-masked-row",
                             f"a query with no allowed key gets {what}; attnkit, SDPA and "
                             f"flash-attn give 0 (JAX and d2l a uniform row)",

@@ -1,7 +1,8 @@
 """What a check finds, and how it is shown: :class:`Finding`, :class:`Report`.
 
 Every finding carries a stable code from :data:`CODES`; its severity follows from the code
-(``fully-masked-row`` and ``causal-alignment`` are warnings, because peers disagree on them;
+(``fully-masked-row`` and ``causal-alignment`` are warnings, because peers disagree on them,
+and ``one-sequence``, a layout;
 every other code is an error). A report is ``ok`` when it holds no error.
 """
 
@@ -52,6 +53,8 @@ CODES: dict[str, tuple[str, str]] = {
                              "merged so that tokens mix"),
     "fully-masked-row": (WARNING, "a row with no allowed key is not 0"),
     "causal-alignment": (WARNING, "causal mask aligned top-left, not bottom-right"),
+    "one-sequence": (WARNING, "takes one sequence, not a batch: checked one sequence at a "
+                              "time"),
 }
 
 

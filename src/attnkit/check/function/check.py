@@ -10,7 +10,6 @@ itself (then it is judged as causal).
 
 from __future__ import annotations
 
-import re
 import time
 import warnings
 from dataclasses import replace
@@ -22,15 +21,16 @@ from ..core.cases import Case, attention_cases, masked_softmax_cases, softmax_ca
 from ..core.judge import Run
 from ..core.report import Finding, Report, first_line
 from ..core.repro import function_reproducer
-from ..meet.adapt import CONVENTIONS, Call, origin_of, read_call, target_spec, unwrap
+from ..meet.adapt import CONVENTIONS, origin_of, read_call, target_spec, unwrap
 from ..meet.build import BuildError, build_callable
-from .detect import behaves_causal, mask_convention, mask_layout, probe
+from .detect import behaves_causal, mask_convention, mask_layout
+from .failed import find_target
 
 __all__ = ["check_attention", "check_masked_softmax", "check_softmax"]
 
 
 _FILLED = {"scale": "1/sqrt(Dk)", "module": "a stand-in (training=False, num_key_value_groups=1)",
-           "zero": "0.0", "false": "False", "true": "True"}
+           "zero": "0.0", "false": "False", "true": "True", "axis": "-1"}
 
 
 def _check(fn: Any, check: str, convention: str, causal: bool = False,
@@ -58,37 +58,6 @@ def _check(fn: Any, check: str, convention: str, causal: bool = False,
     report.seconds = time.perf_counter() - t0
     return report
 
-
-
-# Errors that say the function ran into mismatched shapes inside (NumPy, PyTorch).
-_SHAPE_ERROR = re.compile(r"could not be broadcast|must match the size|size of tensor a|"
-                          r"shapes cannot be multiplied|mismatch in its core dimension|"
-                          r"not aligned")
-
-
-def _call_failed(fn: Any, check: str, call: Call, errors: list[str]) -> Finding:
-    args = "fn(q, k, v[, mask])" if check == "attention" else (
-        "fn(x, mask)" if check == "masked-softmax" else "fn(x)")
-    if check == "attention":
-        layouts = "NumPy arrays and PyTorch tensors, (B, H, T, D), (B, T, D) and (B, T, H, D)"
-    else:
-        layouts = "NumPy arrays and PyTorch tensors"
-    fix = ("the check calls it as " + args + ": take the inputs positionally or by the names "
-           "query/key/value, declare the mask with --convention, or wrap it: "
-           "def fn(q, k, v): return mine(...)")
-    if call.unfilled:
-        fix = (f"it needs {', '.join(call.unfilled)}, which the check cannot fill: wrap it, "
-               f"e.g. lambda q, k, v: fn(q, k, v, {call.unfilled[0]}=...); " + fix)
-    if callable(getattr(fn, "forward", None)):
-        fix = "pass an instance, or a function that calls it; " + fix
-    owner = getattr(fn, "__self__", fn)
-    if type(owner).__module__.startswith("torch") or any(
-            c.__module__.startswith("torch.nn") for c in type(owner).__mro__[1:]):
-        errors = [e for e in errors if e.startswith("torch")] + [
-            e for e in errors if not e.startswith("torch")]  # its own framework's error first
-    first = errors[0] if errors else "no output"
-    return Finding("call-failed", f"fn could not be called with {layouts}: {first}; {fix}",
-                   f"{len(errors)} call(s) tried: " + "; ".join(errors))
 
 
 def _nondeterministic(run: Run, fn: Any, case: Case) -> Finding | None:
@@ -171,22 +140,13 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
         raise ValueError(f"per_query_lens=True passes d2l's valid_lens (B, Tq), but fn's mask "
                          f"argument reads as {conv!r}: pass convention='valid_lens' if it "
                          f"takes lengths")
-    target, errors = probe(fn, check, conv, call, spec, name, causal, load)
+    target, call, notes, failure = find_target(fn, check, conv, call, spec, name, causal,
+                                               load)
     if target is None:
-        if any("output shape" in e for e in errors):
-            report.add(Finding("shape", "fn could not be called with any input layout: "
-                               + "; ".join(errors)))
-        elif any(_SHAPE_ERROR.search(e) for e in errors):
-            # It was called and failed inside, on its own arithmetic: a shape bug (a sum
-            # without keepdims, k where k.T was meant), not a call the check got wrong.
-            first = next(e for e in errors if _SHAPE_ERROR.search(e))
-            report.add(Finding("shape", f"fn raises a shape error on every input layout "
-                               f"tried ({first}): an axis that should be kept (keepdims) "
-                               f"or a transpose is missing", f"{len(errors)} call(s) tried: "
-                               + "; ".join(errors)))
-        else:
-            report.add(_call_failed(fn, check, call, errors))
+        report.add(failure)
         return
+    if failure is not None:  # a warning: fn takes one sequence, not a batch
+        report.add(failure)
     run = Run(target)
     mask_layout(run, conv, call)
     if conv is None:
@@ -202,6 +162,7 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
         report.convention += f", {call.mask_name or 'the mask'} (B, Tk): one flag per key"
     if call.flags:
         report.convention += f"; {', '.join(call.flags)} left at default (not a mask)"
+    report.convention += notes.get("default", "")
     if call.fixed:
         report.convention += "; " + ", ".join(
             f"{k}={_FILLED.get(v, v)}" for k, v in call.fixed.items())
@@ -214,6 +175,10 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
             report.layout += ", output (B, Tq, H, Dv) (transposed back to judge it)"
         if causal:
             report.causality = "declared causal: judged against bottom-right causal attention"
+    if "one-sequence" in notes:
+        report.layout = ((report.layout + "; ") if report.layout else "") + (
+            "fn takes one sequence (2-D inputs): called once per batch row and head, "
+            "outputs stacked")
     torch_fn = target.framework.name == "torch"
     if check == "attention":
         mask = None if conv == "none" else ("lens" if conv == "valid_lens" else "mask")

@@ -250,7 +250,19 @@ def _arguments(fn: Any, width: int | None, heads: int | None, spec: str | None,
                                  f"no config class was found (annotate it, or keep a dataclass "
                                  f"with the width and head count in the same file); "
                                  f"{_factory_hint(fn, spec, multi_head)}")
-            sub = _arguments(cls, width, heads, spec, multi_head, depth + 1)
+            try:
+                sub = _arguments(cls, width, heads, spec, multi_head, depth + 1)
+            except BuildError as err:  # fields no rule fills: the whole factory, written out
+                text = str(err)
+                why = ("no rule for " + text.split("no rule for ", 1)[1].split(";", 1)[0]
+                       if "no rule for " in text else text.split(";", 1)[0])
+                where = (spec or "my_file.py:x").rsplit(":", 1)[0]
+                raise BuildError(
+                    f"cannot build {_signature_text(fn)}: its {p.name} ({cls.__name__}) has "
+                    f"fields the check cannot guess ({why}); write the factory and check it: "
+                    f"def make(E, H): return {factory_text(fn)}, then "
+                    f"attnkit check {'multi-head' if multi_head else '...'} {where}:make"
+                ) from None
             cls_spec = _spec_of(cls)
             if cls_spec:
                 out.loads.append(f"{cls.__name__} = load_target({cls_spec!r})")
@@ -295,6 +307,30 @@ def _seeded(make: Callable[[], Any]) -> Callable[[int], Any]:
     return build
 
 
+class BuildRaised(Exception):
+    """The constructor raised: the exception, the call that raised it (``expr``, with the
+    lines ``loads`` that bind the names it uses) and the factory to write instead."""
+
+    def __init__(self, error: Exception, expr: str, loads: list[str], factory: str) -> None:
+        super().__init__(str(error))
+        self.error, self.expr, self.loads, self.factory = error, expr, loads, factory
+
+
+def factory_text(target: Any) -> str:
+    """``FromConfig(config=MyConfig(E, H, rope=...))``: the call a factory ``make(E, H)``
+    makes, a config parameter built from its class's fields."""
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return _factory_call(target)
+    for p in params:
+        if p.default is inspect.Parameter.empty and p.name.lower() in CONFIG_NAMES:
+            cls = _config_class(target, p)
+            if cls is not None:
+                return f"{_name(target)}({p.name}={_factory_call(cls)})"
+    return _factory_call(target)
+
+
 def build_module(target: Any, width: int, heads: int, spec: str | None) -> Built:
     """The multi-head module the checker runs: ``target`` built at ``width`` and ``heads``.
 
@@ -318,7 +354,10 @@ def build_module(target: Any, width: int, heads: int, spec: str | None) -> Built
         a = _arguments(target, width, heads, spec, multi_head=True)
         expr = f"{_name(target)}({a.text})"
         rebuild = _seeded(lambda: a.call(target))
-        obj = rebuild()
+        try:
+            obj = rebuild()
+        except Exception as err:
+            raise BuildRaised(err, expr, load + a.loads, factory_text(target)) from err
         return Built(obj, f"built as {expr}", expr if spec else "",
                      load + a.loads, rebuild)
     found = _width_of(target)

@@ -29,6 +29,7 @@ checked, smallest evidence first:
 from __future__ import annotations
 
 import inspect
+import re
 import time
 import warnings
 from typing import Any
@@ -37,16 +38,18 @@ import numpy as np
 
 from ..core.judge import first_line
 from ..core.report import Finding, Report
+from ..core.where import failing_line
 from ..meet.adapt import (
     CONVENTIONS,
     LENS_NAMES,
     PADDING_NAMES,
+    QKV_NAMES,
     Call,
     origin_of,
     read_call,
     target_spec,
 )
-from ..meet.build import BuildError, build_module
+from ..meet.build import BuildError, BuildRaised, build_module
 from .oracle_words import say
 
 __all__ = ["check_multi_head"]
@@ -62,7 +65,9 @@ def _signature(m: Any) -> tuple[bool, Call]:
     except (TypeError, ValueError):
         return False, Call(guessed=None)
     qkv = read_call(m, 3)
-    if qkv.input_names:
+    if qkv.input_names or _names_qkv(params):
+        # forward(query, key=None, value=None): self-attention by default, cross-attention
+        # when key and value are given; called with all three, key is never a mask
         return False, qkv
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     inputs = positional or [p for p in params if p.kind == p.KEYWORD_ONLY]
@@ -74,11 +79,36 @@ def _signature(m: Any) -> tuple[bool, Call]:
     return True, read_call(m, 1)
 
 
+def _names_qkv(params: list[inspect.Parameter]) -> bool:
+    """The first three parameters are named as query, key and value (any of their
+    spellings), the last two perhaps with a default."""
+    names = tuple(p.name.lower() for p in params[:3])
+    return any(names == triple for triple in QKV_NAMES)
+
+
 def _no_layout(h: Any, tried: str) -> Finding:
+    """``call-failed`` for a mask no layout fits: the first try and the line it failed on,
+    the factory to write, and a reproducer that makes the first try again."""
+    from .probe import B, T  # torch: imported here
+
+    first = tried.split("; ")[0]
+    expr = re.sub(r"=4\b", "=H", re.sub(r"=16\b", "=E", h.built.expr or f"{h.name}(E, H)"))
+    inputs = "x" if h.self_only else "query, key, value"
+    factory = (f"class Checked(torch.nn.Module): def __init__(self, E, H): super().__init__(); "
+               f"self.inner = {expr}; def forward(self, {inputs}, mask=None): return "
+               f"self.inner({inputs}, {h.mask_name}=...)  # from mask (B, Tq, Tk), True = "
+               f"may attend, make the mask it asserts")
+    key_only = h.prefer_key_only or h.convention == "valid_lens"
+    shape = f"{B}, {T}" if key_only else f"{B}, {T}, {T}"
+    fill = "zeros" if h.convention == "masked" else "ones"
+    mask = (f"torch.full(({B},), {T})" if h.convention == "valid_lens"
+            else f"torch.{fill}({shape}, dtype=torch.bool)  # nothing masked")
     return Finding("call-failed", f"the module's {h.mask_name}= took none of the mask layouts "
-                   f"the check knows, so masks were not tested; declare the mask with "
-                   f"--convention, or wrap the module in a factory whose forward takes a "
-                   f"(B, Tq, Tk) mask", f"tried {tried}")
+                   f"the check knows (first: {first}), so masks were not tested; declare the "
+                   f"mask with --convention, or write the factory it needs and check that: "
+                   f"{factory}", f"tried {tried}",
+                   reproducer=h.repro([f"mask = {mask}",
+                                       f"out = run({h.args_text('x')}, {h.mask_name}=mask)"]))
 
 
 def check_multi_head(factory: Any, convention: str = "auto", causal: bool = False) -> Report:
@@ -125,8 +155,9 @@ def check_multi_head(factory: Any, convention: str = "auto", causal: bool = Fals
 
 
 def _failed_call(err: BaseException, what: str, fix: str) -> Finding:
-    return Finding("call-failed", f"{what} raised {type(err).__name__}: {first_line(err)}; "
-                   f"{fix}", type(err).__name__)
+    where = failing_line(err)  # the line of the user's code that raised
+    return Finding("call-failed", f"{what} raised {type(err).__name__}: {first_line(err)}"
+                   + (f" ({where})" if where else "") + f"; {fix}", type(err).__name__)
 
 
 def _check_multi_head(factory: Any, convention: str, causal: bool, report: Report,
@@ -151,6 +182,9 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
         built = build_module(factory, E, 4, spec)
     except BuildError as err:
         report.add(Finding("call-failed", str(err), "not built"))
+        return
+    except BuildRaised as raised:
+        report.add(_raised_building(raised, spec))
         return
     except (Exception, SystemExit) as err:
         tried = _tried(factory)
@@ -234,11 +268,14 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
             return
         args = "m(x)" if self_only else "m(query, key, value)"
         mask = f" (a mask goes as {mask_name}=)" if mask_name and conv != "none" else ""
-        report.add(_failed_call(
+        failed = _failed_call(
             err, f"calling the module as {args} on {(B, T, E)} inputs{mask}",
             "check that forward takes the inputs positionally or by the names "
             "query/key/value; declare the mask with --convention (none if forward's extra "
-            "argument is not a mask), or write a factory that wraps the module"))
+            "argument is not a mask), or write a factory that wraps the module")
+        failed.reproducer = h.repro([f"out = run({h.args_text('x')})"
+                                     f"  # raises {type(err).__name__}"])
+        report.add(failed)
         return
     # Tokens mixed by the heads' split or merge: the mask probes would blame the mask (a
     # polarity no reading explains, masked keys that leak, an averaged empty row) for the
@@ -325,6 +362,21 @@ def _oracle(h: Any, factory: Any, report: Report, is_module: bool, mixing: list,
         found = [outcome.finding] if outcome.finding is not None and not mixing else []
         add(found, "the oracle: the attention core and the output, from the module's own "
                    "weights")
+
+
+def _raised_building(raised: BuildRaised, spec: str | None) -> Finding:
+    """``call-failed`` for a constructor that raised: the call, the line that failed, the
+    factory to write, and a reproducer that makes the same call."""
+    err = raised.error
+    where = failing_line(err)
+    file = (spec or "my_file.py:x").rsplit(":", 1)[0]
+    return Finding(
+        "call-failed", f"building the module as {raised.expr} raised {type(err).__name__}: "
+        f"{first_line(err)}" + (f" ({where})" if where else "") + f"; if the arguments are "
+        f"wrong for it, write the factory it needs and check that: def make(E, H): return "
+        f"{raised.factory}, then attnkit check multi-head {file}:make", type(err).__name__,
+        reproducer="\n".join(["from attnkit.check import load_target", *raised.loads,
+                              f"m = {raised.expr}  # raises {type(err).__name__}"]))
 
 
 def _tried(factory: Any) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..core.overflow import overflow_cause
 from ..core.report import Finding
 
 __all__ = ["dropout", "dropout_knobs", "gradients", "half_precision", "state_dict"]
@@ -226,8 +227,7 @@ def half_precision(h: Any, dtype: str) -> list[Finding]:
                                  f"[0, {T}]")
         body, call = kl, f"out = run({h.args_text('x')}, {kwt})"
     return [Finding("float16-overflow", f"the module fails in {dtype} where float32 is "
-                    f"fine ({problem}); a -1e9 fill does not fit in float16: use -inf or "
-                    f"torch.finfo(dtype).min and softmax in float32", problem,
+                    f"fine ({problem}); " + overflow_cause(h.m, dtype, problem, m16), problem,
                     reproducer=h.repro(body + [
                         call, "print(out[0, :2])", f"assert torch.isfinite(out).all(), "
                         f"'NaN/inf in {dtype} where float32 is finite'"],

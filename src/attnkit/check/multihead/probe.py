@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..core.report import Finding
+from ..core.where import failing_line
 from ..meet.build import Built, safe_copy
 from .gradients import dropout_knobs
 
@@ -114,6 +115,8 @@ class Harness:
         if layout in KEY_ONLY:
             if lens is not None and lens.shape[0] == Bn:
                 per_key = torch.arange(Tk)[None, :] < lens[:, None]
+            elif keep is not None and keep.dim() == 3:  # one mask per example
+                per_key = keep[:, -1]
             elif keep is not None:
                 per_key = keep[-1].expand(Bn, Tk)  # the probes' masks are the same per query
             else:
@@ -122,8 +125,9 @@ class Harness:
         elif keep is None:
             return {}
         else:
-            m = {"tt": keep, "btt": keep.expand(Bn, *keep.shape),
-                 "b1tt": keep[None, None]}[layout]
+            per_example = keep.dim() == 3  # (B, Tq, Tk): a mask per example
+            m = {"tt": keep, "btt": keep if per_example else keep.expand(Bn, *keep.shape),
+                 "b1tt": keep[:, None] if per_example else keep[None, None]}[layout]
         if self.convention == "additive":  # in the inputs' dtype, as a model builds it
             fill = torch.finfo(dtype).min if dtype.is_floating_point else -1e30
             return {self.mask_name: torch.zeros(m.shape, dtype=dtype).masked_fill(~m, fill)}
@@ -210,17 +214,27 @@ class Harness:
         :class:`NoMaskLayout` when none fits."""
         self.tried_layouts = []
         layouts = ("btt", "tt", "b1tt")
-        for layout in (KEY_ONLY + layouts) if self.prefer_key_only else (layouts + KEY_ONLY):
-            self.layout = layout
-            try:
-                out = self.call(m, xq, xkv, keep=keep, lens=lens)
-            except Exception as err:
-                self.tried_layouts.append(f"{SHAPES[layout]}: {type(err).__name__}: "
-                                          f"{(str(err).splitlines() or [''])[0][:100]}")
-                continue
-            if tuple(out.shape) == (xq.shape[0], xq.shape[1], E):
-                return layout
-            self.tried_layouts.append(f"{SHAPES[layout]}: output shape {tuple(out.shape)}")
+        # Without a batch_first attribute, a module that needs its mask cannot show its
+        # layout without one (find_batch_first): (T, B, E) is tried too.
+        orders = [self.batch_first] + ([not self.batch_first]
+                                       if not hasattr(m, "batch_first") else [])
+        for batch_first in orders:
+            self.batch_first = batch_first
+            for layout in (KEY_ONLY + layouts) if self.prefer_key_only else (layouts + KEY_ONLY):
+                self.layout = layout
+                try:
+                    out = self.call(m, xq, xkv, keep=keep, lens=lens)
+                except Exception as err:
+                    where = failing_line(err)
+                    self.tried_layouts.append(
+                        f"{SHAPES[layout]}{'' if batch_first else ' with (T, B, E) inputs'}: "
+                        f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:100]}"
+                        + (f" ({where})" if where else ""))
+                    continue
+                if tuple(out.shape) == (xq.shape[0], xq.shape[1], E):
+                    return layout
+                self.tried_layouts.append(f"{SHAPES[layout]}: output shape {tuple(out.shape)}")
+        self.batch_first = orders[0]
         self.layout = None
         raise NoMaskLayout("; ".join(self.tried_layouts))
 
