@@ -279,6 +279,8 @@ ZH_MODEL_WORDS: dict[str, str] = {
     "OK": "通过",
     "FAILED": "未通过",
     "nothing judged": "没有判定任何一次注意力调用：这不算通过",
+    "layer not checked": "  [警告] 未检查：{layer}：{why}",
+    "layers not checked": "{n} 个注意力层未检查：结论只涵盖其余各层",
     "made here": "本层产生",
     "inherited": "继承自前面的层",
 }

@@ -333,13 +333,18 @@ def check_model(model: Any, inputs: dict | None = None, *,
                 implementations: Sequence[str] | None = None, generate: int = 0,
                 sample: int | None = None, save_to: str | Path | None = None,
                 batch: int = 2, length: int = 12, padding: str = "left",
-                progress: bool | None = None) -> ModelReport:
+                progress: bool | None = None, implementation: Any = None,
+                seed: int = 0) -> ModelReport:
     """Judge every attention call of ``model`` under each implementation.
 
     Args:
         model: a transformers ``PreTrainedModel`` (its attention must go through
             ``AttentionInterface``), or a path: a local folder or a ``config.json``
-            (loaded offline, see :func:`attnkit.check.model.load.load_model`).
+            (loaded offline, see :func:`attnkit.check.model.load.load_model`). Any other
+            ``nn.Module`` (or ``implementation`` given): its calls of SDPA,
+            ``flex_attention`` and ``nn.MultiheadAttention`` are judged one by one
+            (:func:`attnkit.check.model.any_model.check_any_model`; ``inputs`` is then
+            what to call it with: a tensor, a tuple, or a dict of keyword arguments).
         inputs: ``input_ids`` ``(B, T)`` with optional ``attention_mask`` (1 = real
             token), ``position_ids`` (packed documents: ids that restart; no
             ``attention_mask``, no ``generate``), ``decoder_input_ids`` (encoder-decoder).
@@ -357,6 +362,12 @@ def check_model(model: Any, inputs: dict | None = None, *,
             ``"left"``, ``"right"`` or ``"none"``).
         progress: a progress bar on stderr over implementations and steps (None: when
             stderr is a terminal, or layers x implementations x steps >= 200).
+        implementation: any model: a function with the signature of
+            ``F.scaled_dot_product_attention`` that runs in place of the model's SDPA
+            calls, or ``{layer pattern: function}`` (see ``check_any_model``); a
+            transformers model is run with ``attn_implementation="sdpa"`` for it, once,
+            and ``implementations`` and ``generate`` do not apply.
+        seed: seeds the random inputs when ``inputs`` is None.
 
     Returns:
         A :class:`ModelReport`; ``report.ok`` is False when any finding is an error (a
@@ -367,8 +378,13 @@ def check_model(model: Any, inputs: dict | None = None, *,
         ValueError: ``inputs`` that do not fit ``model`` (shapes, dtypes, ids past the
             vocabulary), a path that does not load, an unknown implementation.
     """
+    from .any_model import elsewhere
     from .load import check_inputs, load_model, make_inputs, require_transformers
 
+    other = elsewhere(model, inputs, implementation, implementations, generate, sample,
+                      save_to, dict(batch=batch, length=length, padding=padding, seed=seed))
+    if other is not None:  # any other nn.Module, or your function for the SDPA calls
+        return other
     require_transformers()
     t0 = time.perf_counter()
     label = None
@@ -385,7 +401,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
     known_implementations(impls)
     described = None
     if inputs is None:
-        inputs = make_inputs(model, batch=batch, length=length, padding=padding)
+        inputs = make_inputs(model, batch=batch, length=length, padding=padding, seed=seed)
         described = f"batch {batch}, length {length}, padding {padding}"
     else:
         check_inputs(model, inputs)

@@ -9,6 +9,7 @@ path) and the first batch row, head, query and key concerned.
 from __future__ import annotations
 
 import json
+import math
 import unicodedata
 from dataclasses import asdict, dataclass, field
 
@@ -66,6 +67,8 @@ class LayerRow:
         diff_hidden: the same for the hidden state after the block holding this module.
         origin: ``"made here"`` (its own attention fails), ``"inherited"`` (it passes, but
             its output differs from the first implementation's), or "".
+        note: why the layer (or some of its calls) was not judged, or "" (verdict
+            ``"not checked"``: no judged call accounts for it).
     """
 
     layer: str
@@ -79,6 +82,7 @@ class LayerRow:
     diff_attention: float | None = None
     diff_hidden: float | None = None
     origin: str = ""
+    note: str = ""
     _ratio: float = field(default=0.0, repr=False)
     _nan_step: int | None = field(default=None, repr=False)  # first step a row held NaN
 
@@ -187,7 +191,10 @@ class ModelReport:
         return d
 
     def to_json(self, lang: str = "en") -> str:
-        return json.dumps(self.to_dict(lang), indent=2, ensure_ascii=False)
+        """Strict JSON: a non-finite number is ``null`` (NaN) or the string ``"inf"`` /
+        ``"-inf"``, never the ``NaN``/``Infinity`` that JSON parsers refuse."""
+        return json.dumps(_strict(self.to_dict(lang)), indent=2, ensure_ascii=False,
+                          allow_nan=False)
 
     def table(self, reproducers: bool = True, lang: str | None = None) -> str:
         """The report as text (:meth:`text`)."""
@@ -222,7 +229,10 @@ class ModelReport:
                         f"{_pad(w['worst'], 20)} {_pad(w['first failure'], 34)} "
                         f"{_pad(w['empty rows'], 14)} {_pad(w['verdict'], 18)} {diff_head}")
                 lines.append(head.rstrip())
-                for row in r.layers:
+                shown = [_short(row.layer) for row in r.layers]
+                if len(set(shown)) < len(set(row.layer for row in r.layers)):
+                    shown = [row.layer for row in r.layers]  # shortened, two would merge
+                for row, name in zip(r.layers, shown):
                     hold = "/".join(row.empty_hold) if row.empty_rows else ""
                     empty = f"{row.empty_rows} ({hold})" if row.empty_rows else "0"
                     err = f"{row.worst_error:.1e} / {row.bound:.1e}" if row.bound else "-"
@@ -231,7 +241,7 @@ class ModelReport:
                         diff += f" / {row.diff_hidden:.1e}"
                     if row.origin:
                         diff += f" {w.get(row.origin, row.origin)}"
-                    lines.append(f"  {_short(row.layer):<34} {row.calls:>5}  {err:<20} "
+                    lines.append(f"  {name:<34} {row.calls:>5}  {err:<20} "
                                  f"{row.first_failure or '-':<34} {empty:<14} "
                                  f"{row.verdict:<18} {diff}".rstrip())
             if r.hidden and r.name != first:
@@ -242,6 +252,9 @@ class ModelReport:
                 lines.append("  " + w["first failing"].format(layer=r.first_failing_layer))
             for f in r.findings:
                 lines += _finding_lines(f, w, lang)
+            for row in r.layers:  # a layer (or calls of it) never judged: named, with why
+                if row.note:
+                    lines.append(w["layer not checked"].format(layer=row.layer, why=row.note))
             if reproducers:
                 for f in r.findings:
                     if f.reproducer:
@@ -249,11 +262,17 @@ class ModelReport:
                         lines += ["    " + x for x in f.reproducer.splitlines()]
                         break
         n_err = sum(f.is_error for r in self.implementations for f in r.findings)
-        n_warn = sum(len(r.findings) + bool(r.note) for r in self.implementations) - n_err
+        n_warn = sum(len(r.findings) + bool(r.note) + sum(bool(x.note) for x in r.layers)
+                     for r in self.implementations) - n_err
         lines += ["", w["verdict line"].format(verdict=w["OK"] if self.ok else w["FAILED"],
                                                errors=n_err, warnings=n_warn)]
         if not self.judged:
             lines.append(w["nothing judged"])
+        else:
+            unseen = sum(row.verdict == "not checked" for r in self.implementations
+                         for row in r.layers)
+            if unseen:
+                lines.append(w["layers not checked"].format(n=unseen))
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -276,7 +295,22 @@ _EN_WORDS: dict[str, str] = {
     "verdict line": "{verdict}: {errors} error(s), {warnings} warning(s)",
     "OK": "OK", "FAILED": "FAILED",
     "nothing judged": "no attention call was judged: this is not a pass",
+    "layer not checked": "  warning  not checked: {layer}: {why}",
+    "layers not checked": "{n} attention layer(s) not checked: the verdict covers the others "
+                          "only",
 }
+
+
+def _strict(x: object) -> object:
+    """``x`` with every non-finite float replaced: NaN by None, +-inf by ``"inf"``,
+    ``"-inf"`` (in dicts, lists and tuples)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if isinstance(x, dict):
+        return {k: _strict(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_strict(v) for v in x]
+    return x
 
 
 def _finding_lines(f: ModelFinding, w: dict[str, str], lang: str) -> list[str]:

@@ -1,0 +1,52 @@
+"""Accounting for every attention layer of a model: the attention modules found by walking
+it, against the modules whose calls were judged; a module never judged is named with the
+reason ("not checked: ..."), never passed in silence. Used by ``check_model`` on any
+PyTorch model; kept apart so that every kind of model check can use it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+__all__ = ["NOT_CHECKED", "not_checked"]
+
+NOT_CHECKED = "not checked"
+
+_INLINE = ("it ran but made no call of torch.nn.functional.scaled_dot_product_attention, "
+           "flex_attention or nn.MultiheadAttention: attention computed inline cannot be "
+           "judged on what it received (call F.scaled_dot_product_attention, or pass the "
+           "function as --implementation)")
+
+
+def _related(a: str, b: str) -> bool:
+    """``a`` is ``b``, inside it, or holds it (``""`` is the model: it holds everything)."""
+    if a == b or not a or not b:
+        return True
+    return a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def not_checked(found: Mapping[str, str], judged: Iterable[str], ran: Mapping[str, int],
+                inline: str = _INLINE,
+                not_ran: str = "it did not run on these inputs") -> dict[str, str]:
+    """The attention modules no judged call accounts for, with why.
+
+    Args:
+        found: ``{module name: why it counts as attention}`` (from walking the model).
+        judged: names of the modules calls were judged for (a call from a module counts
+            for the modules inside it and around it: a wrapper, the function it calls).
+        ran: ``{module name: forward calls}`` of the run.
+        inline: the reason given for a module that ran and made no call.
+        not_ran: the reason given for a module that did not run.
+
+    Returns:
+        ``{module name: reason}``, in the model's order.
+    """
+    judged = list(judged)
+    out: dict[str, str] = {}
+    for name in found:
+        if any(_related(name, j) and j for j in judged):
+            continue
+        if not ran.get(name):
+            out[name] = not_ran
+        else:
+            out[name] = inline
+    return out
