@@ -58,6 +58,7 @@ def test_wrong_modules_are_found_with_their_cause(name, code, words):
     ("fused_interleaved", "fused qkv nn.Linear, per head (qkv) interleaved"),
     ("fused_causal", ", causal"),
     ("GroupedQuery", "4 heads of 4, 2 key/value heads"),
+    ("GroupedByRepeat", "query head h on key/value head h % Hkv"),
     ("Cross", "separate q/k/v nn.Linear"),
     ("TorchWrapper", "torch.nn.MultiheadAttention (attn), 4 heads of 4"),
     ("seq_first_wrapper", "torch.nn.MultiheadAttention (attn)"),

@@ -460,3 +460,18 @@ class MemoryKeys(Separate):
         v = torch.cat([self.mem_v.expand(B, -1, -1, -1), v], dim=2)
         out = nn.functional.scaled_dot_product_attention(q, k, v)
         return self.w_o(out.transpose(1, 2).reshape(B, T, E))
+
+
+class GroupedByRepeat(GroupedQuery):
+    """GQA with repeat (query head h on key/value head h % Hkv): the same modules as
+    repeat_interleave's, with the query heads in another order."""
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        rep = self.n_heads // self.n_kv
+        k, v = k.repeat(1, rep, 1, 1), v.repeat(1, rep, 1, 1)
+        out = nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.wo(out.transpose(1, 2).reshape(B, T, -1))

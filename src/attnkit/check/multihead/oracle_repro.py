@@ -65,7 +65,8 @@ def core_repro(h: Any, cap: Capture, cand: Candidate, o_index: int | None,
         else:
             lines.append(f"{role} = {src}[..., {first}:{first + width}].reshape(B, T, {dim}, "
                          f"{n}).permute(0, 3, 1, 2)")
-    lines += ["k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)",
+    lines += ["k, v = k.repeat(1, H // Hkv, 1, 1), v.repeat(1, H // Hkv, 1, 1)" if cand.cycle
+              else "k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)",
               "scores = q @ k.transpose(-2, -1) / d ** 0.5"]
     if causal:
         lines.append("scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool)"

@@ -17,6 +17,7 @@ fits.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -186,6 +187,9 @@ class Candidate:
         layout: ``"hd"`` (columns ``h * d + c``) or ``"dh"`` (``c * H + h``).
         interleave: a fused projection whose columns run ``(H, 3, d)``: the q/k/v parts
             are per-head slices (then ``parts`` hold the order as first columns 0, d, 2d).
+        cycle: with fewer key/value heads, query head ``h`` reads key/value head
+            ``h % Hkv`` (``k.repeat(1, G, 1, 1)``) instead of ``h // G``
+            (``repeat_interleave``): the same modules with the query heads in another order.
     """
 
     label: str
@@ -196,6 +200,14 @@ class Candidate:
     dv: int
     layout: str = "hd"
     interleave: bool = False
+    cycle: bool = False
+
+    def _order(self) -> np.ndarray:
+        """The query heads in the order in which head ``p`` reads key/value head
+        ``p // G`` (the oracle's grouping)."""
+        h = np.arange(self.H)
+        return np.argsort((h % self.Hkv) * (self.H // self.Hkv) + h // self.Hkv) \
+            if self.cycle else h
 
     def split(self, P: dict[int, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """q ``(B, H, Tq, d)``, k ``(B, Hkv, Tk, d)``, v ``(B, Hkv, Tk, dv)`` from the
@@ -214,11 +226,12 @@ class Candidate:
                 out.append(x.reshape(Bn, T, n, dim).transpose(0, 2, 1, 3))
             else:
                 out.append(x.reshape(Bn, T, dim, n).transpose(0, 3, 1, 2))
-        return out[0], out[1], out[2]
+        return out[0][:, self._order()], out[1], out[2]
 
     def merge(self, o: np.ndarray) -> np.ndarray:
         """``(B, H, Tq, dv)`` -> ``(B, Tq, H * dv)`` in this reading's column layout."""
         Bn, H, T, dv = o.shape
+        o = o[:, np.argsort(self._order())] if self.cycle else o
         if self.layout == "hd":
             return o.transpose(0, 2, 1, 3).reshape(Bn, T, H * dv)
         return o.transpose(0, 2, 3, 1).reshape(Bn, T, dv * H)
@@ -301,6 +314,9 @@ def candidates(cap: Capture, self_only: bool, H: int) -> tuple[list[Candidate], 
     if not found:
         return [], say("why.layout", nq=len(on_q), nkv=len(on_kv),
                        widths=sorted(width.values()))
+    # GQA written with repeat (head h reads h % Hkv) rather than repeat_interleave.
+    found += [dataclasses.replace(c, cycle=True, label=say("oracle.label-cycle", label=c.label))
+              for c in found if c.Hkv < c.H]
     return found, ""
 
 
