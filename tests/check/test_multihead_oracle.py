@@ -147,3 +147,12 @@ def test_dropout_left_on_after_the_output_projection_gets_one_code():
     report = _check("DropoutAlwaysOn")
     assert report.codes == ["dropout-in-eval"], report.text()
     assert "then a step after it that is not read" in report.oracle["structure"]
+
+
+def test_the_oracle_line_is_written_in_chinese():
+    zh = _check("GroupedQuery").text(lang="zh")
+    assert ("已用模块自己的权重与 float64 参考实现比较：q/k/v 各一个 nn.Linear，"
+            "4 个头，每头 4 维，2 个键/值头，输出投影不带偏置") in zh
+    zh = _check("QKNorm").text(lang="zh")
+    assert "未与参考实现比较：forward 中除投影外还运行了 LayerNorm（q_norm，一种规范化）" in zh
+    assert "heads of" not in zh and "runs in forward" not in zh

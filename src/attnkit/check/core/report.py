@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import textwrap
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ..catalogue.messages import ZH_CODES, ZH_WORDS, check_language, get_language, zh_phrases
 
@@ -235,11 +236,14 @@ class Report:
         """The oracle line of a multi-head report: what was compared, or why not."""
         if self.check != "multi-head":
             return []
+        def said(x: Any) -> str:  # a sentence that knows its other languages renders itself
+            return x.render(lang) if hasattr(x, "render") else str(x)
+
         words = ORACLE_WORDS[lang]
         if self.oracle.get("compared", True):
-            structure = self.oracle.get("structure", "")
+            structure = said(self.oracle.get("structure", ""))
             return [words["compared"].format(structure=structure)] if structure else []
-        return [words["not compared"].format(why=self.oracle.get("why", ""))]
+        return [words["not compared"].format(why=said(self.oracle.get("why", "")))]
 
     def _text_zh(self, reproducers: bool) -> str:
         w = ZH_WORDS

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["EN", "ZH", "say"]
+__all__ = ["EN", "ZH", "Said", "in_language", "say"]
 
 EN: dict[str, str] = {
     # -- the structure read, for the report's oracle line -------------------------------
@@ -231,7 +231,35 @@ ZH: dict[str, str] = {
 }
 
 
-def say(key: str, **fields: Any) -> str:
-    """The English sentence ``key`` with ``fields`` (the catalogue renders other
-    languages from :data:`ZH`)."""
-    return EN[key].format(**fields)
+class Said(str):
+    """A sentence of :data:`EN` with its key and fields; as a ``str``, its English."""
+
+    key: str
+    fields: dict[str, Any]
+
+    def __new__(cls, key: str, fields: dict[str, Any]) -> Said:
+        obj = super().__new__(cls, EN[key].format(**fields))
+        obj.key, obj.fields = key, fields
+        return obj
+
+    def __reduce__(self) -> tuple:  # copies (dataclasses.asdict) keep the key
+        return (Said, (self.key, self.fields))
+
+    def render(self, lang: str) -> str:
+        """This sentence in ``lang`` (:func:`in_language`)."""
+        return in_language(self, lang)
+
+
+def say(key: str, **fields: Any) -> Said:
+    """The sentence ``key`` with ``fields``: English as a ``str``, any language with
+    :func:`in_language`."""
+    return Said(key, fields)
+
+
+def in_language(text: Any, lang: str) -> str:
+    """``text`` in ``lang`` when it is a :class:`Said` (its fields too), else as it is."""
+    if not isinstance(text, Said) or lang == "en":
+        return str(text)
+    fields = {k: in_language(v, lang) if isinstance(v, Said) else v
+              for k, v in text.fields.items()}
+    return {"zh": ZH}[lang][text.key].format(**fields)
