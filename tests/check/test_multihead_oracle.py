@@ -156,3 +156,10 @@ def test_the_oracle_line_is_written_in_chinese():
     zh = _check("QKNorm").text(lang="zh")
     assert "未与参考实现比较：forward 中除投影外还运行了 LayerNorm（q_norm，一种规范化）" in zh
     assert "heads of" not in zh and "runs in forward" not in zh
+
+
+@pytest.mark.parametrize("name", ["width_scale", "sigmoid_weights", "fused_flat_reshape"])
+def test_oracle_findings_are_written_in_chinese(name):
+    zh = _check(name).text(lang="zh", reproducers=False)
+    detail = [line for line in zh.splitlines() if line.strip().startswith(("详情", "实测", "用例"))]
+    assert len(detail) == 3 and all("the " not in line for line in detail), zh

@@ -27,6 +27,7 @@ ORACLE_WORDS: dict[str, dict[str, str]] = {
            "not compared": "  not compared with the oracle: {why}"},
     "zh": {"compared": "  已用模块自己的权重与 float64 参考实现比较：{structure}",
            "not compared": "  未与参考实现比较：{why}",
+           "detail": "详情",
            "no findings, not compared":
                "只做了性质检查，没有发现问题（未与参考实现比较，原因见上）"},
 }
@@ -268,11 +269,16 @@ class Report:
             title, diagnosis = ZH_CODES[f.code]
             lines += ["", f"  [{w[f.severity]}] {f.code}：{title}",
                       f"    {diagnosis}",  # one line: Chinese wraps anywhere, the terminal does it
-                      f"    {w['detail']}：{f.message}"]
+                      # A sentence that knows its Chinese (the oracle's) is written so.
+                      f"    {ORACLE_WORDS['zh']['detail']}：{f.message.render('zh')}"
+                      if hasattr(f.message, "render") else f"    {w['detail']}：{f.message}"]
             if f.measured:
-                lines.append(f"    {w['measured']}：{f.measured}")
+                measured = f.measured.render("zh") if hasattr(f.measured, "render") \
+                    else f.measured
+                lines.append(f"    {w['measured']}：{measured}")
             if f.case:
-                lines.append(f"    {w['case']}：{f.case}")
+                case = f.case.render("zh") if hasattr(f.case, "render") else f.case
+                lines.append(f"    {w['case']}：{case}")
         if reproducers:
             for f in self.findings:
                 if f.reproducer:

@@ -360,8 +360,7 @@ def _oracle(h: Any, factory: Any, report: Report, is_module: bool, mixing: list,
                          say("oracle.mixing")}
     if outcome.compared:
         found = [outcome.finding] if outcome.finding is not None and not mixing else []
-        add(found, "the oracle: the attention core and the output, from the module's own "
-                   "weights")
+        add(found, say("oracle.case"))
 
 
 def _raised_building(raised: BuildRaised, spec: str | None) -> Finding:

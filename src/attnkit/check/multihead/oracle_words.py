@@ -117,6 +117,8 @@ EN: dict[str, str] = {
                           "reading the check knows explains it (scale, softmax axis, sigmoid, "
                           "head count, q/k/v order)",
     "oracle.no-reading": "no reading fits",
+    "oracle.case": "the oracle: the attention core and the output, from the module's own "
+                   "weights",
     "oracle.whole": "the attention core agrees with the oracle on the q, k, v the module's "
                     "projections produced, but the output does not agree with the oracle "
                     "from the module's own weights: the error is in the projections or the "
@@ -212,7 +214,7 @@ ZH: dict[str, str] = {
                           "或合并多个头的方式不对",
     "oracle.heads-count-measured": "注意力核心与 {H2} 个头的参考实现一致",
     "oracle.batch-mixing": "改变批量中的一个样本，另一个样本的输出也变了：多个头的拆分或合并跨越了"
-                           "批量（把合并的 qkv (B, T, 3E) 直接 reshape 成 (3, B, H, T, d)，或"
+                           "批量（把合并的 qkv (B, T, 3E) 直接 reshape 成 (3, B, H, T, d)，或 "
                            "view 之后没有 transpose）；请用 "
                            "qkv.view(B, T, 3, H, d).permute(2, 0, 3, 1, 4) 拆分",
     "oracle.batch-mixing-measured": "只改变样本 1 的输入，样本 0 的输出就变了",
@@ -220,6 +222,7 @@ ZH: dict[str, str] = {
                           "softmax(q k^T / sqrt(d)) v）与参考实现不一致，检查已知的解读（缩放、"
                           "softmax 的轴、sigmoid、头数、q/k/v 的顺序）都解释不了",
     "oracle.no-reading": "没有一种解读吻合",
+    "oracle.case": "参考实现：用模块自己的权重比较注意力核心和输出",
     "oracle.whole": "在模块自己的投影算出的 q、k、v 上，注意力核心与参考实现一致，但用模块自己的"
                     "权重算出的输出不一致：错误在投影或输出投影中，不在注意力本身",
     "oracle.inner-disagrees": "{label} 在它收到的输入上与参考实现不一致",
