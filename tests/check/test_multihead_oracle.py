@@ -131,7 +131,8 @@ def test_every_report_carries_the_oracle_status():
 def test_oracle_sentences_have_the_same_keys_and_fields_in_english_and_chinese():
     import string
 
-    from attnkit.check.multihead.oracle_words import EN, ZH
+    from attnkit.check.catalogue.en.oracle import TEXTS as EN
+    from attnkit.check.catalogue.zh.oracle import TEXTS as ZH
 
     def fields(template: str) -> set[str]:
         return {name for _, name, _, _ in string.Formatter().parse(template) if name}

@@ -14,7 +14,27 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ["Case", "attention_cases", "masked_softmax_cases", "softmax_cases"]
+from ..catalogue import T, Text, join
+
+__all__ = ["Case", "attention_cases", "case_title", "masked_softmax_cases", "softmax_cases"]
+
+# The words of the cases' names (each part of a name a key of the catalogue: "case.<part>");
+# parts that are sizes, dtypes or relations ("Tq != Tk") are written as they are.
+_NAMED = ("basic", "masked", "fully masked row", "per-query lengths", "a query with none",
+          "causal", "4-D", "probe", "rows of different scale")
+_SIZED = {"head dim ": "case.head-dim", "length ": "case.length", "logits ": "case.logits"}
+
+
+def case_title(name: str) -> Text:
+    """A case's name (``"masked, Tq != Tk"``) as a text of the catalogue."""
+    parts: list = []
+    for part in name.split(", "):
+        if part in _NAMED:
+            parts.append(T("case." + part.replace(" ", "-")))
+            continue
+        sized = next((k for k in _SIZED if part.startswith(k)), None)
+        parts.append(T(_SIZED[sized], n=part[len(sized):]) if sized else part)
+    return join(parts, "fields")
 
 
 @dataclass(frozen=True)
@@ -54,7 +74,8 @@ class Case:
     def half(self) -> bool:
         return self.dtype in ("float16", "bfloat16")
 
-    def label(self, softmax: bool = False) -> str:
+    def label(self, softmax: bool = False) -> Text:
+        """The case in words: its name, dtype, shapes, mask and logits (a catalogue text)."""
         B, H, Tq, Tk, Dk, Dv = self.sizes
         if softmax:
             shape = (B, Tq, Tk) if H == 0 else (B, H, Tq, Tk)
@@ -62,14 +83,18 @@ class Case:
         else:
             lead = (B,) if H == 0 else (B, H)
             text = f"q {(*lead, Tq, Dk)}, k {(*lead, Tk, Dk)}, v {(*lead, Tk, Dv)}"
-        mask = {"lens-2d": "valid_lens (B, Tq), one length per query",
-                "lens-2d-empty": "valid_lens (B, Tq), query 0 of row 0 with length 0"}.get(
-            self.mask or "", f"mask {self.mask}") + (" per key" if self.per_key else "")
-        extras = [self.dtype, text] + ([mask] if self.mask else []) + (
-            [f"logits ~{self.logit:g}" + (" in query 0's row, ~0 in the others"
-                                         if self.spread else "")] if self.logit else []) + (
-            ["is_causal"] if self.causal else [])
-        return f"{self.name}: " + ", ".join(extras)
+        extras: list = [self.dtype, text]
+        if self.mask in ("lens-2d", "lens-2d-empty"):
+            extras.append(T(f"case.mask-{self.mask}"))
+        elif self.mask:
+            extras.append(T("case.mask-per-key" if self.per_key else "case.mask",
+                            kind=self.mask))
+        if self.logit:
+            extras.append(T("case.logits-spread" if self.spread else "case.logits-near",
+                            x=f"{self.logit:g}"))
+        if self.causal:
+            extras.append("is_causal")
+        return T("case.label", name=case_title(self.name), details=join(extras, "fields"))
 
     def smaller(self) -> Case:
         """The same case at the smallest sizes that keep its point (for reproducers)."""

@@ -12,6 +12,8 @@ import inspect
 import textwrap
 from typing import Any
 
+from ..catalogue import T, Text
+
 __all__ = ["fill_words", "overflow_cause"]
 
 FLOAT16_MAX = 65504.0
@@ -75,7 +77,7 @@ def _float32_attributes(module: Any) -> list[str]:
     return names
 
 
-def overflow_cause(obj: Any, dtype: str, problem: str, half_copy: Any = None) -> str:
+def overflow_cause(obj: Any, dtype: str, problem: str, half_copy: Any = None) -> Text:
     """The cause of a half-precision failure and its fix, in words.
 
     Args:
@@ -89,23 +91,19 @@ def overflow_cause(obj: Any, dtype: str, problem: str, half_copy: Any = None) ->
     """
     if dtype in problem or "BFloat16" in problem or "Half" in problem and "expected" in problem:
         if half_copy is None or not _float32_attributes(half_copy):
-            return (f"a dtype helper or table has no entry for {dtype} (it raises on it): "
-                    f"derive the value from the dtype, e.g. torch.finfo(dtype).min")
+            return T("overflow.helper", dtype=dtype)
     attrs = _float32_attributes(half_copy) if half_copy is not None else []
     if attrs:
-        return (f"self.{attrs[0]} is a plain float32 tensor attribute, which .half() and "
-                f".to() do not convert (they convert parameters and buffers): register it "
-                f"with self.register_buffer('{attrs[0].split('.')[-1]}', ...)")
+        return T("overflow.attribute", attr=f"self.{attrs[0]}",
+                 name=repr(attrs[0].split(".")[-1]))
     constants = _constants(obj)
     if dtype == "float16" and constants:
         written, line = constants[0]
-        return (f"the constant {written} ({line!r}) does not fit in float16, whose largest "
-                f"value is 65504: fill with -inf or torch.finfo(dtype).min and guard empty rows")
-    return (f"a value overflows {dtype}'s range or precision (exp, a sum of squares, a "
-            f"product of scores): keep the softmax's statistics in float32")
+        return T("overflow.constant", constant=written, line=repr(line))
+    return T("overflow.range", dtype=dtype)
 
 
-def fill_words(obj: Any) -> str:
+def fill_words(obj: Any) -> Text:
     """"a large negative fill" and the one the code has, if it has one (``-1e9 here``)."""
     big = [w for w, _ in _constants(obj) if w.startswith("-")]
-    return f"a large negative fill ({big[0]} here)" if big else "a large negative fill"
+    return T("overflow.fill-here", value=big[0]) if big else T("overflow.fill")

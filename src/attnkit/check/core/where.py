@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 import traceback
 
+from ..catalogue import T, Text
+
 __all__ = ["failing_line"]
 
 _OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # attnkit/check
 
 
-def failing_line(err: BaseException) -> str:
+def failing_line(err: BaseException) -> Text | str:
     """The innermost line of the user's code in ``err``'s traceback, as
     ``"line 12: assert mask.dim() == 2"``; ``""`` when none is the user's (the checker's
     own frames, PyTorch's and NumPy's are skipped)."""
@@ -21,5 +23,5 @@ def failing_line(err: BaseException) -> str:
         if path.startswith(_OURS) or f"{os.sep}torch{os.sep}" in path \
                 or f"{os.sep}numpy{os.sep}" in path or frame.filename.startswith("<"):
             continue
-        return f"line {frame.lineno}: {(frame.line or '').strip()}"
+        return T("where.line", n=frame.lineno, code=(frame.line or "").strip())
     return ""

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..core.cases import Case
 from ..core.judge import Run
-from ..core.report import first_line
+from ..core.report import T, Text, first_line
 from ..meet.adapt import PADDING_NAMES, Call, Framework, unwrap
 from ..meet.calls import Target
 
@@ -58,7 +58,7 @@ def _heads_apart(run: Run, a: dict, case: Case, got: np.ndarray) -> bool:
 
 def probe(fn: Any, check: str, convention: str | None, call: Call, spec: str | None,
           name: str, causal: bool, load: str = "",
-          attempts: list | None = None) -> tuple[Target | None, list[str]]:
+          attempts: list | None = None) -> tuple[Target | None, list[Text]]:
     """Find the framework (and, for attention, the layout) ``fn`` runs with.
 
     Args:
@@ -70,7 +70,7 @@ def probe(fn: Any, check: str, convention: str | None, call: Call, spec: str | N
         that failed.
     """
     frameworks = ["numpy"] + (["torch"] if importlib.util.find_spec("torch") else [])
-    errors: list[str] = []
+    errors: list[Text] = []
     layouts = ("bhtd", "btd", "bthd") if check == "attention" else ("bhtd",)
     padding = (call.mask_name or "").lower() in PADDING_NAMES
     keyed = [padding]
@@ -84,8 +84,9 @@ def probe(fn: Any, check: str, convention: str | None, call: Call, spec: str | N
                 t = Target(fn, check, fw, convention or "keep", layout != "btd",
                            call.mask_default, spec, name, load=load, call=call, causal=causal,
                            in_layout="bthd" if layout == "bthd" else "bhtd", mask_keys=per_key)
-                label = fw_name if check != "attention" else f"{fw_name} {_LAYOUT_NAMES[layout]}" \
-                    + (", mask (B, Tk)" if per_key else "")
+                label: Any = fw_name if check != "attention" else (
+                    T("try.layout-per-key", fw=fw_name, layout=_LAYOUT_NAMES[layout])
+                    if per_key else f"{fw_name} {_LAYOUT_NAMES[layout]}")
                 found = _try(t, layout, label, errors, attempts)
                 if found is not None:
                     return found, errors
@@ -102,7 +103,7 @@ def probe_case(t: Target) -> Case:
     return Case("probe", sizes=sizes, mask=mask)
 
 
-def _try(t: Target, layout: str, label: str, errors: list[str],
+def _try(t: Target, layout: str, label: Any, errors: list[Text],
          attempts: list | None = None) -> Target | None:
     """``t`` (or the same read as ``(B, T, H, D)``) when ``fn`` runs in its layout; else
     None, and the reason appended to ``errors`` (and ``attempts``)."""
@@ -112,12 +113,13 @@ def _try(t: Target, layout: str, label: str, errors: list[str],
     result, error, _ = run.call(a, case, "float32")
     attempts = [] if attempts is None else attempts
     if error is not None:
-        errors.append(f"{label}: {type(error).__name__}: {first_line(error)}")
+        errors.append(T("try.raised", label=label,
+                        error=f"{type(error).__name__}: {first_line(error)}"))
         attempts.append((t, error, None))
         return None
     out = unwrap(result)[0]
     if not t.framework.is_result(out):
-        errors.append(f"{label}: returned {type(out).__name__}")
+        errors.append(T("try.returned", label=label, type=type(out).__name__))
         attempts.append((t, None, None))
         return None
     want_shape = run.want(a, run.keep(a))["out"].shape
@@ -136,8 +138,8 @@ def _try(t: Target, layout: str, label: str, errors: list[str],
     if flipped is not None and tuple(out.shape) == flipped:
         t.out_layout = "bthd"  # (B, Tq, H, Dv): transformers' eager attention
         return t
-    errors.append(f"{label}: output shape {tuple(out.shape)}, expected "
-                  f"{flipped if layout == 'bthd' else want_shape}")
+    errors.append(T("try.output-shape", label=label, shape=tuple(out.shape),
+                    want=flipped if layout == "bthd" else want_shape))
     attempts.append((t, None, flipped if layout == "bthd" else want_shape))
     return None
 

@@ -10,6 +10,7 @@ import traceback
 from dataclasses import replace
 from typing import Any
 
+from ..catalogue import T, Text, join
 from ..core.report import Finding
 from ..meet.adapt import Call
 from ..meet.calls import Target
@@ -42,15 +43,14 @@ def find_target(fn: Any, check: str, conv: str | None, call: Call, spec: str | N
     target, errors = probe(fn, check, conv, call, spec, name, causal, load, attempts)
     if target is not None:
         return target, call, {}, None
-    notes: dict[str, str] = {}
+    notes: dict[str, Any] = {}
     if call.mask_name and call.mask_default and conv != "none":
         target, _ = probe(fn, check, conv, replace(call, mask_default=False), spec, name,
                           causal, load)
         if target is not None:
             lead = errors[leading_attempt(fn, attempts)]
-            notes["default"] = (f"; {call.mask_name}=None raises ({lead.split(': ', 1)[-1]}), "
-                                f"so every case passes a mask (one that masks nothing where "
-                                f"it has none)")
+            notes["default"] = T("header.default-raises", name=call.mask_name,
+                                 error=lead.split(": ", 1)[-1])
             return target, target.call, notes, None
     base = load or (f"fn = load_target({spec!r})" if spec else f"fn = {name}"
                     if name.isidentifier() else "fn = ...  # your function here")
@@ -67,11 +67,8 @@ def _one_sequence(fn: Any, errors: list[str], attempts: list) -> Finding:
     t, error, expected = attempts[i]
     what = errors[i].split(": ", 1)[-1]
     return Finding(
-        "one-sequence", f"fn takes one sequence, not a batch: on batched inputs it raises "
-        f"{what}; it "
-        f"was checked once per batch row and head. If it should take a batch, swap only "
-        f"the last two axes (np.swapaxes(k, -1, -2) or k.transpose(-1, -2), not k.T) and "
-        f"reduce over axis -1", errors[i], case="batched inputs",
+        "one-sequence", T("call.one-sequence", error=what), errors[i],
+        case=T("case.batched-inputs"),
         reproducer=attempt_reproducer(t, error, expected))
 
 
@@ -80,17 +77,16 @@ def _failure(fn: Any, check: str, call: Call, errors: list[str], attempts: list)
     shaped = [i for i, a in enumerate(attempts) if a[2] is not None]
     if shaped:
         t, error, expected = attempts[shaped[0]]
-        return Finding("shape", "fn could not be called with any input layout: "
-                       + "; ".join(errors), reproducer=attempt_reproducer(t, error, expected))
+        return Finding("shape", T("call.no-layout", tries=join(errors)),
+                       reproducer=attempt_reproducer(t, error, expected))
     broken = [i for i, e in enumerate(errors) if _SHAPE_ERROR.search(e)]
     if broken:
         # It was called and failed inside, on its own arithmetic: a shape bug (a sum
         # without keepdims, k where k.T was meant), not a call the check got wrong.
         t, error, expected = attempts[broken[0]]
-        return Finding("shape", f"fn raises a shape error on every input layout tried "
-                       f"({errors[broken[0]]}): an axis that should be kept (keepdims) or "
-                       f"a transpose is missing", f"{len(errors)} call(s) tried: "
-                       + "; ".join(errors), reproducer=attempt_reproducer(t, error, expected))
+        return Finding("shape", T("call.shape-error", first=errors[broken[0]]),
+                       T("measured.tried", n=len(errors), tries=join(errors)),
+                       reproducer=attempt_reproducer(t, error, expected))
     finding = _call_failed(fn, check, call, errors, leading_attempt(fn, attempts))
     if attempts:
         t, error, expected = attempts[leading_attempt(fn, attempts)]
@@ -98,24 +94,19 @@ def _failure(fn: Any, check: str, call: Call, errors: list[str], attempts: list)
     return finding
 
 
-def _call_failed(fn: Any, check: str, call: Call, errors: list[str], lead: int) -> Finding:
+def _call_failed(fn: Any, check: str, call: Call, errors: list, lead: int) -> Finding:
     args = "fn(q, k, v[, mask])" if check == "attention" else (
         "fn(x, mask)" if check == "masked-softmax" else "fn(x)")
-    if check == "attention":
-        layouts = "NumPy arrays and PyTorch tensors, (B, H, T, D), (B, T, D) and (B, T, H, D)"
-    else:
-        layouts = "NumPy arrays and PyTorch tensors"
-    fix = ("the check calls it as " + args + ": take the inputs positionally or by the names "
-           "query/key/value, declare the mask with --convention, or wrap it: "
-           "def fn(q, k, v): return mine(...)")
+    layouts = T("call.layouts-attention" if check == "attention" else "call.layouts")
+    fix: Text = T("call.fix", args=args)
     if call.unfilled:
-        fix = (f"it needs {', '.join(call.unfilled)}, which the check cannot fill: wrap it, "
-               f"e.g. lambda q, k, v: fn(q, k, v, {call.unfilled[0]}=...); " + fix)
+        fix = T("call.fix-unfilled", names=", ".join(call.unfilled), first=call.unfilled[0],
+                fix=fix)
     if callable(getattr(fn, "forward", None)):
-        fix = "pass an instance, or a function that calls it; " + fix
-    first = errors[lead] if errors else "no output"
-    return Finding("call-failed", f"fn could not be called with {layouts}: {first}; {fix}",
-                   f"{len(errors)} call(s) tried: " + "; ".join(errors))
+        fix = T("call.fix-instance", fix=fix)
+    first = errors[lead] if errors else T("call.no-output")
+    return Finding("call-failed", T("call.failed", layouts=layouts, first=first, fix=fix),
+                   T("measured.tried", n=len(errors), tries=join(errors)))
 
 
 def _progress(fn: Any, error: BaseException | None) -> int:

@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.report import CODES, ERROR
+from ..catalogue import CATALOGUE, ERROR, T, Text, join, severity
 from .compare import Comparison
 from .judge import CallJudge
 from .masks import CallPlace
@@ -163,23 +163,26 @@ class _Check(CallJudge, Comparison):
 
     # -- judging one call ---------------------------------------------------------------------
 
-    def find(self, s: Session, row: LayerRow, code: str, message: str, measured: str,
+    def find(self, s: Session, row: LayerRow, code: str, message: Text, measured: Text | str,
              where: dict, *, call: tuple | None = None, batch: int | None = None,
              head: int | None = None, query: int | None = None, key: int | None = None) -> None:
-        bad = CODES[code][0] == ERROR or code == "causal-alignment"
+        bad = severity(code, "model") == ERROR
         if bad and row.verdict == "ok":
             row.verdict = code
             order = (s.step, s.call_index)
             if s.first_fail_key is None or order < s.first_fail_key:
                 s.first_fail_key = order
-                s.result.first_failing_layer = f"{row.layer} (step {s.step})"
+                s.result.first_failing_layer = T("model.layer-step", layer=row.layer,
+                                                 step=s.step)
         if code in (f.code for f in s.result.findings):
             return
-        parts = [f"step {where['step']}" + (" (prefill)" if where["step"] == 0 else
-                                            " (decoding)"), f"layer {where['layer']}"]
-        parts += [f"{n} {x}" for n, x in (("batch", batch), ("head", head), ("query", query),
-                                          ("key", key)) if x is not None]
-        f = ModelFinding(code, message, measured, ", ".join(parts), "", s.impl, where["step"],
+        parts = [T("model.at-prefill" if where["step"] == 0 else "model.at-decoding",
+                   step=where["step"]), T("model.at-layer", layer=where["layer"])]
+        parts += [T(f"model.at-{n}", i=x) for n, x in (("batch", batch), ("head", head),
+                                                       ("query", query), ("key", key))
+                  if x is not None]
+        f = ModelFinding(code, message, measured, join(parts, "fields"), "", s.impl,
+                         where["step"],
                          where["layer"], batch, head, query, key)
         if call is not None and bad and not s.result.reproducer:
             try:
@@ -191,7 +194,7 @@ class _Check(CallJudge, Comparison):
             except Exception as err:  # a reproducer must never hide the finding
                 f.reproducer = f"# the reproducer could not be saved: {first_line(err)}"
         s.result.findings.append(f)
-        order = list(CODES)
+        order = list(CATALOGUE)
         s.result.findings.sort(key=lambda x: (x.severity != ERROR, order.index(x.code)))
 
     # -- running ------------------------------------------------------------------------------
@@ -206,27 +209,27 @@ class _Check(CallJudge, Comparison):
                 warnings.simplefilter("ignore")
                 model.set_attn_implementation(name)
         except (ValueError, ImportError, KeyError) as err:
-            session.result.status = f"refused: {first_line(err)}"
+            session.result.status = T("model.refused", why=first_line(err))
             return session.result
         if model.config._attn_implementation != name:
-            session.result.status = ("refused: this model's attention does not go through "
-                                     "transformers' AttentionInterface")
+            session.result.status = T("model.refused", why=T("model.no-interface"))
             return session.result
         try:
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self.steps(session, bar)
         except CheckFailed as err:
-            session.result.status = (f"not judged: attnkit's check failed at step "
-                                     f"{session.step} ({err}); please report it")
+            session.result.status = T("model.check-failed", step=session.step,
+                                      error=err.args[0])
         except Stopped as err:
             if session.result.findings:
-                session.result.status = (f"stopped at step {session.step}: {err} (the "
-                                         f"layers after it did not run)")
+                session.result.status = T("model.stopped", step=session.step,
+                                          error=err.args[0])
             else:
-                session.result.status = f"refused: {err}"
+                session.result.status = T("model.refused", why=err.args[0])
         except Exception as err:  # the model itself may fail under this implementation
-            session.result.status = f"refused: {type(err).__name__}: {first_line(err)}"
+            session.result.status = T("model.refused",
+                                      why=f"{type(err).__name__}: {first_line(err)}")
         finally:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -402,20 +405,20 @@ def check_model(model: Any, inputs: dict | None = None, *,
     described = None
     if inputs is None:
         inputs = make_inputs(model, batch=batch, length=length, padding=padding, seed=seed)
-        described = f"batch {batch}, length {length}, padding {padding}"
+        described = T("model.described", batch=batch, length=length,
+                      padding=T(f"model.padding-{padding}"))
     else:
         check_inputs(model, inputs)
         ids = inputs["input_ids"]
-        described = f"batch {ids.shape[0]}, length {ids.shape[1]}, the caller's inputs"
+        described = T("model.described-given", batch=ids.shape[0], length=ids.shape[1])
     if inputs.get("position_ids") is not None and inputs.get("attention_mask") is None \
             and generate:
         raise ValueError("packed inputs (position_ids without attention_mask) are checked "
                          "in the prefill only: pass generate=0")
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     report = ModelReport(label or type(model).__name__, dtype,
-                         described + (f", {generate} decoding step"
-                                      f"{'s' if generate > 1 else ''}" if generate else
-                                      ", prefill only"))
+                         described + (T("model.decoding", n=generate) if generate
+                                      else T("model.prefill-only")))
     training = model.training
     model.eval()
     check = _Check(model, inputs, generate, sample, save_to)

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..catalogue.messages import get_language
+from ..catalogue import get_language
 from .any_command import (
     cast_inputs,
     is_target_spec,

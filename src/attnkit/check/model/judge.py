@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 
 from ...testing import max_mean_error, reference_attention
+from ..catalogue import T
 from ..core.oracle import Baseline, bound_of, rule_error
+from ..core.readings import first_fit, polarity_reading, scale_readings, top_left_reading
 from .masks import CallPlace, expected_keep, mask_difference, received_keep
 from .report import LayerRow
 from .session import first_line
@@ -38,17 +40,14 @@ class CallJudge:
         row.calls += 1
         where = {"step": s.step, "layer": name}
         if mutated:
-            self.find(s, row, "mutates-input", f"the attention function writes into its "
-                      f"argument(s) {', '.join(mutated)} (an in-place op): the model's "
-                      f"cache or projections change under it", "", where)
+            self.find(s, row, "mutates-input", T("model.mutates", names=", ".join(mutated)),
+                      "", where)
         out = result[0] if isinstance(result, (tuple, list)) else result
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, Tq, H, Dv):
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            hint = " (a (B, H, Tq, Dv) output not transposed?)" \
-                if shape == (B, H, Tq, Dv) else ""
-            self.find(s, row, "shape", f"the attention function returned {shape}, "
-                      f"transformers expects (B, Tq, H, Dv) = {(B, Tq, H, Dv)}{hint}", "",
-                      where)
+            self.find(s, row, "shape", T("model.shape-transposed" if shape == (B, H, Tq, Dv)
+                                         else "model.shape", shape=shape, want=(B, Tq, H, Dv)),
+                      "", where)
             return
         keep, bias, words = received_keep(mask, module, kwargs, q, k)
         if words not in s.result.masks:
@@ -60,21 +59,13 @@ class CallJudge:
         self.compare(s, row, index, out, place)
         diff = mask_difference(keep, want, place)
         if diff is not None:
-            if diff["allowed"]:
-                text = (f"the mask this call received lets query {diff['query']} (position "
-                        f"{diff['q_pos']}) of batch row {diff['batch']} see key {diff['key']} "
-                        f"(position {diff['k_pos']}), {diff['why']}, which the model's config "
-                        f"and padding exclude")
-            else:
-                text = (f"the mask this call received hides key {diff['key']} (position "
-                        f"{diff['k_pos']}), a real key, from query {diff['query']} (position "
-                        f"{diff['q_pos']}) of batch row {diff['batch']}; the model's config "
-                        f"and padding allow it")
+            fields = {k: diff[k] for k in ("query", "q_pos", "batch", "key", "k_pos", "why")}
+            text = T("model.mask-lets" if diff["allowed"] else "model.mask-hides", **fields)
             if not row.first_failure:
-                row.first_failure = (f"step {s.step}, batch {diff['batch']}, query "
-                                     f"{diff['query']}, key {diff['key']}")
+                row.first_failure = T("model.failure-key", step=s.step, batch=diff["batch"],
+                                      query=diff["query"], key=diff["key"])
             self.find(s, row, "mask-mismatch", text,
-                      f"{diff['count']} (row, query) pairs differ", where,
+                      T("measured.pairs-differ", n=diff["count"]), where,
                       batch=diff["batch"], head=diff["head"], query=diff["query"],
                       key=diff["key"], call=(snap, mask, kwargs, keep4, want, place, fn, module))
         self.judge_output(s, row, module, snap, mask, kwargs, keep4, bias, got, place, want,
@@ -143,12 +134,14 @@ class CallJudge:
         bi, hi, ii = _first(bad)
         at = dict(batch=bi, head=int(hsel[hi]), query=int(qsel[ii]))
         call = (snap, mask, kwargs, keep4, want, place, fn, module)
-        text = f"step {s.step}, batch {bi}, head {at['head']}, query {at['query']}"
+        text = T("model.failure-head", step=s.step, batch=bi, head=at["head"],
+                 query=at["query"])
         if not row.first_failure:
             row.first_failure = text
 
-        def fits(alt: Any, scale_: float = scale) -> bool:
-            alt_sel = pick(alt).numpy()
+        def fits(alt: Any, scale_: float | None = None) -> bool:
+            alt_sel = pick(keep4 if alt is None else alt).numpy()
+            scale_ = scale if scale_ is None else scale_
             rows = alt_sel.any(-1)
             if not rows.any():
                 return False
@@ -157,56 +150,40 @@ class CallJudge:
             return bool(ok.any()) and rule_error(g[ok], r2[ok], b2[ok], 2.0, "alt") is None
 
         if not np.isfinite(g[judged]).all() and np.isfinite(ref[judged]).all():
-            code, message = "nan-or-inf", "the attention output has NaN/inf where the " \
-                "oracle is finite"
+            code, message = "nan-or-inf", T("model.non-finite")
             masked_bad = ~pick(keep4)[bi, hi, ii] & ~torch.isfinite(
                 torch.cat([k[bi, kv[hi]], v[bi, kv[hi]]], -1)).all(-1)
             if bool(masked_bad.any()):
-                message += (f" (k/v hold NaN/inf at {int(masked_bad.sum())} key(s) the mask "
-                            f"excludes, e.g. from an earlier layer's rows with no allowed "
-                            f"key: they reach the output as 0 * NaN)")
+                message = T("model.non-finite-kv", n=int(masked_bad.sum()))
             if dtype in ("float16", "bfloat16") and self.twin_finite(fn, module, snap, mask,
                                                                      kwargs):
-                code, message = "float16-overflow", (
-                    f"NaN/inf in {dtype} where the same call in float32 is finite (a fill "
-                    f"like -1e9 overflows half precision, or exp overflows): fill with -inf "
-                    f"or torch.finfo(dtype).min and keep softmax statistics in float32")
+                code, message = "float16-overflow", T("model.half-non-finite", dtype=dtype)
             self.find(s, row, code, message, failure, where, call=call, **at)
             return
-        if mask is not None and fits(~keep4):
-            self.find(s, row, "mask-polarity", "the attention function reads the mask it "
-                      "receives the other way round: it attends exactly the keys the mask "
-                      "excludes", failure, where, call=call, **at)
+        if mask is not None and first_fit([polarity_reading(keep4)], fits):
+            self.find(s, row, "mask-polarity", T("model.polarity"), failure, where,
+                      call=call, **at)
             return
         Tk = k.shape[-2]
         if Tq != Tk:
-            top_left = torch.ones(Tq, Tk, dtype=torch.bool).tril()
-            if fits(keep4 & top_left):
-                self.find(s, row, "causal-alignment", (
-                    f"the attention function aligns causal top-left (query i sees keys "
-                    f"j <= i) on a call with Tq = {Tq} != Tk = {Tk} (a step with a KV "
-                    f"cache): the model means bottom-right (j <= i + Tk - Tq), so decoding "
-                    f"sees the wrong keys"), failure, where, call=call, **at)
+            if first_fit([top_left_reading(Tq, Tk, keep4, torch)], fits):
+                self.find(s, row, "causal-alignment", T("model.top-left", Tq=Tq, Tk=Tk),
+                          failure, where, call=call, **at)
                 return
         if place.window is not None:
             no_window = expected_keep(place, window=False) & ~want
             wider = keep4 | no_window[:, None]
             if bool((wider != keep4).any()) and fits(wider):
-                self.find(s, row, "mask-mismatch", (
-                    f"the attention function ignores the sliding window of "
-                    f"{place.window} this layer has (it attends keys {place.window} or "
-                    f"more positions back, which the mask it received excludes)"),
-                    failure, where, call=call, **at)
+                self.find(s, row, "mask-mismatch", T("model.window", window=place.window),
+                          failure, where, call=call, **at)
                 return
-        default = 1.0 / math.sqrt(q.shape[-1])
-        for alt, words in ((1.0, "not scaled"), (default, "scaled by 1/sqrt(Dk) instead of "
-                                                 "the model's scaling")):
-            if not math.isclose(alt, scale) and fits(keep4, alt):
-                self.find(s, row, "wrong-scale", f"the scores are {words} (the model passes "
-                          f"scaling={scale:.4g})", failure, where, call=call, **at)
-                return
-        self.find(s, row, "inaccurate", f"the attention output is further from the oracle "
-                  f"than 2x the error of plain {dtype} math", failure, where, call=call, **at)
+        found = first_fit(scale_readings(q.shape[-1], v.shape[-1], scale), fits)
+        if found is not None:
+            self.find(s, row, "wrong-scale", T("model.scale", scaled=found.words, scale=scale),
+                      failure, where, call=call, **at)
+            return
+        self.find(s, row, "inaccurate", T("model.beyond-rule", dtype=dtype), failure, where,
+                  call=call, **at)
 
     def empty_rows(self, row: LayerRow, keep4: Any, nonempty: Any, got: Any, v: Any,
                    H: int, step: int = 0) -> None:
@@ -265,21 +242,18 @@ class CallJudge:
             row = s.rows[name] = LayerRow(name)
             s.result.layers.append(row)
         row.calls += 1
-        row.first_failure = row.first_failure or f"step {s.step}: raised"
+        row.first_failure = row.first_failure or T("model.failure-raised", step=s.step)
         if dtype in ("float16", "bfloat16") and self.twin_finite(fn, module, snap, mask,
                                                                  kwargs):
-            self.find(s, row, "float16-overflow", (
-                f"the attention function raises in {dtype} but not in float32 "
-                f"({type(err).__name__}: {first_line(err)}): a constant like -1e9 does not "
-                f"fit in half precision; use -inf or torch.finfo(dtype).min"),
-                f"{type(err).__name__}", where,
+            self.find(s, row, "float16-overflow", T(
+                "model.half-raises", dtype=dtype, error=f"{type(err).__name__}: {first_line(err)}"),
+                T("measured.raised", name=type(err).__name__), where,
                 call=(snap, mask, kwargs, None, None, None, fn, module))
             return
-        self.find(s, row, "call-failed", (
-            f"the attention function raised {type(err).__name__} at step {s.step}, layer "
-            f"{name}: {first_line(err)} (q {tuple(snap[0].shape)}, k {tuple(snap[1].shape)}, "
-            f"{dtype}); the layers after it did not run"),
-            f"{type(err).__name__}", where,
+        self.find(s, row, "call-failed", T(
+            "model.raised", error=type(err).__name__, step=s.step, layer=name,
+            line=first_line(err), q=tuple(snap[0].shape), k=tuple(snap[1].shape), dtype=dtype),
+            T("measured.raised", name=type(err).__name__), where,
             call=(snap, mask, kwargs, None, None, None, fn, module))
 
     # -- across implementations ---------------------------------------------------------------

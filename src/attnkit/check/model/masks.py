@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from ..catalogue import T, Text
+
 __all__ = ["CallPlace", "expected_keep", "mask_difference", "received_keep"]
 
 
@@ -95,49 +97,49 @@ def received_keep(mask: Any, module: Any, kwargs: dict, q: torch.Tensor,
         keep = torch.ones(Tq, Tk, dtype=torch.bool)
         i = torch.arange(Tq)[:, None] + (Tk - Tq)
         j = torch.arange(Tk)[None, :]
-        words = "no mask"
+        words: Text = T("mask.none")
         if is_causal and Tq > 1:
             keep &= j <= i
-            words += " (is_causal)"
+            words += T("mask.is-causal")
         window = kwargs.get("sliding_window")
         if window is not None:
             keep &= (i - j) < int(window)
-            words += f" (sliding_window={window})"
+            words += T("mask.window", window=window)
         return keep[None, None], bias, words
     dense = getattr(mask, "dense", None)
     if callable(dense) and type(mask).__name__ == "StructuredMask":
-        return dense().detach().cpu(), bias, "attnkit structured mask"
+        return dense().detach().cpu(), bias, T("mask.structured")
     if type(mask).__name__ == "BlockMask":  # FlexAttention: its mask_mod, element by element
         from torch.nn.attention.flex_attention import create_mask
 
         keep = create_mask(mask.mask_mod, q.shape[0], 1, Tq, Tk, device=q.device)
-        return keep.cpu(), bias, "FlexAttention BlockMask"
+        return keep.cpu(), bias, T("mask.block")
     mask = mask.detach().cpu()
     if mask.dtype == torch.bool:
-        return mask, bias, "bool mask"
+        return mask, bias, T("mask.bool")
     floor = torch.finfo(mask.dtype).min / 2
     keep = mask > floor  # -inf and the dtype's minimum (transformers' fill) mean "masked"
     extra = torch.where(keep, mask, torch.zeros((), dtype=mask.dtype))
     if bool((extra != 0).any()):
         bias = extra if bias is None else bias + extra
-    return keep, bias, "additive float mask"
+    return keep, bias, T("mask.additive")
 
 
-def _why(place: CallPlace, b: int, i: int, j: int) -> str:
+def _why(place: CallPlace, b: int, i: int, j: int) -> Text:
     """Why key ``j`` is not allowed for query ``i`` of row ``b`` (the first reason)."""
     qi, kj = int(place.q_index[i]), int(place.k_index[j])
     if not bool(place.key_real[b, j]):
-        return "an empty cache slot" if place.n_tokens and kj >= place.n_tokens \
-            else "a padded key"
+        return T("why.empty-slot" if place.n_tokens and kj >= place.n_tokens
+                 else "why.padded")
     if place.causal and kj > qi:
-        return "a future key"
+        return T("why.future")
     if place.window is not None and qi - kj >= place.window:
-        return f"outside the sliding window of {place.window}"
+        return T("why.window", window=place.window)
     if place.chunk is not None:
-        return f"in another chunk of {place.chunk}"
+        return T("why.chunk", chunk=place.chunk)
     if place.q_doc is not None:
-        return "in another packed document"
-    return "a key the model does not allow"
+        return T("why.document")
+    return T("why.other")
 
 
 def mask_difference(received: torch.Tensor, expected: torch.Tensor,
@@ -156,7 +158,7 @@ def mask_difference(received: torch.Tensor, expected: torch.Tensor,
     order = (idx[:, 2] * B + idx[:, 0]) * diff.shape[1] * Tk + idx[:, 1] * Tk + idx[:, 3]
     b, h, i, j = (int(x) for x in idx[int(order.argmin())])
     allowed = bool(got[b, h, i, j])
-    why = _why(place, b, i, j) if allowed else "a real key it should see"
+    why = _why(place, b, i, j) if allowed else T("why.real")
     return {"batch": b, "head": h if received.shape[1] > 1 else None, "query": i, "key": j,
             "allowed": allowed, "why": why, "count": count,
             "q_pos": int(place.q_index[i]), "k_pos": int(place.k_index[j])}

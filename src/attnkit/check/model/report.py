@@ -11,18 +11,13 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
-from ..catalogue.messages import (
-    ZH_CODES,
-    ZH_MODEL_PHRASES,
-    ZH_MODEL_WORDS,
-    ZH_WORDS,
-    check_language,
-    get_language,
-    zh_phrases,
-)
-from ..core.report import CODES, ERROR, Finding
+from ..catalogue import T, check_language, code_words, get_language, render, style, words
+from ..core.report import Finding
+from ..render.json import finding_dict
 
 __all__ = ["ImplementationResult", "LayerRow", "ModelFinding", "ModelReport"]
 
@@ -41,11 +36,9 @@ class ModelFinding(Finding):
     query: int | None = None
     key: int | None = None
 
-    @property
-    def severity(self) -> str:
-        # A convention for a lone function, a defect inside a model: the model's own mask
-        # is bottom-right, so a top-left function changes what it computes with a cache.
-        return ERROR if self.code == "causal-alignment" else CODES[self.code][0]
+    # Severities of a model check (the catalogue): causal-alignment, a convention for a
+    # lone function, is an error inside a model, whose own mask is bottom-right.
+    kind: ClassVar[str] = "model"
 
 
 @dataclass
@@ -128,8 +121,7 @@ class ImplementationResult:
         """A warning when this implementation was not checked (transformers or the model
         refused it, or attnkit's check failed), else ""."""
         if self.status.startswith(("refused", "not judged")) and not self.findings:
-            return (f"{self.name} was not checked ({self.calls} call(s) judged): "
-                    f"{self.status}")
+            return T("model.note", name=self.name, calls=self.calls, status=self.status)
         return ""
 
 
@@ -176,16 +168,22 @@ class ModelReport:
         carries its code's Chinese ``title`` and ``diagnosis``; codes never change."""
         check_language(lang)
         d = asdict(self)
+        d["inputs"] = render(self.inputs, lang)
         d["ok"] = self.ok
         d["judged"] = self.judged
         for r, item in zip(self.implementations, d["implementations"]):
             item["ok"], item["calls"] = r.ok, r.calls
-            item["warning"] = r.note or None
+            item["warning"] = render(r.note, lang) or None
+            item["status"] = render(r.status, lang)
+            item["masks"] = [render(m, lang) for m in r.masks]
+            for h in item["hidden"]:
+                h["name"] = render(h["name"], lang)
+            item["first_failing_layer"] = render(r.first_failing_layer, lang) or None
             for f, fi in zip(r.findings, item["findings"]):
-                fi["severity"] = f.severity
-                if lang == "zh":
-                    fi["title"], fi["diagnosis"] = ZH_CODES[f.code]
+                finding_dict(f, fi, lang)
             for row in item["layers"]:
+                row["first_failure"] = render(row["first_failure"], lang)
+                row["note"] = render(row.get("note", ""), lang)
                 row.pop("_ratio", None)
                 row.pop("_nan_step", None)
         return d
@@ -200,27 +198,29 @@ class ModelReport:
         """The report as text (:meth:`text`)."""
         return self.text(lang, reproducers)
 
-    def text(self, lang: str | None = None, reproducers: bool = True) -> str:
+    def text(self, lang: str | None = None, reproducers: bool = True,
+             literal: Callable[[str], str] | None = None) -> str:
         """The report as text: per implementation a table by layer, then its findings.
 
         Args:
-            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.catalogue.messages.get_language`.
+            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.catalogue.get_language`.
                 In Chinese the headers are Chinese and every finding gets its code's
                 Chinese title and diagnosis, with the check's English sentence under it;
                 codes, figures and reproducers are the same.
             reproducers: print the first failing call's reproducer of each implementation.
+            literal: rewrites every field a sentence quotes as written (tests).
         """
         lang = check_language(lang or get_language())
-        w = ZH_MODEL_WORDS if lang == "zh" else _EN_WORDS
-        inputs = zh_phrases(self.inputs, ZH_MODEL_PHRASES) if lang == "zh" else self.inputs
+        w = {k[len("model."):]: v for k, v in words(lang).items() if k.startswith("model.")}
+        inputs = render(self.inputs, lang, literal)
         lines = [w["title"].format(model=self.model),
                  "  " + w["inputs"].format(dtype=self.dtype, inputs=inputs,
                                            seconds=self.seconds)]
         first = self.implementations[0].name if self.implementations else ""
         for r in self.implementations:
-            status = w["ran"] if r.status == "ran" else r.status
-            lines += ["", f"{r.name}: {status}" + (f"{w['masks']}{', '.join(r.masks)}"
-                                                   if r.masks else "")]
+            status = w["ran"] if r.status == "ran" else render(r.status, lang, literal)
+            masks = words(lang)["sep.list"].join(render(m, lang, literal) for m in r.masks)
+            lines += ["", f"{r.name}: {status}" + (f"{w['masks']}{masks}" if r.masks else "")]
             if r.note:
                 lines.append(w["not checked"])
             if r.layers:
@@ -241,20 +241,24 @@ class ModelReport:
                         diff += f" / {row.diff_hidden:.1e}"
                     if row.origin:
                         diff += f" {w.get(row.origin, row.origin)}"
+                    first_failure = render(row.first_failure, lang, literal) or "-"
                     lines.append(f"  {name:<34} {row.calls:>5}  {err:<20} "
-                                 f"{row.first_failure or '-':<34} {empty:<14} "
+                                 f"{_pad(first_failure, 34)} {empty:<14} "
                                  f"{row.verdict:<18} {diff}".rstrip())
             if r.hidden and r.name != first:
                 worst = max(r.hidden, key=lambda h: h["diff"])
                 lines.append("  " + w["hidden"].format(first=first, diff=worst["diff"],
-                                                       name=worst["name"]))
+                                                       name=render(worst["name"], lang,
+                                                                   literal)))
             if r.first_failing_layer:
-                lines.append("  " + w["first failing"].format(layer=r.first_failing_layer))
+                lines.append("  " + w["first failing"].format(
+                    layer=render(r.first_failing_layer, lang, literal)))
             for f in r.findings:
-                lines += _finding_lines(f, w, lang)
+                lines += _finding_lines(f, w, lang, literal)
             for row in r.layers:  # a layer (or calls of it) never judged: named, with why
                 if row.note:
-                    lines.append(w["layer not checked"].format(layer=row.layer, why=row.note))
+                    lines.append(w["layer not checked"].format(
+                        layer=row.layer, why=render(row.note, lang, literal)))
             if reproducers:
                 for f in r.findings:
                     if f.reproducer:
@@ -279,26 +283,20 @@ class ModelReport:
         return self.text()
 
 
-# The words of the table in English; the Chinese ones are ZH_MODEL_WORDS in messages.py.
-_EN_WORDS: dict[str, str] = {
-    "title": "attnkit check model: {model}",
-    "inputs": "{dtype}, {inputs}; {seconds:.1f} s",
-    "ran": "ran", "masks": "; masks: ",
-    "not checked": "  warning  not checked: no attention call of this implementation was judged",
-    "layer": "layer", "calls": "calls", "worst": "worst error / rule",
-    "first failure": "first failure", "empty rows": "empty rows", "verdict": "verdict",
-    "vs": "vs {first}: attention / hidden",
-    "hidden": "hidden states vs {first}: largest difference {diff:.1e} at {name}",
-    "first failing": "first layer whose own attention fails: {layer}",
-    "measured": "measured", "at": "at",
-    "reproducer": "reproducer ({code}, inputs in {path}):",
-    "verdict line": "{verdict}: {errors} error(s), {warnings} warning(s)",
-    "OK": "OK", "FAILED": "FAILED",
-    "nothing judged": "no attention call was judged: this is not a pass",
-    "layer not checked": "  warning  not checked: {layer}: {why}",
-    "layers not checked": "{n} attention layer(s) not checked: the verdict covers the others "
-                          "only",
-}
+def _finding_lines(f: ModelFinding, w: dict[str, str], lang: str,
+                   literal: Callable[[str], str] | None) -> list[str]:
+    sev = words(lang)[f.severity]
+    message, measured, case = (render(x, lang, literal) for x in (f.message, f.measured,
+                                                                   f.case))
+    if style(lang) == "blocks":
+        cw = code_words(f.code, lang)
+        lines = [f"  [{sev}] {f.code}：{cw['title']}", f"    {cw['what']}{cw['fix']}",
+                 f"    {w['detail']}：{message}"]
+        lines += [f"    {w['measured']}：{measured}"] if measured else []
+        return lines + ([f"    {w['at']}：{case}"] if case else [])
+    lines = [f"  {sev:<7}  {f.code}: {message}"]
+    lines += [f"           {w['measured']}: {measured}"] if measured else []
+    return lines + ([f"           {w['at']}: {case}"] if case else [])
 
 
 def _strict(x: object) -> object:
@@ -311,18 +309,6 @@ def _strict(x: object) -> object:
     if isinstance(x, (list, tuple)):
         return [_strict(v) for v in x]
     return x
-
-
-def _finding_lines(f: ModelFinding, w: dict[str, str], lang: str) -> list[str]:
-    if lang == "zh":
-        title, diagnosis = ZH_CODES[f.code]
-        lines = [f"  [{ZH_WORDS[f.severity]}] {f.code}：{title}", f"    {diagnosis}",
-                 f"    {ZH_WORDS['detail']}：{f.message}"]
-        lines += [f"    {w['measured']}：{f.measured}"] if f.measured else []
-        return lines + ([f"    {w['at']}：{f.case}"] if f.case else [])
-    lines = [f"  {f.severity:<7}  {f.code}: {f.message}"]
-    lines += [f"           measured: {f.measured}"] if f.measured else []
-    return lines + ([f"           at: {f.case}"] if f.case else [])
 
 
 def _pad(text: str, width: int, right: bool = False) -> str:

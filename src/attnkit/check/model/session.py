@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..catalogue import T
 from .report import ImplementationResult, LayerRow
 
 __all__ = ["WRAPPER_PREFIX", "CheckFailed", "Session", "Stopped", "first_line",
@@ -41,7 +42,7 @@ class Session:
             fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward",
                          None)
             if fn is None:
-                raise Stopped(f"{type(module).__module__} defines no eager_attention_forward")
+                raise Stopped(T("model.no-eager", module=type(module).__module__))
             return fn
         from transformers import AttentionInterface
 

@@ -29,7 +29,7 @@ def _weights(mod: Any, kind: str) -> tuple[list, int, int, int, int, str]:
     """``([(W, b) for q, k, v, o], H, Hkv, d, dv, why-not)``."""
     if kind == "torch":
         if mod.bias_k is not None or mod.add_zero_attn:
-            return [], 0, 0, 0, 0, say("why.inner-bias-kv")
+            return [], 0, 0, 0, 0, say("oracle.why-inner-bias-kv")
         H = mod.num_heads
         if mod._qkv_same_embed_dim:
             ws = list(mod.in_proj_weight.chunk(3))
@@ -40,7 +40,7 @@ def _weights(mod: Any, kind: str) -> tuple[list, int, int, int, int, str]:
         d = mod.embed_dim // H
         return pairs, H, H, d, d, ""
     if getattr(mod, "softcap", None) is not None or getattr(mod, "sinks", None) is not None:
-        return [], 0, 0, 0, 0, say("why.inner-softcap")
+        return [], 0, 0, 0, 0, say("oracle.why-inner-softcap")
     pairs = [(p.weight, p.bias) for p in (mod.q_proj, mod.k_proj, mod.v_proj, mod.out_proj)]
     return pairs, mod.num_heads, mod.num_kv_heads, mod.head_dim, mod.v_head_dim, ""
 
@@ -72,34 +72,34 @@ def _keep(given: dict, kind: str, Bn: int, Tq: int, Tk: int) -> tuple[np.ndarray
             elif bool(((mask == 0) | torch.isneginf(mask)).all()):
                 allowed = mask == 0
             else:
-                return None, say("why.inner-float-mask", name=name)
+                return None, say("oracle.why-inner-float-mask", name=name)
             a = allowed.numpy()
             if name == "key_padding_mask":
                 a = a.reshape(Bn, 1, 1, Tk)
             elif a.ndim == 3:
-                return None, say("why.inner-head-mask")
+                return None, say("oracle.why-inner-head-mask")
             keep = keep & a
         if given.get("is_causal") and given.get("attn_mask") is None:
             keep = keep & causal
         return keep, ""
     for name in ("bias", "window", "segment_ids", "padding_mask", "cache"):
         if given.get(name) is not None:
-            return None, say("why.inner-argument", name=name)
+            return None, say("oracle.why-inner-argument", name=name)
     mask = given.get("mask")
     if mask is not None:
         if mask.dtype != torch.bool:
-            return None, say("why.inner-float-mask", name="mask=")
+            return None, say("oracle.why-inner-float-mask", name="mask=")
         m = mask.detach().numpy()
         keep = keep & (m[:, None] if m.ndim == 3 else m)
     lens = given.get("valid_lens")
     if lens is not None:
         lens = lens.detach().numpy()
         if lens.ndim != 1:
-            return None, say("why.inner-lens")
+            return None, say("oracle.why-inner-lens")
         keep = keep & (np.arange(Tk)[None, :] < lens[:, None])[:, None, None, :]
     causal_arg = given.get("causal")
     if causal_arg not in (None, False, True):
-        return None, say("why.inner-causal", value=repr(causal_arg))
+        return None, say("oracle.why-inner-causal", value=repr(causal_arg))
     if causal_arg:
         keep = keep & causal
     return keep, ""
@@ -131,19 +131,20 @@ def compare_inner(cap: Capture, h: Any, Bn: int, T: int) -> Any:
         label = say("oracle.inner-named", label=label, name=call.name)
     pairs, H, Hkv, d, dv, why = _weights(mod, kind)
     if why:
-        return Outcome(False, say("why.inner", label=label, why=why))
+        return Outcome(False, say("oracle.why-inner", label=label, why=why))
     (q_in, k_in, v_in), given = _inputs(call, kind)
     first = bool(getattr(mod, "batch_first", kind != "torch"))
     xs = []
     for x in (q_in, k_in, v_in):
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
-            return Outcome(False, say("why.inner", label=label, why=say("why.inner-inputs")))
+            return Outcome(False, say("oracle.why-inner", label=label,
+                                      why=say("oracle.why-inner-inputs")))
         xs.append((x if first else x.transpose(0, 1)).detach().double().numpy())
     if not np.array_equal(xs[1], xs[2]):
-        return Outcome(False, say("why.inner", label=label, why=say("why.inner-kv")))
+        return Outcome(False, say("oracle.why-inner", label=label, why=say("oracle.why-inner-kv")))
     keep, why = _keep(given, kind, xs[0].shape[0], xs[0].shape[1], xs[1].shape[1])
     if keep is None:
-        return Outcome(False, say("why.inner", label=label, why=why))
+        return Outcome(False, say("oracle.why-inner", label=label, why=why))
     out = call.out[0] if isinstance(call.out, (tuple, list)) else call.out
     got = (out if first else out.transpose(0, 1)).detach().double().numpy()
     heads = (say("oracle.heads", H=H, d=d) if Hkv == H else

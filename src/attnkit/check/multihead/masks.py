@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from ..catalogue import T as Tx
 from ..core.overflow import fill_words
 from ..core.report import Finding
 from .probe import B, E, Harness, NoMaskLayout, T, _rand
@@ -87,8 +88,7 @@ def mask_probes(h: Harness) -> list[Finding]:
                  f" {kwt})"]
     rows_text = ("[:, 2:]" if early else "[:, :3]") if h.self_only else ""
     if not torch.allclose(a[:, rows], b[:, rows], atol=1e-5):
-        code, msg = "inaccurate", "values at masked keys change the output: the mask is " \
-            "ignored or misapplied"
+        code, msg = "inaccurate", Tx("mha.mask-ignored")
         # The other reading is tested on rows that cannot see the changed keys; a causal
         # h-attention module's early rows see none of them, whatever it reads.
         if h.convention != "valid_lens" and not (h.self_only and h.behaves_causal):
@@ -104,14 +104,12 @@ def mask_probes(h: Harness) -> list[Finding]:
             if torch.allclose(a2[:, rows2], b2[:, rows2], atol=1e-5) and torch.allclose(
                     a3[:, rows], b3[:, rows], atol=1e-5):
                 code = "mask-polarity"
-                msg = (f"the module reads the mask the other way round from the "
-                       f"'{h.convention}' convention: it attends exactly the keys the "
-                       f"mask excludes")
+                msg = Tx("mha.polarity", convention=h.convention)
         change = float((a - b)[:, rows].detach().abs().max())
-        return [Finding(code, msg, f"max change {change:.3g}",
+        return [Finding(code, msg, Tx("measured.max-change", value=change),
                         reproducer=h.repro(body + [
                             f"assert torch.allclose(a{rows_text}, b{rows_text}, atol=1e-5), "
-                            f"{msg!r}"]))]
+                            f"{str(msg)!r}"]))]
     paired = per_example_masks(h)  # before empty rows: mixed pairs make those odd too
     if paired:
         return paired
@@ -134,19 +132,17 @@ def mask_probes(h: Harness) -> list[Finding]:
                  f"b = run({h.args_text('bumped' if h.self_only else 'x', 'bumped')},"
                  f" {kwt})", f"print(a{sel}, b{sel})"]
     if not torch.isfinite(a[row]).all():
-        msg = "a query with no allowed key gives NaN: guard empty rows so they give 0"
-        return [Finding("nan-or-inf", msg, "NaN on the fully masked row",
+        msg = Tx("mha.empty-row-nan")
+        return [Finding("nan-or-inf", msg, Tx("measured.nan-empty-row"),
                         reproducer=h.repro(body + [
-                            f"assert torch.isfinite(a{sel}).all(), {msg!r}"]))]
+                            f"assert torch.isfinite(a{sel}).all(), {str(msg)!r}"]))]
     if not torch.allclose(a[row], b[row], atol=1e-5):
-        why = ("an additive finfo.min mask leaves a uniform row, as transformers' eager "
-               "attention does" if h.convention == "additive"
-               else f"{fill_words(h.m)} leaves a uniform row")
-        msg = (f"a query with no allowed key still averages the values ({why}); attnkit, "
-               f"SDPA and flash-attn give attention output 0")
-        return [Finding("fully-masked-row", msg, "its output moves with the values",
+        why = (Tx("mha.uniform-additive") if h.convention == "additive"
+               else Tx("mha.uniform-fill", fill=fill_words(h.m)))
+        msg = Tx("mha.empty-row-averages", why=why)
+        return [Finding("fully-masked-row", msg, Tx("measured.moves-with-values"),
                         reproducer=h.repro(body + [
-                            f"assert torch.allclose(a{sel}, b{sel}), {msg!r}"]))]
+                            f"assert torch.allclose(a{sel}, b{sel}), {str(msg)!r}"]))]
     return []
 
 
@@ -188,10 +184,7 @@ def per_example_masks(h: Harness) -> list[Finding]:
             lines.append(f"mask = {flip}{shaped}  # True = "
                          + ("masked" if flip else "may attend"))
         kwt = f"{h.mask_name}=mask"
-    msg = ("with a different mask per example, values at keys an example masks change its "
-           "output: masks are paired with the wrong examples (a mask repeated over heads "
-           "in another order than the scores' batch and heads: use repeat_interleave, or "
-           "expand to (B, H, Tq, Tk) before merging B and H)")
+    msg = Tx("mha.per-example")
     change = float((a - b)[:, :2].detach().abs().max())
     kvq = "kv" if h.self_only else "x"
     body = lines + [f"kv = torch.randn({B}, {T}, {E})",
@@ -199,7 +192,8 @@ def per_example_masks(h: Harness) -> list[Finding]:
                     "bumped[1, 4:] += 2.0  # the key example 1 masks",
                     f"a = run({h.args_text(kvq, 'kv')}, {kwt})",
                     f"b = run({h.args_text('bumped' if h.self_only else 'x', 'bumped')}, "
-                    f"{kwt})", f"assert torch.allclose(a[:, :2], b[:, :2], atol=1e-5), {msg!r}"]
-    return [Finding("inaccurate", msg, f"max change {change:.3g} at queries 0 and 1",
-                    "masks per example: example 0 attends keys 0..1, example 1 keys 0..3",
+                    f"{kwt})",
+                    f"assert torch.allclose(a[:, :2], b[:, :2], atol=1e-5), {str(msg)!r}"]
+    return [Finding("inaccurate", msg, Tx("measured.max-change-01", value=change),
+                    Tx("probe.per-example"),
                     reproducer=h.repro(body))]

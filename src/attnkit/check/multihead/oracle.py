@@ -160,11 +160,11 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
         with torch.no_grad():
             again = h.call(m, xq, None if h.self_only else xkv)
     except Exception as err:  # the first call of the check reports what it raises
-        return Outcome(False, say("why.raised", error=type(err).__name__))
+        return Outcome(False, say("oracle.why-raised", error=type(err).__name__))
     if cap.out.shape != (B, T, E):
-        return Outcome(False, say("why.output-shape", shape=tuple(cap.out.shape)))
+        return Outcome(False, say("oracle.why-output-shape", shape=tuple(cap.out.shape)))
     if not torch.equal(again, cap.out):  # dropout left on: the dropout probe says so
-        return Outcome(False, say("why.random"))
+        return Outcome(False, say("oracle.why-random"))
     if cap.inner is not None:
         return compare_inner(cap, h, B, T)
     H, read = heads_of(m, E, 4)
@@ -314,7 +314,7 @@ def _scale_words(h: Any, factory: Any, scale: float, E: int, cand: Candidate) ->
         key = names[0]
     else:
         key = "fitted"
-    return say("scale." + key, value=scale, default=default)
+    return say("oracle.scale-" + key, value=scale, default=default)
 
 
 def _second_scale(h: Any, factory: Any) -> float | None:
@@ -358,21 +358,21 @@ def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool 
     if r.cap.others:
         name, cls, _ = r.cap.others[0]
         low = cls.lower()
-        key = ("why.norm" if "norm" in low else
-               "why.module" if "rot" in low or "pos" in low else "why.other")
+        key = ("oracle.why-norm" if "norm" in low else
+               "oracle.why-module" if "rot" in low or "pos" in low else "oracle.why-other")
         return Outcome(False, say(key, cls=cls, name=name))
     fit = [c for c in cands if r.got.shape[-1] == c.H * c.dv]
     sources = {(c.parts[2], c.interleave): c for c in fit}  # each reading of v once
     if not any(linear_in_v(h, m, r.cap, c) for c in sources.values()):
-        return Outcome(False, say("why.not-dot-product"))
+        return Outcome(False, say("oracle.why-not-dot-product"))
     extra = extra_parameters(m)
     if extra:
-        return Outcome(False, say("why.parameters", names=", ".join(extra[:4])))
+        return Outcome(False, say("oracle.why-parameters", names=", ".join(extra[:4])))
     if not causal_first:
         if positional(h, m, r.cap):
-            return Outcome(False, say("why.positions"))
+            return Outcome(False, say("oracle.why-positions"))
     else:
-        return Outcome(False, say("why.causal"))
+        return Outcome(False, say("oracle.why-causal"))
     keep = _keeps(T, causal_first)[0][1]
     err = r.core_check(fit[0], keep, quick=False)
     return Outcome(True, "", structure, Finding(

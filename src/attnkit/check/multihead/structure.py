@@ -259,9 +259,9 @@ def candidates(cap: Capture, self_only: bool, H: int) -> tuple[list[Candidate], 
     on_kv = on_q if self_only else [i for i, c in enumerate(lin)
                                     if c.args and same(c.args[0], cap.xkv)]
     if not lin:
-        return [], say("why.no-linear")
+        return [], say("oracle.why-no-linear")
     if not on_q:
-        return [], say("why.input-changed")
+        return [], say("oracle.why-input-changed")
     width = {i: int(lin[i].module.out_features) for i in set(on_q) | set(on_kv)}
     found: list[Candidate] = []
     if self_only and len(on_q) == 3 or not self_only and len(on_q) == 1 and len(on_kv) == 2:
@@ -312,7 +312,7 @@ def candidates(cap: Capture, self_only: bool, H: int) -> tuple[list[Candidate], 
                 found.append(Candidate(say("oracle.label-q-fused-kv", order=order),
                                        ((iq, 0, nq), (ikv, k0, half), (ikv, v0, half)), *w))
     if not found:
-        return [], say("why.layout", nq=len(on_q), nkv=len(on_kv),
+        return [], say("oracle.why-layout", nq=len(on_q), nkv=len(on_kv),
                        widths=sorted(width.values()))
     # GQA written with repeat (head h reads h % Hkv) rather than repeat_interleave.
     found += [dataclasses.replace(c, cycle=True, label=say("oracle.label-cycle", label=c.label))
