@@ -218,7 +218,7 @@ class _Check(CallJudge, Comparison, Steps):
                                                       measured)
                 s.result.reproducer = str(path)
             except Exception as err:  # a reproducer must never hide the finding
-                f.reproducer = f"# the reproducer could not be saved: {first_line(err)}"
+                f.reproducer = T("model.reproducer-unsaved", error=first_line(err))
         s.result.findings.append(f)
         order = list(CATALOGUE)
         s.result.findings.sort(key=lambda x: (x.severity != ERROR, order.index(x.code)))
@@ -232,7 +232,7 @@ class _Check(CallJudge, Comparison, Steps):
         before = model.config._attn_implementation
         missing = cannot_load(model, impl)
         if missing is not None:
-            session.result.status = f"refused: {missing}"
+            session.result.status = T("model.refused", why=missing)
             session.result.unloaded = True
             return session.result
         try:

@@ -140,3 +140,29 @@ TEXTS.update({
     "model.layers not checked": "{n} attention layer(s) not checked: the verdict covers the "
                                 "others only",
 })
+# -- facts about the model, the run's refusals and reasons (model/facts.py, steps.py, check.py,
+# report.py) ----------------------------------------------------------------------------------
+TEXTS.update({
+    "model.fact line": "  note: {note}",
+    "fact.own-mask": "{name}: {what}; judged against the mask the model's own code builds",
+    "fact.causal-own": "causal, which the model's code builds itself (its attention module "
+                       "says is_causal=False)",
+    "fact.bidirectional": "bidirectional (its config or module says causal)",
+    "fact.two-sided": "a two-sided window: each query sees {back} key(s) before it and "
+                      "{ahead} after it",
+    "fact.window": "a sliding window of {n} key(s)",
+    "fact.across-documents": "it attends across packed documents (the model does not split "
+                             "them: packing them is the caller's choice)",
+    "fact.other-mask": "another mask than its config says",
+    "model.too-long": "the input needs {tokens} positions (with its decoding steps), more "
+                      "than this model's {field} = {limit}: give a shorter --length",
+    "model.no-decoding": "decoding not applicable: {model} has no language-model head "
+                         "(logits); the prefill was checked",
+    "model.generate-path": "model.generate(), {cache}",
+    "model.cache-dynamic": "dynamic cache",
+    "model.cache-static": "static cache",
+    "model.unloaded": "{name} could not be loaded: {why}",
+    "model.unchecked-under": "{n} attention layer(s) not checked under {name}: {names}",
+    "model.and-more": "{names} and {n} more",
+    "model.reproducer-unsaved": "# the reproducer could not be saved: {error}",
+})

@@ -123,3 +123,24 @@ TEXTS.update({
     "model.layer not checked": "  [警告] 未检查：{layer}：{why}",
     "model.layers not checked": "{n} 个注意力层未检查：结论只涵盖其余各层",
 })
+# -- 关于模型的事实、运行被拒绝的原因（model/facts.py、steps.py、check.py、report.py） -----------
+TEXTS.update({
+    "model.fact line": "  注：{note}",
+    "fact.own-mask": "{name}：{what}；按模型自己的代码构造的掩码来判定",
+    "fact.causal-own": "因果掩码，由模型的代码自己构造（它的注意力模块写的是 is_causal=False）",
+    "fact.bidirectional": "双向注意力（它的配置或模块写的是因果）",
+    "fact.two-sided": "双侧窗口：每个查询看到它之前的 {back} 个键和之后的 {ahead} 个键",
+    "fact.window": "宽度为 {n} 个键的滑动窗口",
+    "fact.across-documents": "它跨打包的文档做注意力（模型不区分这些文档：要不要打包由调用者决定）",
+    "fact.other-mask": "与配置所写不同的掩码",
+    "model.too-long": "输入连同解码步需要 {tokens} 个位置，超过了这个模型的 {field} = {limit}："
+                      "请给更短的 --length",
+    "model.no-decoding": "解码不适用：{model} 没有语言模型头（logits）；只检查了预填充",
+    "model.generate-path": "model.generate()，{cache}",
+    "model.cache-dynamic": "动态缓存",
+    "model.cache-static": "静态缓存",
+    "model.unloaded": "无法加载 {name}：{why}",
+    "model.unchecked-under": "在 {name} 下有 {n} 个注意力层未检查：{names}",
+    "model.and-more": "{names} 等，另有 {n} 个",
+    "model.reproducer-unsaved": "# 无法保存复现代码：{error}",
+})
