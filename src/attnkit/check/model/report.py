@@ -314,7 +314,7 @@ class ModelReport:
             if unseen:
                 lines.append(w["layers not checked"].format(n=unseen))
         if any(r.unloaded for r in self.implementations):
-            lines.append(f"{w['FAILED']}: {render(self.reason, lang, literal)}")
+            lines.append(w["failed because"].format(reason=render(self.reason, lang, literal)))
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -161,6 +161,7 @@ TEXTS.update({
     "model.generate-path": "model.generate(), {cache}",
     "model.cache-dynamic": "dynamic cache",
     "model.cache-static": "static cache",
+    "model.failed because": "FAILED: {reason}",
     "model.unloaded": "{name} could not be loaded: {why}",
     "model.unchecked-under": "{n} attention layer(s) not checked under {name}: {names}",
     "model.and-more": "{names} and {n} more",

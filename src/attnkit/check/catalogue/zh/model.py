@@ -76,10 +76,10 @@ TEXTS.update({
     "model.half-non-finite": "在 {dtype} 下出现 NaN/inf，而同样的调用在 float32 下是有限值"
                              "（-1e9 这样的填充值超出了半精度的范围，或者 exp 上溢）：请用 -inf "
                              "或 torch.finfo(dtype).min 填充，并让 softmax 的统计量保持 float32",
-    "model.causal-leak": "注意力函数让查询看到了它收到的掩码所禁止的后续键（它忽略了掩码中的因果部分，"
-                         "或者根本没有构造因果掩码）：一个词元的输出依赖于它之后的词元",
-    "model.padding-ignored": "真实的查询把权重分给了填充位置上的键：注意力函数没有用上它收到的掩码中的"
-                             "填充部分（它自己构造了因果掩码，或者丢掉了 attention_mask）",
+    "model.causal-leak": "注意力函数让查询看到了它收到的掩码所禁止的后续键（它忽略了掩码中的"
+                         "因果部分，或者根本没有构造因果掩码）：一个词元的输出依赖于它之后的词元",
+    "model.padding-ignored": "真实的查询把权重分给了填充位置上的键：注意力函数没有用上它收到的"
+                             "掩码中的填充部分（它自己构造了因果掩码，或者丢掉了 attention_mask）",
     "model.polarity": "注意力函数按相反的含义读取它收到的掩码：它关注的恰好是掩码排除的那些键",
     "model.top-left": "在 Tq = {Tq} != Tk = {Tk} 的调用上（带 KV 缓存的一步），注意力函数把因果"
                       "掩码按左上角对齐（查询 i 看到键 j <= i）：模型要的是右下角对齐"
@@ -139,6 +139,7 @@ TEXTS.update({
     "model.generate-path": "model.generate()，{cache}",
     "model.cache-dynamic": "动态缓存",
     "model.cache-static": "静态缓存",
+    "model.failed because": "未通过：{reason}",
     "model.unloaded": "无法加载 {name}：{why}",
     "model.unchecked-under": "在 {name} 下有 {n} 个注意力层未检查：{names}",
     "model.and-more": "{names} 等，另有 {n} 个",
