@@ -81,3 +81,18 @@ def test_an_implementation_that_cannot_be_loaded_is_named_in_chinese(capsys):
     last = capsys.readouterr().out.splitlines()[-1]
     assert code != 0
     assert last.startswith("未通过：无法加载 flash_attention_2："), last
+
+
+def test_a_refused_command_says_why_in_chinese(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", "model", str(tmp_path / "absent"), "--lang", "zh"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert "既不是含有 config.json 的本地文件夹" in err and "downloads" not in err, err
+
+
+def test_a_refused_argument_is_english_for_python_and_chinese_on_request():
+    with pytest.raises(ValueError) as raised:
+        check_model(tiny_model("llama"), generate=-1)
+    assert str(raised.value) == "generate must be >= 0, got -1"
+    assert render(raised.value.args[0], "zh") == "generate 必须 >= 0，收到的是 -1"

@@ -366,12 +366,12 @@ def check_model(model: Any, inputs: dict | None = None, *,
         label = str(model)
         model = load_model(str(model))
     if generate < 0:
-        raise ValueError(f"generate must be >= 0, got {generate}")
+        raise ValueError(T("load.generate", got=generate))
     if sample is not None and sample < 1:
-        raise ValueError(f"sample must be >= 1 or None, got {sample}")
+        raise ValueError(T("load.sample", got=sample))
     impls = list(DEFAULT_IMPLEMENTATIONS if implementations is None else implementations)
     if not impls:
-        raise ValueError("implementations is empty")
+        raise ValueError(T("load.no-implementations"))
     known_implementations(impls)
     described = None
     if inputs is None:
@@ -387,8 +387,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
         described = T("model.described-given", batch=ids.shape[0], length=ids.shape[1])
     if inputs.get("position_ids") is not None and inputs.get("attention_mask") is None \
             and generate:
-        raise ValueError("packed inputs (position_ids without attention_mask) are checked "
-                         "in the prefill only: pass generate=0")
+        raise ValueError(T("load.packed-decoding"))
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     report = ModelReport(label or type(model).__name__, dtype,
                          described + (T("model.decoding", n=generate) if generate

@@ -167,3 +167,53 @@ TEXTS.update({
     "model.and-more": "{names} and {n} more",
     "model.reproducer-unsaved": "# the reproducer could not be saved: {error}",
 })
+
+# -- what the command and check_model refuse to run, in one line (model/load.py, check.py,
+# session.py, command.py, zoo.py) -------------------------------------------------------------
+TEXTS.update({
+    "load.dtype": "dtype must be one of {choices}, got {got!r}",
+    "load.tiny": "--tiny must be one of {choices}, got {got!r}",
+    "load.not-found": "MODEL {model!r} is not a local folder with a config.json nor a "
+                      "config.json file (attnkit check model downloads nothing)",
+    "load.unreadable": "MODEL {model!r}: cannot read {file}: {error}",
+    "load.remote-code": "MODEL {model!r} needs trust_remote_code (its own Python code, or no "
+                        "model_type transformers knows): attnkit check never runs it",
+    "load.unknown-type": "MODEL {model!r}: transformers does not know model_type {type!r}; "
+                         "reading it would mean running the model's own code "
+                         "(trust_remote_code), which attnkit check never does",
+    "load.cannot-build": "MODEL {model!r}: cannot build the model: {error}",
+    "load.cannot-load": "MODEL {model!r}: cannot load the weights: {error}",
+    "load.padding": "padding must be 'left', 'right' or 'none', got {got!r}",
+    "load.sizes": "batch and length must be >= 1, got {batch} and {length}",
+    "load.no-input-ids": "inputs need input_ids, got {got}",
+    "load.ids-shape": "{name} must be a (B, T) tensor, got {got}",
+    "load.ids-dtype": "{name} must hold integer token ids, got {dtype} {shape}",
+    "load.ids-empty": "{name} must have batch and length >= 1, got {shape}",
+    "load.ids-batch": "{name} {shape} has another batch than input_ids {want}",
+    "load.ids-vocab": "{name} {shape} holds ids from {low} to {high}; the model's vocabulary "
+                      "has ids 0 to {last}",
+    "load.mask-shape": "attention_mask {got} does not match input_ids {shape}",
+    "load.mask-values": "attention_mask {got} must hold 0 (padding) and 1 (a real token), "
+                        "got values {values}",
+    "load.positions-shape": "position_ids {got} does not match input_ids {shape}",
+    "load.generate": "generate must be >= 0, got {got}",
+    "load.sample": "sample must be >= 1 or None, got {got}",
+    "load.no-implementations": "implementations is empty",
+    "load.packed-decoding": "packed inputs (position_ids without attention_mask) are checked "
+                            "in the prefill only: pass generate=0",
+    "load.unknown-implementation": "attn_implementation {name!r} is not registered with "
+                                   "transformers' AttentionInterface (known: {known})",
+    "load.unknown-implementations": "implementations {names} are not registered with "
+                                    "transformers' AttentionInterface (known: {known}); "
+                                    "register yours with AttentionInterface.register(name, fn)",
+    "load.no-architecture": "transformers {version} has no {name}",
+    "cmd.model-or-tiny": "give MODEL (a local folder, a config.json or FILE.py:NAME) or "
+                         "--tiny FAMILY, not both",
+    "cmd.no-implementations": "--implementations is empty",
+    "cmd.layers": "--layers needs --implementation FILE.py:FN",
+    "cmd.transformers-only": "--generate, --sample and --implementations apply to "
+                             "transformers models; a FILE.py model runs its own forward once "
+                             "(use --implementation FILE.py:FN for your attention function)",
+    "cmd.no-inputs": "MODEL {model!r} gives no inputs: pass --inputs FILE.pt (or "
+                     ".safetensors), or return (model, inputs) from {model}",
+})
