@@ -152,7 +152,7 @@ TEXTS.update({
     "load.dtype": "dtype 必须是 {choices} 之一，收到的是 {got!r}",
     "load.tiny": "--tiny 必须是 {choices} 之一，收到的是 {got!r}",
     "load.not-found": "MODEL {model!r} 既不是含有 config.json 的本地文件夹，也不是一个 "
-                      "config.json 文件（attnkit check model 不下载任何东西）",
+                      "config.json 文件（attnkit 不下载任何东西）",
     "load.unreadable": "MODEL {model!r}：无法读取 {file}：{error}",
     "load.remote-code": "MODEL {model!r} 需要 trust_remote_code（它带有自己的 Python 代码，或者"
                         "它的 model_type 不为 transformers 所知）：attnkit check 从不运行这种代码",
