@@ -96,3 +96,14 @@ def test_a_refused_argument_is_english_for_python_and_chinese_on_request():
         check_model(tiny_model("llama"), generate=-1)
     assert str(raised.value) == "generate must be >= 0, got -1"
     assert render(raised.value.args[0], "zh") == "generate 必须 >= 0，收到的是 -1"
+
+
+def test_more_than_three_layers_not_checked_are_counted_in_each_language():
+    from attnkit.check.model.report import ImplementationResult, LayerRow, ModelReport
+
+    rows = [LayerRow(f"h.{i}.attn", verdict="not checked") for i in range(5)]
+    report = ModelReport("m", implementations=[ImplementationResult("sdpa", layers=rows)])
+    assert report.reason == ("5 attention layer(s) not checked under sdpa: h.0.attn, h.1.attn, "
+                             "h.2.attn and 2 more")
+    assert render(report.reason, "zh") == ("在 sdpa 下有 5 个注意力层未检查：h.0.attn、h.1.attn、"
+                                           "h.2.attn 等，另有 2 个")
