@@ -58,6 +58,7 @@ _ALL = (
     Code("state-dict"),
     Code("dropout-in-eval"),
     Code("causal-leak"),
+    Code("padding-ignored"),
     Code("mixes-queries"),
     # Peers disagree: attnkit, SDPA (2.5+) and flash-attn give 0, JAX and d2l a uniform row.
     Code("fully-masked-row", WARNING, WARNING, WARNING),

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from ..catalogue import T
+
 __all__ = ["NOT_CHECKED", "not_checked"]
 
 NOT_CHECKED = "not checked"
 
-_INLINE = ("it ran but made no call of torch.nn.functional.scaled_dot_product_attention, "
-           "flex_attention or nn.MultiheadAttention: attention computed inline cannot be "
-           "judged on what it received (call F.scaled_dot_product_attention, or pass the "
-           "function as --implementation)")
+_INLINE = T("any.inline")
 
 
 def _related(a: str, b: str) -> bool:
@@ -26,7 +25,7 @@ def _related(a: str, b: str) -> bool:
 
 def not_checked(found: Mapping[str, str], judged: Iterable[str], ran: Mapping[str, int],
                 inline: str = _INLINE,
-                not_ran: str = "it did not run on these inputs") -> dict[str, str]:
+                not_ran: str = T("any.not-ran")) -> dict[str, str]:
     """The attention modules no judged call accounts for, with why.
 
     Args:

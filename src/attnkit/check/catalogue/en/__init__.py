@@ -3,6 +3,7 @@ fields, ``str.format``), one folder per language: the same keys as every other (
 
 from __future__ import annotations
 
+from .anymodel import TEXTS as _ANYMODEL
 from .checks import TEXTS as _CHECKS
 from .codes import CODES
 from .model import TEXTS as _MODEL
@@ -12,4 +13,4 @@ __all__ = ["CODES", "STYLE", "TEXTS"]
 
 STYLE = "table"
 
-TEXTS: dict[str, str] = {**_CHECKS, **_MULTIHEAD, **_MODEL}
+TEXTS: dict[str, str] = {**_CHECKS, **_MULTIHEAD, **_MODEL, **_ANYMODEL}
