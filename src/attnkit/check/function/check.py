@@ -285,7 +285,8 @@ class FunctionCheck:
         return function_reproducer(self.run, case, verdict)
 
     def finish(self) -> None:
-        if self.run is not None and self.run.unmasked:  # causal by behaviour on the probe, over every key on these cases
+        # causal by behaviour on the probe, over every key on these cases
+        if self.run is not None and self.run.unmasked:
             names = [case_title(n) for n in dict.fromkeys(self.run.unmasked) if n != "probe"]
             self.report.causality += T("header.attends-every-key", names=join(names, "list"))
 

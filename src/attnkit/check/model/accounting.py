@@ -6,10 +6,11 @@ PyTorch model; kept apart so that every kind of model check can use it."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ..catalogue import T
 
-__all__ = ["NOT_CHECKED", "not_checked"]
+__all__ = ["NOT_CHECKED", "account", "not_checked"]
 
 NOT_CHECKED = "not checked"
 
@@ -49,3 +50,27 @@ def not_checked(found: Mapping[str, str], judged: Iterable[str], ran: Mapping[st
         else:
             out[name] = inline
     return out
+
+
+_NO_INTERFACE = T("any.no-interface")
+
+
+def account(check: Any, session: Any) -> None:
+    """A transformers model: add a "not checked" row, with why, for each attention module
+    of ``check.model`` (found by walking it) that no judged call of ``session`` (one
+    implementation's run that got to run the model) accounts for; rows in module order."""
+    from .report import LayerRow
+    from .torch_calls import attention_modules
+
+    result = session.result
+    if result.status.startswith(("refused", "not judged")):
+        return  # nothing ran: the implementation's note says why
+    found = attention_modules(check.model)
+    stopped = result.status.startswith("stopped")
+    missing = not_checked(found, session.rows, {name: 1 for name in found},
+                          inline=T("any.stopped-before") if stopped else _NO_INTERFACE)
+    for name, why in missing.items():
+        row = session.rows[name] = LayerRow(name, verdict=NOT_CHECKED, note=why)
+        result.layers.append(row)
+    order = {name: i for i, (name, _) in enumerate(check.model.named_modules())}
+    result.layers.sort(key=lambda r: order.get(r.layer, len(order)))

@@ -49,7 +49,9 @@ from pathlib import Path
 from typing import Any
 
 from ..catalogue import CATALOGUE, ERROR, T, Text, join, severity
+from .accounting import account
 from .compare import Comparison
+from .facts import read_facts
 from .judge import CallJudge
 from .masks import CallPlace
 from .report import ImplementationResult, LayerRow, ModelFinding, ModelReport
@@ -63,6 +65,7 @@ from .session import (
     register_wrapper,
     unregister_wrappers,
 )
+from .steps import Steps, cannot_load
 
 __all__ = ["DEFAULT_IMPLEMENTATIONS", "ImplementationResult", "LayerRow", "ModelFinding",
            "ModelReport", "check_model"]
@@ -70,7 +73,7 @@ __all__ = ["DEFAULT_IMPLEMENTATIONS", "ImplementationResult", "LayerRow", "Model
 DEFAULT_IMPLEMENTATIONS = ("eager", "sdpa", "attnkit")
 
 
-class _Check(CallJudge, Comparison):
+class _Check(CallJudge, Comparison, Steps):
     """One ``check_model`` run: the model's facts (padding, positions, packed documents),
     where each call's queries and keys sit, the findings, and the steps of each
     implementation's run (judging: :class:`CallJudge`; comparing: :class:`Comparison`)."""
@@ -94,12 +97,13 @@ class _Check(CallJudge, Comparison):
         self.compared = True
         self.plan: list[Any] = []  # the tokens fed at each decoding step
         self.bar: Any = _bar(0, False)
-        ids = inputs["input_ids"]
-        self.B = ids.shape[0]
+        ids = inputs.get("input_ids")
+        self.B = next(x for x in inputs.values() if isinstance(x, torch.Tensor)).shape[0]
         am = inputs.get("attention_mask")
-        # the model's facts live on the CPU, whatever device the model runs on
-        self.pad0 = (torch.ones(ids.shape, dtype=torch.bool) if am is None
-                     else am.bool().cpu())
+        # the model's facts live on the CPU, whatever device the model runs on; images and
+        # sounds: every position real, the length known at the first call (see place)
+        self.pad0 = None if ids is None else (
+            torch.ones(ids.shape, dtype=torch.bool) if am is None else am.bool().cpu())
         self.docs = None
         pos = inputs.get("position_ids")
         if pos is not None and am is None and not self.enc_dec:
@@ -107,13 +111,24 @@ class _Check(CallJudge, Comparison):
             first = pos[:, :1] - 1
             self.docs = (torch.diff(pos, prepend=first, dim=-1) != 1).cumsum(-1)
         self.pad = self.pad0  # grows by one column per decoding step
-        self.total = ids.shape[1]  # decoder tokens so far (decoder-only: the whole row)
+        # decoder tokens so far (decoder-only: the whole row)
+        self.total = 0 if ids is None else ids.shape[1]
         self.dec_total = 0
+        self.generate_api = False  # also model.generate(): see Steps.through_generate
+        self.structure: dict[str, Any] = {}  # module name -> (B, L, L): see .facts
+        self.notes: list[str] = []
 
     # -- where a call's queries and keys sit ------------------------------------------------
-    def place(self, module: Any, name: str, B: int, Tq: int, Tk: int) -> CallPlace:
+    def place(self, module: Any, name: str, B: int, Tq: int, Tk: int, *,
+              n_tokens: int | None = None, structure: bool = True) -> CallPlace:
+        """Where a call's queries and keys sit (``n_tokens``: as if that many tokens,
+        every one real, existed; ``structure``: apply what the model's own mask code
+        builds where it differs from the config, see :mod:`.facts`)."""
         torch = self.torch
         lower = name.lower()
+        if self.pad0 is None:  # no token ids: the first call (an encoder's) gives the length
+            self.pad0 = self.pad = torch.ones(B, Tk, dtype=torch.bool)
+            self.total = Tk
         causal = bool(getattr(module, "is_causal", True)) and \
             bool(getattr(self.text_config, "is_causal", True))
         if self.enc_dec:
@@ -128,6 +143,8 @@ class _Check(CallJudge, Comparison):
                                  query_real=(torch.ones(B, Tq, dtype=torch.bool) if cross
                                              else self.pad0), causal=False)
             total, pad = self.dec_total, torch.ones(B, self.dec_total, dtype=torch.bool)
+        elif n_tokens is not None:
+            total, pad = n_tokens, torch.ones(B, n_tokens, dtype=torch.bool)
         else:
             total, pad = self.total, self.pad
         q_index = torch.arange(total - Tq, total)
@@ -145,10 +162,17 @@ class _Check(CallJudge, Comparison):
         q_doc = k_doc = None
         if self.docs is not None:
             q_doc, k_doc = self.docs[:, q_index], self.docs[:, k_index.clamp(max=total - 1)]
-        return CallPlace(q_index=q_index, k_index=k_index, key_real=key_real,
-                         query_real=pad[:, q_index], causal=causal, window=window,
-                         chunk=chunk, left_pad=left_pad, q_doc=q_doc, k_doc=k_doc,
-                         n_tokens=total)
+        place = CallPlace(q_index=q_index, k_index=k_index, key_real=key_real,
+                          query_real=pad[:, q_index], causal=causal, window=window,
+                          chunk=chunk, left_pad=left_pad, q_doc=q_doc, k_doc=k_doc,
+                          n_tokens=total)
+        own = self.structure.get(name) if structure else None
+        if own is not None and int(k_index.max()) < own.shape[-1]:
+            place.structure = own[:, q_index][:, :, k_index]
+            later = torch.arange(own.shape[-1])
+            place.causal = not bool((own & (later[None, :] > later[:, None])).any())
+            place.window = place.chunk = place.q_doc = place.k_doc = None
+        return place
 
     def layer_type(self, module: Any) -> str:
         cfg = self.text_config
@@ -176,8 +200,10 @@ class _Check(CallJudge, Comparison):
                                                  step=s.step)
         if code in (f.code for f in s.result.findings):
             return
-        parts = [T("model.at-prefill" if where["step"] == 0 else "model.at-decoding",
-                   step=where["step"]), T("model.at-layer", layer=where["layer"])]
+        step_word = ("model.at-path" if s.path else
+                     "model.at-prefill" if where["step"] == 0 else "model.at-decoding")
+        parts = [T(step_word, step=where["step"], path=s.path),
+                 T("model.at-layer", layer=where["layer"])]
         parts += [T(f"model.at-{n}", i=x) for n, x in (("batch", batch), ("head", head),
                                                        ("query", query), ("key", key))
                   if x is not None]
@@ -204,6 +230,11 @@ class _Check(CallJudge, Comparison):
         name = register_wrapper(impl, session)
         model = self.model
         before = model.config._attn_implementation
+        missing = cannot_load(model, impl)
+        if missing is not None:
+            session.result.status = f"refused: {missing}"
+            session.result.unloaded = True
+            return session.result
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -218,6 +249,10 @@ class _Check(CallJudge, Comparison):
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self.steps(session, bar)
+                if self.generate_api and self.generate and not self.enc_dec and \
+                        "input_ids" in self.inputs and self.docs is None and \
+                        getattr(self.model, "can_generate", lambda: False)():
+                    self.through_generate(session)
         except CheckFailed as err:
             session.result.status = T("model.check-failed", step=session.step,
                                       error=err.args[0])
@@ -228,6 +263,10 @@ class _Check(CallJudge, Comparison):
             else:
                 session.result.status = T("model.refused", why=err.args[0])
         except Exception as err:  # the model itself may fail under this implementation
+            too_long = self.too_long()
+            if too_long:
+                session.result.status = T("model.refused", why=too_long)
+                return session.result
             session.result.status = T("model.refused",
                                       why=f"{type(err).__name__}: {first_line(err)}")
         finally:
@@ -235,80 +274,8 @@ class _Check(CallJudge, Comparison):
                 warnings.simplefilter("ignore")
                 model.set_attn_implementation(before)
         self.finish(session)
+        account(self, session)
         return session.result
-
-    def steps(self, s: Session, bar: Any) -> None:
-        torch = self.torch
-        model = self.model
-        device = next(model.parameters()).device
-        inputs = {n: (x.to(device) if isinstance(x, torch.Tensor) else x)
-                  for n, x in self.inputs.items()}
-        packed = self.docs is not None
-        use_cache = self.generate > 0 and not packed
-        am = inputs.get("attention_mask")
-        self.pad = self.pad0
-        self.total = inputs["input_ids"].shape[1]
-        kw: dict[str, Any] = {"output_hidden_states": True, "use_cache": use_cache,
-                              "return_dict": True}
-        if self.enc_dec:
-            dec = inputs.get("decoder_input_ids")
-            if dec is None:
-                start = getattr(self.config, "decoder_start_token_id", 0) or 0
-                dec = torch.full((self.B, 1), start, dtype=torch.long, device=device)
-                inputs["decoder_input_ids"] = dec
-            self.dec_total = dec.shape[1]
-        elif am is not None and "position_ids" not in inputs and _takes(model, "position_ids"):
-            inputs["position_ids"] = (am.long().cumsum(-1) - 1).clamp(min=0)
-        s.step, s.call_index = 0, 0
-        out = model(**inputs, **kw)
-        self.hidden(s, out)
-        bar.update(1)
-        for step in range(1, self.generate + 1):
-            s.step, s.call_index = step, 0
-            if getattr(out, "logits", None) is None:
-                raise ValueError(f"generate={self.generate} needs a model with a language-"
-                                 f"model head (logits); {type(model).__name__} has none")
-            logits = out.logits[:, -1]
-            if len(self.plan) < step:
-                self.plan.append(logits.argmax(-1, keepdim=True))
-            nxt = self.plan[step - 1]
-            past = _cache_of(out)
-            cache_kw = "cache" if _takes(model, "cache") else "past_key_values"
-            if self.enc_dec:
-                self.dec_total += 1
-                out_enc = inputs.get("_encoder_outputs") or (out.encoder_last_hidden_state,)
-                inputs["_encoder_outputs"] = out_enc
-                out = model(encoder_outputs=out_enc, attention_mask=inputs.get("attention_mask"),
-                            decoder_input_ids=nxt, **{cache_kw: past}, **kw)
-            else:
-                self.total += 1
-                self.pad = torch.cat([self.pad, torch.ones(self.B, 1, dtype=torch.bool)], 1)
-                step_kw = {"input_ids": nxt, cache_kw: past}
-                if am is not None:
-                    step_kw["attention_mask"] = self.pad.long().to(device)
-                    if "position_ids" in inputs:
-                        last = inputs["position_ids"][:, -1:]
-                        inputs["position_ids"] = last + 1
-                        step_kw["position_ids"] = inputs["position_ids"]
-                out = model(**step_kw, **kw)
-            self.hidden(s, out)
-            bar.update(1)
-
-
-def _cache_of(out: Any) -> Any:
-    """The KV cache a forward returned (``cache`` from transformers 5.2x, else
-    ``past_key_values``)."""
-    fields = getattr(out, "__dataclass_fields__", {})
-    return getattr(out, "cache" if "cache" in fields else "past_key_values", None)
-
-
-def _takes(model: Any, name: str) -> bool:
-    import inspect
-
-    try:
-        return name in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _bar(total: int, enabled: bool | None) -> Any:
@@ -337,7 +304,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
                 sample: int | None = None, save_to: str | Path | None = None,
                 batch: int = 2, length: int = 12, padding: str = "left",
                 progress: bool | None = None, implementation: Any = None,
-                seed: int = 0) -> ModelReport:
+                seed: int = 0, generate_api: bool = False) -> ModelReport:
     """Judge every attention call of ``model`` under each implementation.
 
     Args:
@@ -365,6 +332,10 @@ def check_model(model: Any, inputs: dict | None = None, *,
             ``"left"``, ``"right"`` or ``"none"``).
         progress: a progress bar on stderr over implementations and steps (None: when
             stderr is a terminal, or layers x implementations x steps >= 200).
+        generate_api: with ``generate``, also run transformers' own ``model.generate()``
+            with a dynamic and then a static cache (decoder-only models with a head,
+            unpacked inputs), every call judged; its steps are numbered after the check's
+            own loop (``generate + 1`` on, then ``2 * (generate + 1)`` on).
         implementation: any model: a function with the signature of
             ``F.scaled_dot_product_attention`` that runs in place of the model's SDPA
             calls, or ``{layer pattern: function}`` (see ``check_any_model``); a
@@ -407,6 +378,9 @@ def check_model(model: Any, inputs: dict | None = None, *,
         inputs = make_inputs(model, batch=batch, length=length, padding=padding, seed=seed)
         described = T("model.described", batch=batch, length=length,
                       padding=T(f"model.padding-{padding}"))
+        if "input_ids" not in inputs:
+            described = T("model.described-tensors", tensors=", ".join(
+                f"{n} {tuple(x.shape)}" for n, x in inputs.items() if n != "decoder_input_ids"))
     else:
         check_inputs(model, inputs)
         ids = inputs["input_ids"]
@@ -422,7 +396,9 @@ def check_model(model: Any, inputs: dict | None = None, *,
     training = model.training
     model.eval()
     check = _Check(model, inputs, generate, sample, save_to)
+    check.generate_api = generate_api
     check.compared = len(impls) > 1  # one implementation: no outputs kept to compare with
+    read_facts(check, report, inputs, generate)
     if progress is None:  # a terminal, or a model whose check takes a while
         layers = getattr(model.config.get_text_config(), "num_hidden_layers", 0) or 0
         progress = sys.stderr.isatty() or layers * len(impls) * (generate + 1) >= 200
@@ -434,5 +410,6 @@ def check_model(model: Any, inputs: dict | None = None, *,
         bar.close()
         model.train(training)
         unregister_wrappers()  # transformers' registries as they were before the check
+    report.notes += check.notes
     report.seconds = time.perf_counter() - t0
     return report

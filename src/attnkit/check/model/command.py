@@ -71,6 +71,9 @@ def add_arguments(p: argparse.ArgumentParser, positive_int: Callable[[str], int]
                    default=12, help="T of the random inputs (default: 12)")
     p.add_argument("--generate", type=non_negative_int, default=0, metavar="N",
                    help="decoding steps with a KV cache after the prefill (default: 0)")
+    p.add_argument("--generate-api", action="store_true",
+                   help="with --generate, also run the model's own generate() with a dynamic "
+                        "and a static cache, every attention call judged")
     p.add_argument("--sample", type=positive_int, default=None, metavar="N",
                    help="judge at most N heads and N queries per call against the oracle "
                         "(large models)")
@@ -149,6 +152,7 @@ def _run_transformers(args: argparse.Namespace, impls: list[str]) -> Any:
     report = check_model(model, inputs, implementations=impls, generate=args.generate,
                          sample=args.sample, save_to=args.save, batch=args.batch,
                          length=args.length, padding=args.padding, seed=args.seed,
-                         implementation=_implementation(args))
+                         implementation=_implementation(args),
+                         generate_api=args.generate_api)
     report.model = f"--tiny {args.tiny}" if args.tiny else args.model
     return report

@@ -40,6 +40,10 @@ class CallPlace:
         q_doc: ``(B, Tq)`` packed-document id of each query, or None.
         k_doc: ``(B, Tk)`` packed-document id of each key, or None.
         n_tokens: tokens that exist so far (keys at or past it are empty cache slots).
+        structure: ``(B, Tq, Tk)`` bool, the mask the model's own code builds for this
+            layer with every token real (:mod:`.facts`), where it differs from what the
+            config says; it then replaces ``causal``, ``window``, ``chunk`` and the
+            documents. None: the config's facts.
     """
 
     q_index: torch.Tensor
@@ -53,6 +57,7 @@ class CallPlace:
     q_doc: torch.Tensor | None = None
     k_doc: torch.Tensor | None = None
     n_tokens: int = 0
+    structure: torch.Tensor | None = None
 
 
 def expected_keep(place: CallPlace, *, window: bool = True) -> torch.Tensor:
@@ -61,6 +66,8 @@ def expected_keep(place: CallPlace, *, window: bool = True) -> torch.Tensor:
     q = place.q_index[:, None]
     k = place.k_index[None, :]
     keep = place.key_real[:, None, :].expand(-1, q.shape[0], -1).clone()
+    if place.structure is not None:
+        return keep & place.structure
     if place.causal:
         keep &= k <= q
     if window and place.window is not None:
@@ -77,7 +84,8 @@ def expected_keep(place: CallPlace, *, window: bool = True) -> torch.Tensor:
 
 
 def received_keep(mask: Any, module: Any, kwargs: dict, q: torch.Tensor,
-                  k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, str]:
+                  k: torch.Tensor, top_left: bool = False
+                  ) -> tuple[torch.Tensor, torch.Tensor | None, str]:
     """What an attention function received, as ``(keep, bias, words)``.
 
     ``keep`` is bool ``(B or 1, H or 1, Tq, Tk)``; ``bias`` a float tensor added to the
@@ -87,6 +95,9 @@ def received_keep(mask: Any, module: Any, kwargs: dict, q: torch.Tensor,
     A mask of None means what transformers means by it: causal when ``is_causal`` (or the
     module's ``is_causal``) and ``Tq > 1``, aligned bottom-right (with ``Tq == Tk``, as
     transformers sends None, both alignments agree), cut to ``sliding_window`` when given.
+    ``top_left``: the mask came from transformers' ``sdpa_mask``, which also drops the mask
+    of a static cache's prefill (``Tq < Tk``, the keys after the last query empty slots)
+    because PyTorch's ``is_causal`` aligns top-left: read it so.
     """
     Tq, Tk = q.shape[-2], k.shape[-2]
     bias = kwargs.get("position_bias")
@@ -95,7 +106,7 @@ def received_keep(mask: Any, module: Any, kwargs: dict, q: torch.Tensor,
         is_causal = kwargs.get("is_causal")
         is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
         keep = torch.ones(Tq, Tk, dtype=torch.bool)
-        i = torch.arange(Tq)[:, None] + (Tk - Tq)
+        i = torch.arange(Tq)[:, None] + (0 if top_left else Tk - Tq)
         j = torch.arange(Tk)[None, :]
         words: Text = T("mask.none")
         if is_causal and Tq > 1:
@@ -133,6 +144,8 @@ def _why(place: CallPlace, b: int, i: int, j: int) -> Text:
                  else "why.padded")
     if place.causal and kj > qi:
         return T("why.future")
+    if place.structure is not None:
+        return T("why.own-mask")
     if place.window is not None and qi - kj >= place.window:
         return T("why.window", window=place.window)
     if place.chunk is not None:

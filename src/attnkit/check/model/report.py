@@ -96,6 +96,8 @@ class ImplementationResult:
         first_failing_layer: the first layer whose own attention failed, or None.
         masks: how the masks arrived (``"bool mask"``, ``"additive float mask"``, ...).
         reproducer: the ``.pt`` file of the first failing call, or "".
+        unloaded: the implementation could not be loaded (a package it needs is missing):
+            the report fails.
     """
 
     name: str
@@ -106,10 +108,18 @@ class ImplementationResult:
     first_failing_layer: str | None = None
     masks: list[str] = field(default_factory=list)
     reproducer: str = ""
+    unloaded: bool = False
 
     @property
     def ok(self) -> bool:
-        return not any(f.is_error for f in self.findings)
+        """No error finding, and it could be loaded (a layer not checked is a warning,
+        named with why)."""
+        return not any(f.is_error for f in self.findings) and not self.unloaded
+
+    @property
+    def unchecked(self) -> list[LayerRow]:
+        """The attention modules of the model that no judged call came from."""
+        return [row for row in self.layers if row.verdict == "not checked"]
 
     @property
     def calls(self) -> int:
@@ -136,6 +146,9 @@ class ModelReport:
         implementations: one :class:`ImplementationResult` each, in the order given
             (differences are measured against the first).
         seconds: wall time.
+        notes: facts about the model said as facts, not findings (a layer's own mask
+            code that the config does not describe, packed documents the model does not
+            split, decoding not applicable).
     """
 
     model: str
@@ -143,11 +156,13 @@ class ModelReport:
     inputs: str = ""
     implementations: list[ImplementationResult] = field(default_factory=list)
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """True when no implementation has an error finding and at least one attention
-        call was judged (a check that judged nothing is not a pass)."""
+        """True when no implementation has an error finding or could not be loaded, and
+        at least one attention call was judged (a check that judged nothing is not a
+        pass; a layer not checked is a warning, and the verdict covers the others)."""
         return all(r.ok for r in self.implementations) and self.judged
 
     @property
@@ -155,6 +170,20 @@ class ModelReport:
         """True when some implementation ran to the end with at least one attention call
         judged (a run refused or cut short by attnkit's own failure does not count)."""
         return any(r.calls and not r.note for r in self.implementations)
+
+    @property
+    def reason(self) -> str:
+        """Why the report is not a pass when no finding says it, in one line, else ""."""
+        for r in self.implementations:
+            if r.unloaded:
+                return f"{r.name} could not be loaded: {r.status.removeprefix('refused: ')}"
+        for r in self.implementations:
+            if r.unchecked:
+                names = ", ".join(row.layer for row in r.unchecked[:3])
+                more = f" and {len(r.unchecked) - 3} more" if len(r.unchecked) > 3 else ""
+                return (f"{len(r.unchecked)} attention layer(s) not checked under {r.name}: "
+                        f"{names}{more}")
+        return ""
 
     @property
     def codes(self) -> list[str]:
@@ -171,6 +200,7 @@ class ModelReport:
         d["inputs"] = render(self.inputs, lang)
         d["ok"] = self.ok
         d["judged"] = self.judged
+        d["reason"] = self.reason or None
         for r, item in zip(self.implementations, d["implementations"]):
             item["ok"], item["calls"] = r.ok, r.calls
             item["warning"] = render(r.note, lang) or None
@@ -216,6 +246,7 @@ class ModelReport:
         lines = [w["title"].format(model=self.model),
                  "  " + w["inputs"].format(dtype=self.dtype, inputs=inputs,
                                            seconds=self.seconds)]
+        lines += [f"  note: {n}" for n in self.notes]
         first = self.implementations[0].name if self.implementations else ""
         for r in self.implementations:
             status = w["ran"] if r.status == "ran" else render(r.status, lang, literal)
@@ -277,6 +308,8 @@ class ModelReport:
                          for row in r.layers)
             if unseen:
                 lines.append(w["layers not checked"].format(n=unseen))
+        if any(r.unloaded for r in self.implementations):
+            lines.append(f"{w['FAILED']}: {self.reason}")
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -31,6 +31,9 @@ TEXTS.update({
     "any.model-raised": "{label} raised {error} (do the inputs fit its forward?)",
     "any.not-ran": "it did not run on these inputs",
     "any.not-ran-stopped": "the run stopped before it (an attention call raised)",
+    "any.stopped-before": "the run stopped before it",
+    "any.no-interface": "no call of it reached transformers' AttentionInterface (its forward "
+                        "computes attention itself, or it did not run on these inputs)",
     "any.inline": "it ran but made no call of torch.nn.functional.scaled_dot_product_attention, "
                   "flex_attention or nn.MultiheadAttention: attention computed inline cannot "
                   "be judged on what it received (call F.scaled_dot_product_attention, or pass "

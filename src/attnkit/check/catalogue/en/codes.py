@@ -117,14 +117,13 @@ CODES: dict[str, dict[str, str]] = {
         why="A language model trained so reads the answer it is meant to predict.",
         fix="Mask the scores of keys j > i + Tk - Tq (bottom-right) before the softmax."),
     "padding-ignored": dict(
-        title="a padded key gets weight: the padding mask is not applied",
-        what="A real query gives weight to keys at padded positions: the attention function "
-             "does not apply the padding mask it receives (it builds its own causal mask, or "
-             "drops attn_mask).",
-        why="The output of a sentence then depends on how much padding the batch gave it, "
-            "and the padding's embeddings leak into every real token.",
-        fix="Apply the mask the call receives to the scores before the softmax (bool: "
-            "masked_fill(~mask, -inf); float: add it), together with any causal mask."),
+        title="a padded key gets weight",
+        what="A real query gives weight to keys at padded positions: the attention ignores "
+             "the padding mask it was given.",
+        why="The same sentence then gets another output when the batch is padded "
+            "differently, and padding tokens leak into every real position.",
+        fix="Apply the padding mask (attention_mask, key_padding_mask or valid_lens) to the "
+            "scores before the softmax, together with any causal mask."),
     "mixes-queries": dict(
         title="a query's output changes with another query: heads split or merged so that "
               "tokens mix",

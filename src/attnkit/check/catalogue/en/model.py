@@ -44,6 +44,8 @@ TEXTS.update({
     "model.layer-step": "{layer} (step {step})",
     "model.at-prefill": "step {step} (prefill)",
     "model.at-decoding": "step {step} (decoding)",
+    "model.at-path": "step {step} ({path})",
+    "model.described-tensors": "{tensors}, random",
     "model.at-layer": "layer {layer}",
     "model.at-batch": "batch {i}",
     "model.at-head": "head {i}",
@@ -83,6 +85,12 @@ TEXTS.update({
                              "fill like -1e9 overflows half precision, or exp overflows): "
                              "fill with -inf or torch.finfo(dtype).min and keep softmax "
                              "statistics in float32",
+    "model.causal-leak": "the attention function lets queries see later keys that the mask "
+                         "it received forbids (it ignores the causal part of the mask, or "
+                         "builds none): a token's output depends on tokens after it",
+    "model.padding-ignored": "real queries put weight on padded keys: the attention function "
+                             "does not apply the padding in the mask it received (it builds "
+                             "its own causal mask, or drops attention_mask)",
     "model.polarity": "the attention function reads the mask it receives the other way "
                       "round: it attends exactly the keys the mask excludes",
     "model.top-left": "the attention function aligns causal top-left (query i sees keys "
@@ -104,6 +112,7 @@ TEXTS.update({
                        "tokens it can reach later layers; attnkit, SDPA and flash-attn give 0",
     "why.empty-slot": "an empty cache slot",
     "why.padded": "a padded key",
+    "why.own-mask": "a key this layer's own mask code excludes",
     "why.future": "a future key",
     "why.window": "outside the sliding window of {window}",
     "why.chunk": "in another chunk of {chunk}",

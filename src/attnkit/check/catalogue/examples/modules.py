@@ -47,30 +47,6 @@ def my_attention(module, query, key, value, attention_mask, scaling=None, dropou
                  **kwargs):
 '''
 
-_ANY = '''import torch
-import torch.nn.functional as F
-from torch import nn
-from attnkit.check import check_model
-
-
-class Attend(nn.Module):  # self-attention over two heads of 4, a padding mask given
-    def forward(self, x, keep):  # keep (B, 1, 1, T): True = a real token
-        q = x.view(x.shape[0], x.shape[1], 2, 4).transpose(1, 2)
-        return F.scaled_dot_product_attention(q, q, q, attn_mask=keep)
-
-
-def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-              enable_gqa=False):
-    scores = query @ key.transpose(-2, -1) * query.shape[-1] ** -0.5
-'''
-_ANY_RUN = '''    return torch.softmax(scores, dim=-1) @ value
-
-
-x = torch.randn(2, 5, 8)
-keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)[:, None, None, :]
-report = check_model(Attend(), (x, keep), implementation=attention)
-'''
-
 EXAMPLES: dict[str, tuple[str, str]] = {
     "unregistered-parameter": (
         _module('''        # a plain list: the module never sees these layers
@@ -129,8 +105,25 @@ report = check_model(tiny_model("llama"), implementations=["mine"], padding="lef
 assert report.ok, report.codes
 '''),
     "padding-ignored": (
-        _ANY + "    # attn_mask never used: the padded keys get weight\n" + _ANY_RUN
-        + 'assert report.codes == ["padding-ignored"], report.codes\n',
-        _ANY + "    scores = scores.masked_fill(~attn_mask, float(\"-inf\"))\n" + _ANY_RUN
-        + "assert report.ok, report.codes\n"),
+        _MODEL + '''    # is_causal builds its own mask: attention_mask, with the padding, is dropped
+    out = F.scaled_dot_product_attention(query, key, value, is_causal=query.shape[-2] > 1,
+                                         scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register("mine", my_attention)
+AttentionMaskInterface.register("mine", sdpa_mask)  # it receives the padding, and ignores it
+report = check_model(tiny_model("llama"), implementations=["mine"], padding="left")
+assert "padding-ignored" in report.codes
+''',
+        _MODEL + '''    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                         scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register("mine", my_attention)
+AttentionMaskInterface.register("mine", sdpa_mask)
+report = check_model(tiny_model("llama"), implementations=["mine"], padding="left")
+assert report.ok, report.codes
+'''),
 }

@@ -28,6 +28,9 @@ TEXTS.update({
     "any.model-raised": "{label} 抛出了 {error}（输入与它的 forward 对得上吗？）",
     "any.not-ran": "在这组输入上它没有运行",
     "any.not-ran-stopped": "运行在它之前就中止了（一次注意力调用抛出了异常）",
+    "any.stopped-before": "运行在它之前就中止了",
+    "any.no-interface": "它的调用没有一次经过 transformers 的 AttentionInterface（它的 forward "
+                        "自己计算注意力，或者在这组输入上没有运行）",
     "any.inline": "它运行了，但没有调用 torch.nn.functional.scaled_dot_product_attention、"
                   "flex_attention 或 nn.MultiheadAttention：直接写在代码里的注意力无法按它收到"
                   "的输入来判定（请改为调用 F.scaled_dot_product_attention，或用 "

@@ -41,6 +41,8 @@ TEXTS.update({
     "model.layer-step": "{layer}（第 {step} 步）",
     "model.at-prefill": "第 {step} 步（预填充）",
     "model.at-decoding": "第 {step} 步（解码）",
+    "model.at-path": "第 {step} 步（{path}）",
+    "model.described-tensors": "{tensors}，随机生成",
     "model.at-layer": "层 {layer}",
     "model.at-batch": "批量第 {i} 行",
     "model.at-head": "头 {i}",
@@ -74,6 +76,10 @@ TEXTS.update({
     "model.half-non-finite": "在 {dtype} 下出现 NaN/inf，而同样的调用在 float32 下是有限值"
                              "（-1e9 这样的填充值超出了半精度的范围，或者 exp 上溢）：请用 -inf "
                              "或 torch.finfo(dtype).min 填充，并让 softmax 的统计量保持 float32",
+    "model.causal-leak": "注意力函数让查询看到了它收到的掩码所禁止的后续键（它忽略了掩码中的因果部分，"
+                         "或者根本没有构造因果掩码）：一个词元的输出依赖于它之后的词元",
+    "model.padding-ignored": "真实的查询把权重分给了填充位置上的键：注意力函数没有用上它收到的掩码中的"
+                             "填充部分（它自己构造了因果掩码，或者丢掉了 attention_mask）",
     "model.polarity": "注意力函数按相反的含义读取它收到的掩码：它关注的恰好是掩码排除的那些键",
     "model.top-left": "在 Tq = {Tq} != Tk = {Tk} 的调用上（带 KV 缓存的一步），注意力函数把因果"
                       "掩码按左上角对齐（查询 i 看到键 j <= i）：模型要的是右下角对齐"
@@ -90,6 +96,7 @@ TEXTS.update({
                        "attnkit、SDPA 和 flash-attn 输出 0",
     "why.empty-slot": "一个空的缓存位置",
     "why.padded": "一个填充的键",
+    "why.own-mask": "这一层自己的掩码代码排除的键",
     "why.future": "一个未来的键",
     "why.window": "滑动窗口 {window} 以外的键",
     "why.chunk": "另一个大小为 {chunk} 的分块中的键",
