@@ -49,8 +49,8 @@ TEXTS.update({
 TEXTS.update({
     "any.dropout": "dropout_p={p}（暂退法本身是随机的）：请在评估模式下调用模型，并在该处使用 "
                    "dropout_p=0.0",
-    "any.sdpa-shape": "注意力函数返回的形状是 {shape}；SDPA 返回 {want}（查询的形状，最后一维"
-                      "取值的最后一维）",
+    "any.sdpa-shape": "注意力函数返回的形状是 {shape}；SDPA 返回 {want}（与查询的形状相同，只是"
+                      "最后一维换成值的最后一维）",
     "any.not-scaled": "注意力分数没有缩放（该调用要求缩放系数 {scale:.4g}）：漏掉了 1/sqrt(d)",
     "any.flex-not-scaled": "注意力分数没有缩放（该调用要求缩放系数 {scale:.4g}）",
     "any.mha-not-scaled": "注意力分数没有按 1/sqrt(head_dim) 缩放（{scale:.4g}）",
