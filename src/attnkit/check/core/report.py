@@ -88,6 +88,10 @@ class Report:
         findings: at most one per code, errors first.
         cases: the names of the cases run.
         seconds: wall time of the check.
+        oracle: ``{"compared": bool, "why": str}`` (and ``"structure"`` for a module):
+            whether the outputs were compared with the float64 oracle, and why not. A
+            function check always compares; a multi-head module is compared from its own
+            weights where its structure can be read.
     """
 
     check: str
@@ -100,6 +104,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     cases: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    oracle: dict = field(default_factory=lambda: {"compared": True, "why": ""})
 
     @property
     def ok(self) -> bool:

@@ -52,6 +52,7 @@ from ..meet.adapt import (
     target_spec,
 )
 from ..meet.build import BuildError, BuildRaised, build_module
+from .oracle_words import say
 
 __all__ = ["check_multi_head"]
 
@@ -310,6 +311,7 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
     if not self_only:
         add(mixing, Tx("probe.queries"))
     add(h.large_logits(), Tx("probe.logits"))
+    _oracle(h, factory, report, is_module, mixing, add)
     if mixing:
         # Tokens mixed by the heads' split or merge also leak masked keys and averaged
         # rows: the mask probes would blame the mask for the same bug.
@@ -337,6 +339,27 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
     add(gradients(h, finite_differences=not lost), Tx("probe.gradients"))
     h.m = built.obj
     add(dropout(h), Tx("probe.dropout"))
+
+
+def _oracle(h: Any, factory: Any, report: Report, is_module: bool, mixing: list,
+            add: Any) -> None:
+    """Compare with the float64 oracle from the module's own weights
+    (:mod:`attnkit.check.multihead.oracle`); its finding is left out where the queries'
+    outputs mix, which already says what is wrong."""
+    if not is_module:
+        report.oracle = {"compared": False, "why": say("oracle.why-numpy")}
+        return
+    from .oracle import compare_with_oracle
+
+    outcome = compare_with_oracle(h, factory)
+    report.oracle = outcome.as_dict()
+    if mixing and not (outcome.compared and outcome.finding is None):
+        # The core was compared and cannot agree: mixes-queries says why.
+        report.oracle = {"compared": True, "why": "", "structure": outcome.structure or
+                         say("oracle.mixing")}
+    if outcome.compared:
+        found = [outcome.finding] if outcome.finding is not None and not mixing else []
+        add(found, say("oracle.case"))
 
 
 def _raised_building(raised: BuildRaised, spec: str | None) -> Finding:

@@ -37,8 +37,17 @@ def _header(report: Any, lang: str, literal: Literal) -> list[str]:
     if report.check == "attention" and str(report.convention).startswith("none"):
         causal = str(report.causality).startswith("behaves as causal")
         lines.append("  " + w["report.untested-causal" if causal else "report.untested"])
+    oracle = getattr(report, "oracle", None) or {"compared": True}
+    if report.check == "multi-head":  # what the oracle compared, or why it did not
+        if oracle.get("compared", True) and oracle.get("structure"):
+            lines.append("  " + w["report.oracle-compared"].format(
+                structure=r(oracle["structure"])))
+        elif not oracle.get("compared", True):
+            lines.append("  " + w["report.oracle-not-compared"].format(
+                why=r(oracle.get("why", ""))))
     if not report.findings:
-        lines.append("  " + w["report.no-findings"])
+        lines.append("  " + w["report.no-findings" if oracle.get("compared", True)
+                              else "report.no-findings-not-compared"])
     return lines
 
 

@@ -9,9 +9,10 @@ from .checks import TEXTS as _CHECKS
 from .codes import CODES
 from .model import TEXTS as _MODEL
 from .multihead import TEXTS as _MULTIHEAD
+from .oracle import TEXTS as _ORACLE
 
 __all__ = ["CODES", "STYLE", "TEXTS"]
 
 STYLE = "blocks"
 
-TEXTS: dict[str, str] = {**_CHECKS, **_MULTIHEAD, **_MODEL, **_ANYMODEL}
+TEXTS: dict[str, str] = {**_CHECKS, **_MULTIHEAD, **_ORACLE, **_MODEL, **_ANYMODEL}
