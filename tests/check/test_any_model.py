@@ -336,3 +336,11 @@ def test_a_flex_finding_saves_its_tensors_and_says_what_to_call(tmp_path: Path) 
     assert "flex_attention(d['q'], d['k'], d['v'], score_mod=..." in f.reproducer
     saved = torch.load(next(tmp_path.glob("*.pt")), weights_only=True)
     assert set(saved) == {"q", "k", "v"}
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float16"))
+def test_a_model_without_weights_takes_its_dtype_from_its_inputs(dtype: str) -> None:
+    report = check_model(_SDPA(), _sdpa_inputs("plain", dtype))
+    assert report.ok and report.dtype == dtype, report.text()
+    header = report.text().splitlines()[1].strip()
+    assert header.startswith(f"{dtype}, inputs"), header

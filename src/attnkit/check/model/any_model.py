@@ -91,6 +91,21 @@ def _describe(inputs: Any) -> str:
     return T("any.inputs", parts=", ".join(parts)) if parts else T("any.no-inputs")
 
 
+def _dtype_of(model: Any, inputs: Any) -> str:
+    """The model's dtype: its first parameter's, or, for a model without weights (a
+    function of its inputs), its first floating-point input's (``""``: none)."""
+    import torch
+
+    params = next(iter(model.parameters()), None)
+    if params is not None:
+        return str(params.dtype).replace("torch.", "")
+    args, kwargs = _arguments(inputs)
+    for x in [*args, *kwargs.values()]:
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            return str(x.dtype).replace("torch.", "")
+    return ""
+
+
 class _Run:
     """One run: the rows by layer, the findings, the first failing call's reproducer."""
 
@@ -215,7 +230,7 @@ def check_any_model(model: Any, inputs: Any, *, implementation: Any = None,
     if inputs is None:
         return refused(label, T("any.no-inputs-given", label=label))
     params = next(iter(model.parameters()), None)
-    dtype = "" if params is None else str(params.dtype).replace("torch.", "")
+    dtype = _dtype_of(model, inputs)
     report = ModelReport(label, dtype, T("any.one-forward", inputs=_describe(inputs)))
     result = ImplementationResult(implementation_label(implementation))
     report.implementations.append(result)
