@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..catalogue import T
 from .any_flex import eager_flex
 
 __all__ = ["SDPA_PARAMETERS", "AttentionCall", "CallRecorder", "attention_modules",
@@ -82,8 +83,7 @@ def implementation_for(implementation: Any, layer: str) -> Callable | None:
             if layer == pattern or fnmatch.fnmatchcase(layer, pattern):
                 return fn
         return None
-    raise TypeError(f"implementation must be a function or a mapping of layer patterns to "
-                    f"functions, got {type(implementation).__name__}")
+    raise TypeError(T("any.bad-implementation", type=type(implementation).__name__))
 
 
 _NAMED = re.compile(r"(attn|attention)(_?\d+)?$", re.IGNORECASE)
@@ -117,7 +117,7 @@ def attention_modules(model: Any) -> dict[str, str]:
         if type(module).__module__.startswith("torch."):
             continue
         if _NAMED.search(name.rsplit(".", 1)[-1]) or _NAMED.search(type(module).__name__):
-            found[name] = "named like attention"
+            found[name] = T("any.named-like")
     # the innermost of a nest: an outer "attention" that holds another is a container
     return {n: why for n, why in found.items()
             if not any(o != n and o.startswith(n + ".") for o in found)}
@@ -195,7 +195,7 @@ class CallRecorder:
             error = None
             if output is None:  # always_call: the forward raised, and is raising
                 error = sys.exc_info()[1] or RuntimeError(
-                    f"{type(module).__name__}.forward raised")
+                    T("any.forward-raised", name=type(module).__name__))
             self._emit(AttentionCall("mha", name, self.count, arguments, _detached(out),
                                      error, type(module).forward, module))
 

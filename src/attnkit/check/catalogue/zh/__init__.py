@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from .anymodel import TEXTS as _ANYMODEL
 from .checks import TEXTS as _CHECKS
 from .codes import CODES
 from .model import TEXTS as _MODEL
@@ -14,4 +15,4 @@ __all__ = ["CODES", "STYLE", "TEXTS"]
 
 STYLE = "blocks"
 
-TEXTS: dict[str, str] = {**_CHECKS, **_MULTIHEAD, **_ORACLE, **_MODEL}
+TEXTS: dict[str, str] = {**_CHECKS, **_MULTIHEAD, **_ORACLE, **_MODEL, **_ANYMODEL}
