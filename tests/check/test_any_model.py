@@ -145,7 +145,7 @@ def test_flex_attention_calls_are_judged_with_their_mask_and_score_mods(dtype: s
 
 def test_a_flex_output_that_is_not_what_its_mods_compute_is_found() -> None:
     pytest.importorskip("torch.nn.attention.flex_attention")
-    from attnkit.check.model.any_judge import judge_call
+    from attnkit.check.model.any_model import judge_call
     from attnkit.check.model.torch_calls import CallRecorder
 
     torch.manual_seed(0)

@@ -11,9 +11,7 @@ while it records, ``flex_attention`` runs its operator directly instead of compi
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -22,27 +20,7 @@ from ...testing import reference_attention
 from ..catalogue import T
 from .any_judge import Judged, _dtype, _explain, _np, _rule
 
-__all__ = ["eager_flex", "judge_flex"]
-
-
-@contextlib.contextmanager
-def eager_flex() -> Iterator[None]:
-    """``flex_attention`` runs its operator eagerly (not compiled) inside the block."""
-    try:
-        import torch.nn.attention.flex_attention as fa
-    except ImportError:  # a torch without flex_attention: nothing to switch
-        yield
-        return
-    name = "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG"
-    before = getattr(fa, name, None)
-    if before is None:
-        yield
-        return
-    setattr(fa, name, True)
-    try:
-        yield
-    finally:
-        setattr(fa, name, before)
+__all__ = ["judge_flex"]
 
 
 def _grid(B: int, H: int, L: int, S: int) -> tuple[Any, Any, Any, Any]:

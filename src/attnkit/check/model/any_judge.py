@@ -26,7 +26,7 @@ from ...testing import max_mean_error, reference_attention
 from ..catalogue import T
 from ..core.oracle import Baseline, bound_of, rule_error
 
-__all__ = ["Judged", "call_arguments", "judge_call", "twin_finite"]
+__all__ = ["Judged", "call_arguments", "judge_raised", "judge_sdpa", "twin_finite"]
 
 _HALF = ("float16", "bfloat16")
 
@@ -122,7 +122,7 @@ def _sdpa_oracle(c: dict, keep: Any, scale: float) -> tuple[np.ndarray, np.ndarr
     return ref, base
 
 
-def _judge_sdpa(call: Any) -> Judged:
+def judge_sdpa(call: Any) -> Judged:
     import torch
 
     a = call.arguments
@@ -303,16 +303,3 @@ def judge_raised(call: Any) -> Judged:
                   type(err).__name__)
 
 
-def judge_call(call: Any) -> Judged:
-    """Judge one :class:`~.torch_calls.AttentionCall`."""
-    if call.error is not None:
-        return judge_raised(call)
-    if call.kind == "sdpa":
-        return _judge_sdpa(call)
-    if call.kind == "mha":
-        from .any_mha import judge_mha
-
-        return judge_mha(call)
-    from .any_flex import judge_flex
-
-    return judge_flex(call)

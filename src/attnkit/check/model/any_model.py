@@ -28,8 +28,10 @@ from typing import Any
 
 from ..catalogue import T, Text, join
 from ..core.report import CODES, ERROR
+from . import any_flex
 from .accounting import NOT_CHECKED, not_checked
-from .any_judge import judge_call
+from .any_judge import Judged, judge_raised, judge_sdpa
+from .any_mha import judge_mha
 from .any_repro import any_reproducer
 from .report import ImplementationResult, LayerRow, ModelFinding, ModelReport
 from .session import first_line
@@ -45,6 +47,17 @@ class _Stopped(Exception):
 
 class _CheckFailed(Exception):
     """Judging a call failed: a gap in attnkit's check, never the model's fault."""
+
+
+def judge_call(call: Any) -> Judged:
+    """Judge one :class:`~.torch_calls.AttentionCall`."""
+    if call.error is not None:
+        return judge_raised(call)
+    if call.kind == "sdpa":
+        return judge_sdpa(call)
+    if call.kind == "mha":
+        return judge_mha(call)
+    return any_flex.judge_flex(call)  # looked up per call: tests may replace it
 
 
 def implementation_label(implementation: Any) -> str:

@@ -14,16 +14,16 @@ dropped after it: memory holds one layer's inputs at a time, however deep the mo
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import inspect
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalogue import T
-from .any_flex import eager_flex
 
 __all__ = ["SDPA_PARAMETERS", "AttentionCall", "CallRecorder", "attention_modules",
            "implementation_for"]
@@ -31,6 +31,26 @@ __all__ = ["SDPA_PARAMETERS", "AttentionCall", "CallRecorder", "attention_module
 # The parameters of torch.nn.functional.scaled_dot_product_attention, in order.
 SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
                    "enable_gqa")
+
+
+@contextlib.contextmanager
+def eager_flex() -> Iterator[None]:
+    """``flex_attention`` runs its operator eagerly (not compiled) inside the block."""
+    try:
+        import torch.nn.attention.flex_attention as fa
+    except ImportError:  # a torch without flex_attention: nothing to switch
+        yield
+        return
+    name = "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG"
+    before = getattr(fa, name, None)
+    if before is None:
+        yield
+        return
+    setattr(fa, name, True)
+    try:
+        yield
+    finally:
+        setattr(fa, name, before)
 
 
 @dataclass
