@@ -17,6 +17,7 @@ has a stable code (:data:`CODES`), a one-line diagnosis, the measured error agai
 from __future__ import annotations
 
 from .adapt import CONVENTIONS
+from .blocks import check_block
 from .functions import check_attention, check_masked_softmax, check_softmax
 from .modules import check_multi_head
 from .report import CODES, Finding, Report
@@ -49,6 +50,7 @@ __all__ = [
     "Report",
     "TargetLoadError",
     "check_attention",
+    "check_block",
     "check_masked_softmax",
     "check_model",
     "check_multi_head",

@@ -123,6 +123,18 @@ ZH_CODES: dict[str, tuple[str, str]] = {
         "transpose(1, 2)，而不是 x.view(B, H, T, Dk)；合并应写 out.transpose(1, 2)."
         "contiguous().view(B, T, E)，而不是直接 out.view(B, T, E)。否则各个词元被混在了一起。",
     ),
+    "post-norm": (
+        "后置层规范化",
+        "要求的是前置层规范化（pre-norm，GPT-2 和 Llama 的写法），这个块却在残差相加之后才做"
+        "层规范化（post-norm，原始 Transformer 的写法）：norm(x + attn(x))。应写成 "
+        "x = x + attn(norm1(x))，再 x = x + mlp(norm2(x))，让 x 本身不经规范化地穿过整个块。",
+    ),
+    "residual": (
+        "残差连接不对",
+        "前置层规范化的块应是 x + 子层(规范化(x))：两个子层都输出 0 时块应原样返回 x，"
+        "而且每个子层读到的都是规范化后的 x。这个块不是这样：要么子层的输出替换了 x 而不是加到 "
+        "x 上，要么某个子层直接读了没有规范化的 x。",
+    ),
     "mask-mismatch": (
         "收到的掩码与应有的不符",
         "实现收到的掩码，与按模型配置和填充方式构造的掩码不一致：某个查询可以看到未来或填充位置的"

@@ -38,6 +38,8 @@ CODES: dict[str, tuple[str, str]] = {
     "causal-leak": (ERROR, "declared causal, a query sees later positions"),
     "mixes-queries": (ERROR, "a query's output changes with another query: heads split or "
                              "merged so that tokens mix"),
+    "post-norm": (ERROR, "a block normalises after the residual add where pre-norm was asked"),
+    "residual": (ERROR, "a block's residual path is not x + sublayer(norm(x))"),
     "fully-masked-row": (WARNING, "a row with no allowed key is not 0"),
     "causal-alignment": (WARNING, "causal mask aligned top-left, not bottom-right"),
 }
