@@ -18,11 +18,12 @@ Everything is seeded: the same config, text and thread count give the same losse
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,6 +162,9 @@ class GPT(nn.Module):
     @torch.no_grad()
     def attention_weights(self, ids: torch.Tensor) -> torch.Tensor:
         """Every head's weights on one sequence: ``ids (T,)`` -> ``(L, H, T, T)``."""
+        if ids.shape[0] > self.config.context:
+            raise ValueError(f"{ids.shape[0]} positions exceed the context "
+                             f"{self.config.context}")
         x = self.embed(ids[None]) + self.positions[: ids.shape[0]]
         weights = []
         for block in self.blocks:
@@ -206,13 +210,20 @@ def train(model: GPT, data: torch.Tensor, *, steps: int, batch_size: int = 32,
         warnings.simplefilter("ignore")
         from tqdm.auto import tqdm
 
-    saved_threads = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
+    with _threads(threads):
         return _train(model, data, tqdm, steps, batch_size, lr, seed, progress)
+
+
+@contextlib.contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``n`` (None: left alone), restored after."""
+    saved = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
     finally:
-        torch.set_num_threads(saved_threads)
+        torch.set_num_threads(saved)
 
 
 def _train(model: GPT, data: torch.Tensor, tqdm: type, steps: int, batch_size: int,
@@ -250,7 +261,7 @@ def _train(model: GPT, data: torch.Tensor, tqdm: type, steps: int, batch_size: i
 
 @torch.no_grad()
 def generate(model: GPT, prompt: torch.Tensor, steps: int, *, temperature: float = 0.0,
-             use_cache: bool = True, seed: int = 0) -> torch.Tensor:
+             use_cache: bool = True, seed: int = 0, threads: int | None = 1) -> torch.Tensor:
     """Continue ``prompt`` (ids ``(T,)``) by ``steps`` tokens; returns ``(T + steps,)``.
 
     Args:
@@ -263,7 +274,14 @@ def generate(model: GPT, prompt: torch.Tensor, steps: int, *, temperature: float
         use_cache: keep each layer's keys and values (one new position per step) instead
             of running the whole sequence again at every step. The tokens are the same.
         seed: for sampling.
+        threads: torch's intra-op threads meanwhile, as in :func:`train`.
     """
+    with _threads(threads):
+        return _generate(model, prompt, steps, temperature, use_cache, seed)
+
+
+def _generate(model: GPT, prompt: torch.Tensor, steps: int, temperature: float,
+              use_cache: bool, seed: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     ids = prompt[None]                                                    # (1, T)
     caches = model.init_caches(1) if use_cache else None

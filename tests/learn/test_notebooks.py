@@ -129,6 +129,7 @@ def _kernel_env() -> dict[str, str]:
     env["MPLBACKEND"] = "Agg"
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # debugpy's note about frozen modules
     env.pop("TRITON_INTERPRET", None)  # as in test_docs.py: a cell decides for itself
+    env["ATTNKIT_LEARN_QUICK"] = "1"  # as in test_docs.py: chapter 9 trains a tiny GPT
     return env
 
 
