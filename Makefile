@@ -50,7 +50,8 @@ lint: $(VENV)/.stamp-test
 	$(PY) -m ruff check src tests benchmarks examples tools docs/learn
 
 # The tutorial's notebooks (docs/learn/**/NN-*.ipynb), remade from the chapters by jupytext.
-# Run it after editing a chapter and commit the notebooks (tests/learn checks they match).
+# Each is run in a kernel and stored with its outputs (a few minutes for all of them). Run it
+# after editing a chapter and commit the notebooks (tests/learn checks they match).
 notebooks: $(VENV)/.stamp-test
 	$(PY) tools/notebooks.py
 

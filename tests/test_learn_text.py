@@ -40,7 +40,7 @@ def shipped_text_files() -> list[Path]:
 def test_the_scan_sees_the_tutorial_and_the_package():
     names = {p.relative_to(ROOT).as_posix() for p in shipped_text_files()}
     assert "docs/learn/01-softmax.md" in names and "docs/check.md" in names
-    assert "src/attnkit/check/modules.py" in names, sorted(names)[:20]
+    assert "src/attnkit/check/multihead/check.py" in names, sorted(names)[:20]
 
 
 @pytest.mark.parametrize("text, hit", [

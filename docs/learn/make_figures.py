@@ -131,6 +131,54 @@ def readme_padded_batch() -> Figure:
     return fig
 
 
+# -- 0. start here -------------------------------------------------------------------------
+
+
+@figure("00_pooling.png")
+def pooling() -> Figure:
+    # Chapter 0's first block: noisy readings of sin, averaged by similarity of position.
+    rng = np.random.default_rng(0)
+    x_known = np.sort(rng.uniform(0, 5, 40))
+    y_known = np.sin(x_known) + 0.3 * rng.standard_normal(40)
+    x_new = np.linspace(0.5, 4.5, 5)
+
+    def average_by_similarity(xq, width):
+        weights = an.softmax(-((xq[:, None] - x_known[None, :]) / width) ** 2 / 2)
+        return weights @ y_known, weights
+
+    fig = Figure(figsize=(9.5, 3.7), layout="constrained")
+    ax, ax_w = fig.subplots(1, 2, width_ratios=[1.15, 1])
+    grid = np.linspace(0, 5, 400)
+    ax.plot(grid, np.sin(grid), color="0.5", ls="--", lw=1, label="sin x (hidden)")
+    ax.scatter(x_known, y_known, s=14, color="0.35", label="readings",
+               zorder=3)
+    for width, color in ((0.1, "tab:orange"), (0.4, "tab:red"), (2.0, "tab:purple")):
+        ax.plot(grid, average_by_similarity(grid, width)[0], color=color, lw=1.6,
+                label=f"width {width}")
+    guess, weights = average_by_similarity(x_new, 0.4)
+    ax.scatter(x_new, guess, marker="D", s=40, color="tab:red", edgecolor="k", zorder=4,
+               label="the 5 queries")
+    ax.set_xlabel("x", fontsize=LABEL)
+    ax.set_ylabel("y", fontsize=LABEL)
+    ax.set_ylim(-2.5, 2.0)
+    ax.tick_params(labelsize=SMALL)
+    ax.legend(fontsize=SMALL, loc="lower left", ncols=3, columnspacing=1.0)
+    ax.set_title("each guess (a curve: one per width): an average of\n"
+                 "every reading, weighted by how near it was taken", fontsize=TITLE)
+
+    image = ax_w.imshow(weights, cmap="Reds", vmin=0, aspect="auto",
+                        extent=(-0.5, len(x_known) - 0.5, len(x_new) - 0.5, -0.5))
+    ax_w.set_yticks(range(len(x_new)), [f"x = {x:g}" for x in x_new], fontsize=SMALL)
+    ticks = np.arange(0, len(x_known), 8)
+    ax_w.set_xticks(ticks, [f"{x_known[j]:.1f}" for j in ticks], fontsize=SMALL)
+    ax_w.set_xlabel("keys: positions of the 40 readings, left to right", fontsize=LABEL)
+    ax_w.set_ylabel("queries", fontsize=LABEL)
+    ax_w.set_title("the weights (width 0.4): one row per query,\neach row sums to 1",
+                   fontsize=TITLE)
+    fig.colorbar(image, ax=ax_w, shrink=0.85)
+    return fig
+
+
 # -- 1. softmax ----------------------------------------------------------------------------
 
 
@@ -149,38 +197,47 @@ def softmax_numerics() -> Figure:
 
     logits = c[:, None] * base
     stable = an.softmax(logits)[:, -1]
-    ax.plot(c, stable, color="black", lw=2, label="max trick (any dtype)")
-    for dtype, color, name, text_y in ((np.float64, "tab:blue", "float64", 0.42),
-                                       (np.float16, "tab:red", "float16", 0.62)):
-        y = naive(logits, dtype)
-        ok = ~np.isnan(y) & (np.abs(y - stable) < 0.05)
-        first = c[~ok][0]
-        keep = c < first
-        ax.plot(c[keep], y[keep], "--" if dtype == np.float64 else ":", color=color, lw=2,
-                label=f"naive exp / sum, {name}")
-        # Past the line the naive softmax returns a wrong number (0: the sum overflowed
-        # first) or no number (NaN = inf / inf). Numbers are drawn where they are; NaN is
-        # not a value, so it gets no point: a hatched band marks the c where it comes out.
-        wrong = ~keep & ~np.isnan(y)
-        ax.plot(c[wrong], y[wrong], "x", ms=6, mew=1.5, color=color)
-        nan_from = c[np.isnan(y)][0]
-        ax.axvspan(nan_from, c[-1], facecolor=color, alpha=0.10, hatch="//", edgecolor=color,
-                   lw=0)
-        ax.axvline(first, color=color, lw=0.8, ls=":")
-        note = (f"{name}: from c = {nan_from:.1f}\nNaN (no value: band)" if first == nan_from
-                else f"{name}: 0 at c = {first:.2f} (x),\nNaN from c = {nan_from:.1f} (band)")
-        x_text, ha = (first / 1.15, "right") if dtype == np.float64 else (first * 1.15, "left")
-        ax.text(x_text, text_y, f"{note}\nexp(4c) > {np.finfo(dtype).max:.3g}", fontsize=SMALL,
-                color=color, ha=ha, va="center")
+    ax.plot(c, stable, color="black", lw=1.5, label="max trick (any dtype)", zorder=1)
+    # The naive softmax drawn as points, sampled along c: where it agrees they sit on the
+    # black curve; past the overflow they leave it, for 0 (a number: drawn where it is) or
+    # for NaN (no number: drawn in the NaN strip above the axis).
+    NAN_Y = 1.19
+    ax.axhspan(1.1, 1.28, facecolor="0.93", lw=0, zorder=0)
+    samples = np.logspace(-1.3, 2.4, 44)
+    for dtype, color, name, marker, shift in ((np.float64, "tab:blue", "float64", "o", 1.0),
+                                              (np.float16, "tab:red", "float16", "x", 1.1)):
+        # Where it first goes wrong, on the fine grid of the curve.
+        fine = naive(logits, dtype)
+        wrong = np.isnan(fine) | (np.abs(fine - stable) > 0.05)
+        first, nan_from = c[wrong][0], c[np.isnan(fine)][0]
+        at = np.sort(np.append(samples * shift, first))  # the first wrong c is drawn too
+        y = naive(at[:, None] * base, dtype)
+        exact = an.softmax(at[:, None] * base)[:, -1]
+        nan = np.isnan(y)
+        style = ({"facecolors": "none", "edgecolors": color} if marker == "o"
+                 else {"color": color})
+        ax.scatter(at[~nan], y[~nan], marker=marker, s=26, linewidths=1.3, zorder=3,
+                   label=f"naive exp / sum, {name}", **style)
+        ax.scatter(at[nan], np.full(nan.sum(), NAN_Y), marker=marker, s=26, linewidths=1.3,
+                   zorder=3, **style)
+        ax.axvline(first, color=color, lw=0.8, ls=":", zorder=0)
+        note = (f"{name}: NaN from c = {nan_from:.0f}" if first == nan_from
+                else f"{name}: 0 at c = {first:.2f},\nNaN from c = {nan_from:.1f}")
+        x_text, ha, y_text = ((first / 1.12, "right", 0.62) if dtype == np.float64
+                              else (first * 1.12, "left", 0.2))
+        ax.text(x_text, y_text, f"{note}\n(exp(4c) > {np.finfo(dtype).max:.3g})",
+                fontsize=SMALL, color=color, ha=ha, va="center")
+        assert np.allclose(y[~nan & (at < first)], exact[~nan & (at < first)], atol=0.02)
     ax.set_xscale("log")
     ax.set_xlim(c[0], c[-1])
     ax.set_xlabel("c   (logits = c * [1, 2, 3, 4])", fontsize=LABEL)
     ax.set_ylabel("weight of the largest logit", fontsize=LABEL)
-    ax.set_ylim(-0.05, 1.25)
+    ax.set_ylim(-0.06, 1.28)
+    ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0, NAN_Y], ["0", ".2", ".4", ".6", ".8", "1", "NaN"])
     ax.axhline(0, color="0.7", lw=0.5)
     ax.tick_params(labelsize=SMALL)
-    ax.legend(fontsize=SMALL, loc="upper left")
-    ax.set_title("overflow: past a point the naive softmax returns 0 or NaN", fontsize=TITLE)
+    ax.legend(fontsize=SMALL, loc="center left", bbox_to_anchor=(0.0, 0.72))
+    ax.set_title("overflow: the naive points leave the curve, for 0 or NaN", fontsize=TITLE)
 
     # Right: filling masked scores in float16 (row 0: two keys masked, row 1: all masked).
     scores = np.array([[2.0, 1.0, 0.5, 0.0], [1.0, 2.0, 3.0, 4.0]])
@@ -316,46 +373,70 @@ def score_functions() -> Figure:
 # -- 4. heads ------------------------------------------------------------------------------
 
 
+def _split_heads_panels(top) -> None:
+    """Three tokens of width 8 cut into 4 heads of 2, the right way and the wrong way: each
+    cell says which token and which features of it a head sees at a position."""
+    T, E, H, Dk = 3, 8, 4, 2
+    colors = ["#9ecae1", "#fdae6b", "#a1d99b"]  # one per token
+    memory_ax, right_ax, wrong_ax = top.subplots(1, 3, width_ratios=[1.25, 1, 1])
+
+    def cell(ax, x, y, w, token, text, bad=False):
+        ax.add_patch(Rectangle((x, y), w, 1, facecolor=colors[token], edgecolor="k", lw=0.6))
+        if bad:
+            ax.add_patch(Rectangle((x + 0.04, y + 0.04), w - 0.08, 0.92, facecolor="none",
+                                   edgecolor="#c00000", lw=2.0))
+        ax.text(x + w / 2, y + 0.5, text, ha="center", va="center", fontsize=SMALL)
+
+    for t in range(T):  # memory: token after token, E numbers each
+        for f in range(E):
+            cell(memory_ax, f, T - 1 - t, 1, t, f"f{f}")
+        memory_ax.text(-0.2, T - 0.5 - t, f"token {t}", ha="right", va="center",
+                       fontsize=SMALL)
+    for h in range(H):
+        if h:
+            memory_ax.plot([h * Dk, h * Dk], [-0.15, T + 0.15], color="k", lw=2.2)
+        memory_ax.text(h * Dk + Dk / 2, -0.3, f"head {h}", ha="center", va="top",
+                       fontsize=SMALL)
+    memory_ax.set_title("q = q_proj(x): (T=3, E=8), stored token\nafter token; heads = "
+                        "columns of Dk=2", fontsize=LABEL)
+    memory_ax.set_xlim(-2.6, E + 0.1)
+
+    flat = [(t, f) for t in range(T) for f in range(E)]  # the order memory holds them in
+    for ax, title, right in ((right_ax, ".view(B, T, H, Dk).transpose(1, 2):\nhead h, "
+                              "position t = token t", True),
+                             (wrong_ax, ".view(B, H, T, Dk), no transpose:\nthe same "
+                              "memory, cut in order", False)):
+        for h in range(H):
+            for t in range(T):
+                start = (t * E + h * Dk) if right else (h * T + t) * Dk
+                token, f = flat[start]
+                cell(ax, t * 1.1, H - 1 - h, 1, token, f"t{token}\nf{f}-{f + Dk - 1}",
+                     bad=token != t)
+            ax.text(-0.15, H - 0.5 - h, f"head {h}", ha="right", va="center",
+                    fontsize=SMALL)
+        for t in range(T):
+            ax.text(t * 1.1 + 0.5, H + 0.1, f"pos {t}", ha="center", va="bottom",
+                    fontsize=SMALL)
+        ax.set_title(title, fontsize=LABEL)
+        ax.set_xlim(-1.3, T * 1.1)
+    wrong_ax.text(T * 1.1 / 2 - 0.6, -0.25, "red: a head reads another token\nat this "
+                  "position; tokens mix", ha="center", va="top", fontsize=SMALL,
+                  color="#c00000")
+    right_ax.text(T * 1.1 / 2 - 0.6, -0.25, "every head sees a piece\nof every token, "
+                  "in place", ha="center", va="top", fontsize=SMALL)
+    for ax in (memory_ax, right_ax, wrong_ax):
+        ax.set_ylim(-1.2, max(T, H) + 0.6)
+        ax.set_aspect("equal")
+        ax.axis("off")
+    top.suptitle("splitting q into heads: which numbers each head gets", fontsize=TITLE)
+
+
 @figure("04_heads.png")
 def heads() -> Figure:
     H, E, Dk = 8, 64, 8
-    fig = Figure(figsize=(9.5, 5.9), layout="constrained")
-    top, bottom = fig.subfigures(2, 1, height_ratios=[1, 1.55])
-
-    # Top: the split into heads and the merge back, on one token's E = 64 numbers.
-    ax = top.subplots()
-    ax.set_xlim(-0.3, 33.3)
-    ax.set_ylim(0, 3.1)
-    ax.axis("off")
-
-    def bar(x0, y, gap, label_heads):
-        for h in range(H):
-            x = x0 + h * (1 + gap)
-            ax.add_patch(Rectangle((x, y), 1, 0.7, facecolor=f"C{h}", alpha=0.45,
-                                   edgecolor="k", lw=0.8))
-            ax.text(x + 0.5, y + 0.35, f"h{h}" if label_heads else str(h), ha="center",
-                    va="center", fontsize=SMALL)
-        return x0, x0 + H * (1 + gap) - gap
-
-    a0, a1 = bar(0, 1.2, 0.0, True)
-    b0, b1 = bar(12.2, 1.2, 0.35, True)
-    c0, c1 = bar(25.2, 1.2, 0.0, True)
-    ax.text((a0 + a1) / 2, 2.1, "q = Linear(x): (B, T, E=64)\none token's 64 numbers",
-            ha="center", va="bottom", fontsize=LABEL)
-    ax.text((b0 + b1) / 2, 2.1, "(B, H=8, T, Dk=8): head h gets\nits own 8 numbers of each token",
-            ha="center", va="bottom", fontsize=LABEL)
-    ax.text((b0 + b1) / 2, 1.0, "attention runs in each head on its own", ha="center",
-            va="top", fontsize=LABEL, style="italic")
-    ax.text((c0 + c1) / 2, 2.1, "(B, T, E=64): the heads' outputs\nside by side, then out_proj",
-            ha="center", va="bottom", fontsize=LABEL)
-    for (x0, x1), code in (((a1, b0), ".view(B, T, H, Dk)\n.transpose(1, 2)"),
-                           ((b1, c0), ".transpose(1, 2)\n.contiguous()\n.view(B, T, E)")):
-        ax.annotate("", (x1 - 0.15, 1.55), (x0 + 0.15, 1.55),
-                    arrowprops={"arrowstyle": "->", "lw": 1.5})
-        ax.text((x0 + x1) / 2, 1.1, code, ha="center", va="top", fontsize=SMALL,
-                family="monospace")
-    ax.set_title("split into heads, then merge: the same 64 numbers, regrouped (E = H x Dk)",
-                 fontsize=TITLE)
+    fig = Figure(figsize=(9.5, 6.6), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1.15, 1.35])
+    _split_heads_panels(top)
 
     # Bottom: how many key/value heads the query heads share.
     axes = bottom.subplots(1, 3)

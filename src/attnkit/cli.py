@@ -233,8 +233,8 @@ def cmd_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from attnkit.check import CHECKS, Finding, Report, load_target
-    from attnkit.check.messages import get_language
-    from attnkit.check.targets import TargetLoadError, stdout_to_stderr
+    from attnkit.check.catalogue.messages import get_language
+    from attnkit.check.meet.targets import TargetLoadError, stdout_to_stderr
 
     if args.causal and args.kind not in ("attention", "multi-head"):
         parser.error(f"--causal applies to attention and multi-head, not {args.kind}")
@@ -422,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -- attnkit check model (its arguments are not a function check's: its own parser) ---------
 def cmd_check_model(argv: Sequence[str]) -> int:
-    from attnkit.check import model_command
+    from attnkit.check.model import command as model_command
 
     parser = _Parser(prog="attnkit check model", description=model_command.DESCRIPTION)
     model_command.add_arguments(parser, positive_int, non_negative_int)

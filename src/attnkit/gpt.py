@@ -242,7 +242,7 @@ def _train(model: GPT, data: torch.Tensor, tqdm: type, steps: int, batch_size: i
     losses: list[float] = []
     model.train()
     with tqdm(total=steps, desc="training", unit="step", disable=not progress,
-              mininterval=1.0) as bar:
+              mininterval=2.0) as bar:
         for _ in range(steps):
             x, y = batches(data, model.config.context, batch_size, generator)
             logits = model(x)                                             # (B, T, vocab)

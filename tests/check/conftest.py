@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnkit.check.messages import set_language
+from attnkit.check.catalogue.messages import set_language
 
 
 @pytest.fixture(autouse=True)

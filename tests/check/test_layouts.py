@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attnkit.check import check_attention, load_target  # noqa: E402
-from attnkit.check.report import Finding, Report  # noqa: E402
+from attnkit.check.core.report import Finding, Report  # noqa: E402
 from attnkit.cli import main  # noqa: E402
 
 from .test_calls import assert_errors_reproduce, raises_as_printed  # noqa: E402

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from attnkit.check import CODES, Finding, Report, check_softmax
-from attnkit.check.messages import (
+from attnkit.check.catalogue.messages import (
     ZH_CODES,
     ZH_PHRASES,
     ZH_WORDS,
@@ -44,7 +44,7 @@ def naive_softmax(x):
 
 def test_every_code_has_a_chinese_title_and_diagnosis():
     missing = sorted(set(CODES) - set(ZH_CODES))
-    assert not missing, f"codes with no Chinese text in attnkit.check.messages: {missing}"
+    assert not missing, f"codes with no Chinese text in attnkit.check.catalogue.messages: {missing}"
     assert not sorted(set(ZH_CODES) - set(CODES)), "Chinese text for a code CODES lacks"
     for code, (title, diagnosis) in ZH_CODES.items():
         assert title and diagnosis, code

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attnkit.check import check_multi_head, load_target  # noqa: E402
-from attnkit.check.messages import ZH_CODES  # noqa: E402
+from attnkit.check.catalogue.messages import ZH_CODES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MIXING = "tests/check/impl_calls/heads_mixing.py"

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_faults import register_faults  # noqa: E402
 
 from attnkit.check import CODES, check_model  # noqa: E402
-from attnkit.check.messages import ZH_CODES  # noqa: E402
-from attnkit.check.model_load import TINY_FAMILIES, make_inputs, tiny_model  # noqa: E402
+from attnkit.check.catalogue.messages import ZH_CODES  # noqa: E402
+from attnkit.check.model.load import TINY_FAMILIES, make_inputs, tiny_model  # noqa: E402
 from attnkit.cli import main  # noqa: E402
 
 register_faults()

@@ -26,8 +26,8 @@ from transformers import AttentionInterface  # noqa: E402
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # noqa: E402
 
 from attnkit.check import check_model  # noqa: E402
-from attnkit.check.messages import ZH_CODES  # noqa: E402
-from attnkit.check.model_load import tiny_model  # noqa: E402
+from attnkit.check.catalogue.messages import ZH_CODES  # noqa: E402
+from attnkit.check.model.load import tiny_model  # noqa: E402
 from attnkit.cli import main  # noqa: E402
 
 register_faults()
@@ -172,7 +172,7 @@ def test_caller_inputs_that_do_not_fit_are_a_value_error(inputs, words):
 def test_one_implementation_keeps_no_outputs_to_compare_with(monkeypatch):
     """Only the first implementation's outputs are kept, and only when another will be
     compared with them."""
-    mod = importlib.import_module("attnkit.check.model")
+    mod = importlib.import_module("attnkit.check.model.check")
     checks = []
     finish = mod._Check.finish
 
@@ -219,7 +219,7 @@ def test_a_per_head_mask_mismatch_names_its_head_and_its_reproducer_fails():
 
 # -- in Chinese ------------------------------------------------------------------------------
 def test_the_report_in_chinese_has_chinese_headers_and_the_same_codes(capsys, monkeypatch):
-    from attnkit.check.messages import ZH_MODEL_WORDS
+    from attnkit.check.catalogue.messages import ZH_MODEL_WORDS
 
     report = check_model(model("llama"), implementations=["eager", "fault-flip-layer-1"])
     zh, en = report.text(lang="zh"), report.text(lang="en")

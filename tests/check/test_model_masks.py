@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 mu = pytest.importorskip("transformers.masking_utils")
 
-from attnkit.check.model_masks import (  # noqa: E402
+from attnkit.check.model.masks import (  # noqa: E402
     CallPlace,
     expected_keep,
     mask_difference,

@@ -246,3 +246,14 @@ def test_plot_attention_rejects_bad_input(kwargs, error, match):
     args = {"weights": np.full((2, 3, 4), 0.25)} | kwargs
     with pytest.raises(error, match=match):
         plot_attention(args.pop("weights"), **args)
+
+
+def test_figures_show_themselves_in_a_notebook(rng):
+    """A cell that ends with plot_attention(...) or show_heatmaps(...) shows the picture:
+    IPython's display finds a PNG on the figure itself (no pyplot, no inline backend)."""
+    IPython = pytest.importorskip("IPython")
+    w = an.softmax(rng.standard_normal((2, 3, 4)))
+    for fig in (plot_attention(w), show_heatmaps(w[None], "keys", "queries")):
+        assert isinstance(fig, Figure)
+        data, _ = IPython.core.formatters.DisplayFormatter().format(fig)
+        assert data["image/png"][:8] == b"\x89PNG\r\n\x1a\n", sorted(data)

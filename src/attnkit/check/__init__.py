@@ -16,12 +16,12 @@ has a stable code (:data:`CODES`), a one-line diagnosis, the measured error agai
 
 from __future__ import annotations
 
-from .adapt import CONVENTIONS
-from .blocks import check_block
-from .functions import check_attention, check_masked_softmax, check_softmax
-from .modules import check_multi_head
-from .report import CODES, Finding, Report
-from .targets import TargetLoadError, load_target
+from .block.check import check_block
+from .core.report import CODES, Finding, Report
+from .function.check import check_attention, check_masked_softmax, check_softmax
+from .meet.adapt import CONVENTIONS
+from .meet.targets import TargetLoadError, load_target
+from .multihead.check import check_multi_head
 
 CHECKS = {
     "softmax": check_softmax,
@@ -35,9 +35,9 @@ def __getattr__(name: str) -> object:
     """``check_model`` and ``ModelReport`` on first use: they need torch and transformers,
     which checking a NumPy function does not."""
     if name in ("check_model", "ModelReport"):
-        from . import model
+        from .model import check
 
-        return getattr(model, name)
+        return getattr(check, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -14,6 +14,7 @@ merely got a weight near 0 (which the ``Reds`` colormap draws white).
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -25,13 +26,33 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 from matplotlib.patches import Patch, Rectangle
 
-__all__ = ["MASKED_COLOR", "MASKED_GID", "plot_attention", "save_figure", "show_heatmaps"]
+__all__ = [
+    "MASKED_COLOR", "MASKED_GID", "NotebookFigure", "plot_attention", "save_figure",
+    "show_heatmaps",
+]
 
 MASKED_COLOR = "#c8c8c8"  # fill of excluded cells: grey, unlike the white low end of "Reds"
 MASKED_HATCH_COLOR = "#7a7a7a"
 MASKED_GID = "masked-cells"  # gid of the hatch overlay, so tests and tools can find it
 
 PathLike = str | os.PathLike
+
+
+class NotebookFigure(Figure):
+    """A :class:`~matplotlib.figure.Figure` that a notebook shows inline.
+
+    Built without pyplot, a plain ``Figure`` has no picture for Jupyter to show until
+    matplotlib's inline backend registers one, which it does only once pyplot is imported:
+    a cell that ends with ``plot_attention(...)`` would print ``<Figure size ...>``. This
+    subclass renders itself as PNG (``_repr_png_``), so the figure appears under the cell
+    whatever the backend; everywhere else it is the ``Figure`` it derives from.
+    """
+
+    def _repr_png_(self) -> bytes:
+        """The figure as PNG bytes, at its own dpi (what IPython displays)."""
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png")
+        return buffer.getvalue()
 
 
 def to_numpy(x: Any, name: str = "array") -> np.ndarray:
@@ -113,7 +134,7 @@ def show_heatmaps(
         raise ValueError(f"matrices has no panel to draw: shape {m.shape}")
     if titles is not None and len(titles) != cols:
         raise ValueError(f"titles must give one title per column ({cols}), got {len(titles)}")
-    fig = Figure(figsize=figsize, layout="constrained")
+    fig = NotebookFigure(figsize=figsize, layout="constrained")
     axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
     vmax = _color_limits(m, None, None)
     image = None
@@ -329,7 +350,8 @@ def plot_attention(
 
     side = panel_size or float(np.clip(0.22 * max(Tq, Tk) + 1.2, 2.0, 5.0))
     aspect = float(np.clip(Tq / Tk, 0.25, 4.0))
-    fig = Figure(figsize=(ncol * side + 0.9, nrows * side * aspect + 0.6), layout="constrained")
+    fig = NotebookFigure(figsize=(ncol * side + 0.9, nrows * side * aspect + 0.6),
+                         layout="constrained")
     axes = fig.subplots(nrows, ncol, squeeze=False, sharex=True, sharey=True)
     top = _color_limits(w4, k4, vmax)
     base = cmap if isinstance(cmap, Colormap) else None

@@ -2,7 +2,7 @@
 call): the output against the float64 oracle on what the call received, the received mask
 against the expected one, what rows with no allowed key hold, and the explanation of an
 error (the mask read the other way round, top-left causal, an ignored sliding window,
-another scale). Mixed into the check by :mod:`attnkit.check.model`."""
+another scale). Mixed into the check by :mod:`attnkit.check.model.check`."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from ..testing import max_mean_error, reference_attention
-from .model_masks import CallPlace, expected_keep, mask_difference, received_keep
-from .model_report import LayerRow
-from .model_session import first_line
-from .oracle import Baseline, bound_of, rule_error
+from ...testing import max_mean_error, reference_attention
+from ..core.oracle import Baseline, bound_of, rule_error
+from .masks import CallPlace, expected_keep, mask_difference, received_keep
+from .report import LayerRow
+from .session import first_line
 
 __all__ = ["CallJudge"]
 

@@ -4,7 +4,7 @@
 same call twice: as Python objects (:meth:`Target.parts`, :meth:`Target.invoke`) and as
 source text (:meth:`Target.call_text`), so a reproducer calls ``fn`` exactly as the checker
 did. How the signature is read (inputs by name, a flag that is not a mask, a required
-``scaling``): :func:`attnkit.check.adapt.read_call`.
+``scaling``): :func:`attnkit.check.meet.adapt.read_call`.
 """
 
 from __future__ import annotations

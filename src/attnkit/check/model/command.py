@@ -8,8 +8,8 @@ import os
 import sys
 from collections.abc import Callable
 
-from .messages import get_language
-from .model_load import TINY_FAMILIES, load_model, require_transformers, tiny_model
+from ..catalogue.messages import get_language
+from .load import TINY_FAMILIES, load_model, require_transformers, tiny_model
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
 
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded, whatever the shell says
     try:
         require_transformers()  # before anything imports torch: the install line if missing
-        from .model import check_model
+        from .check import check_model
 
         model = (tiny_model(args.tiny, args.dtype) if args.tiny
                  else load_model(args.model, args.dtype))

@@ -1,6 +1,6 @@
 """Meeting the user's code where it is: telling NumPy from PyTorch, reading a calling
 convention off a signature, and turning results back into float64 (loading the target
-itself: :mod:`attnkit.check.targets`, whose names are re-exported here).
+itself: :mod:`attnkit.check.meet.targets`, whose names are re-exported here).
 
 Conventions (what the argument after the inputs means):
 

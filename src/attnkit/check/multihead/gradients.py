@@ -1,7 +1,7 @@
 """The probes of ``check_multi_head`` that need copies of the module: gradients (every
 parameter gets one; they agree with float64 central differences), the ``state_dict`` round
 trip, dropout under ``eval()``, and float16/bfloat16 copies (``half_precision``). Each takes
-the :class:`attnkit.check.mhaprobe.Harness`.
+the :class:`attnkit.check.multihead.probe.Harness`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .report import Finding
+from ..core.report import Finding
 
 __all__ = ["dropout", "dropout_knobs", "gradients", "half_precision", "state_dict"]
 

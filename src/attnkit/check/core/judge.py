@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .calls import Target
+from ..meet.calls import Target
 from .cases import Case, attention_setup, run_setup, softmax_setup
 from .oracle import Baseline, bound_of, keep_of, oracle_attention, oracle_softmax, rule_error
 from .report import first_line

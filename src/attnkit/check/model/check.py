@@ -25,7 +25,7 @@ outputs and hidden states are kept, for the comparison (the size of what
   mask read the other way round, top-left causal, the sliding window ignored, another
   scale), else it is ``inaccurate``;
 - **the mask**, against the mask the model's config and the padding call for, built
-  without looking at what was received (:mod:`attnkit.check.model_masks`): a real query
+  without looking at what was received (:mod:`attnkit.check.model.masks`): a real query
   that may see a future, padded or out-of-window key, or may not see a real one, is a
   ``mask-mismatch`` naming layer, step, batch row, query and key;
 - rows with no allowed key: how many, and what they hold (0, a uniform average, NaN).
@@ -48,12 +48,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .model_compare import Comparison
-from .model_judge import CallJudge
-from .model_masks import CallPlace
-from .model_report import ImplementationResult, LayerRow, ModelFinding, ModelReport
-from .model_repro import model_reproducer
-from .model_session import (
+from ..core.report import CODES, ERROR
+from .compare import Comparison
+from .judge import CallJudge
+from .masks import CallPlace
+from .report import ImplementationResult, LayerRow, ModelFinding, ModelReport
+from .repro import model_reproducer
+from .session import (
     CheckFailed,
     Session,
     Stopped,
@@ -62,7 +63,6 @@ from .model_session import (
     register_wrapper,
     unregister_wrappers,
 )
-from .report import CODES, ERROR
 
 __all__ = ["DEFAULT_IMPLEMENTATIONS", "ImplementationResult", "LayerRow", "ModelFinding",
            "ModelReport", "check_model"]
@@ -339,7 +339,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
     Args:
         model: a transformers ``PreTrainedModel`` (its attention must go through
             ``AttentionInterface``), or a path: a local folder or a ``config.json``
-            (loaded offline, see :func:`attnkit.check.model_load.load_model`).
+            (loaded offline, see :func:`attnkit.check.model.load.load_model`).
         inputs: ``input_ids`` ``(B, T)`` with optional ``attention_mask`` (1 = real
             token), ``position_ids`` (packed documents: ids that restart; no
             ``attention_mask``, no ``generate``), ``decoder_input_ids`` (encoder-decoder).
@@ -367,7 +367,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
         ValueError: ``inputs`` that do not fit ``model`` (shapes, dtypes, ids past the
             vocabulary), a path that does not load, an unknown implementation.
     """
-    from .model_load import check_inputs, load_model, make_inputs, require_transformers
+    from .load import check_inputs, load_model, make_inputs, require_transformers
 
     require_transformers()
     t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """Comparing implementations in ``check_model``: each call's attention output and each
 hidden state against the first implementation's, over real tokens, and whether a layer's
 difference is made there (its own attention fails) or inherited. Mixed into the check by
-:mod:`attnkit.check.model`."""
+:mod:`attnkit.check.model.check`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import math
 import re
 from typing import Any
 
-from .model_masks import CallPlace
-from .model_report import LayerRow
-from .report import CODES, ERROR
+from ..core.report import CODES, ERROR
+from .masks import CallPlace
+from .report import LayerRow
 
 __all__ = ["Comparison"]
 

@@ -25,9 +25,9 @@ import time
 import warnings
 from typing import Any
 
-from .build import build_module
-from .report import Finding, Report
-from .targets import target_spec
+from ..core.report import Finding, Report
+from ..meet.build import build_module
+from ..meet.targets import target_spec
 
 __all__ = ["check_block"]
 

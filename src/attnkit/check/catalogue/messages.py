@@ -1,8 +1,8 @@
 """The words of a report in each language: one catalogue, English and Chinese.
 
-English is what the checks write as they go: each :class:`~attnkit.check.report.Finding`
+English is what the checks write as they go: each :class:`~attnkit.check.core.report.Finding`
 carries a one-line English diagnosis composed on the spot (with its shapes and figures),
-and :data:`~attnkit.check.report.CODES` gives every code its English title. This module
+and :data:`~attnkit.check.core.report.CODES` gives every code its English title. This module
 adds, for every code, a Chinese title and a Chinese diagnosis that says what the code
 means and what to do, and the Chinese words of the report around the findings. The
 measured figures, the case and the reproducer are printed as they are in both languages;
@@ -260,7 +260,7 @@ def get_language() -> str:
     return env if env in LANGUAGES else "en"
 
 
-# The words of ``attnkit check model``'s report (attnkit.check.model_report), in Chinese;
+# The words of ``attnkit check model``'s report (attnkit.check.model.report), in Chinese;
 # the English ones sit beside the table code. Layer paths, codes and figures stay as they are.
 ZH_MODEL_WORDS: dict[str, str] = {
     "title": "attnkit 检查模型：{model}",

@@ -1,15 +1,15 @@
 """The probes of ``check_multi_head`` that ask which positions an output depends on:
 causality (do later positions move earlier outputs?), ``causal-leak`` when the module is
 declared causal, and ``mixes-queries`` (does one query move another query's output?).
-Each takes the :class:`~attnkit.check.mhaprobe.Harness`.
+Each takes the :class:`~attnkit.check.multihead.probe.Harness`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .mhaprobe import B, E, Harness, T, _rand
-from .report import Finding
+from ..core.report import Finding
+from .probe import B, E, Harness, T, _rand
 
 __all__ = ["causality", "causal_leak", "mixes_queries"]
 

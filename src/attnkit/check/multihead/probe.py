@@ -1,5 +1,5 @@
 """The probes of ``check_multi_head`` that need no copy of the module, and the reproducer
-each finding prints (the others: :mod:`attnkit.check.mhagrads`).
+each finding prints (the others: :mod:`attnkit.check.multihead.gradients`).
 
 A :class:`Harness` calls the module the way its ``forward`` wants (``m(x)`` or
 ``m(q, k, v, mask=...)``; batch-first unless ``m.batch_first`` is False; a mask as
@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .build import Built, safe_copy
-from .mhagrads import dropout_knobs
-from .report import Finding
+from ..core.report import Finding
+from ..meet.build import Built, safe_copy
+from .gradients import dropout_knobs
 
 __all__ = ["Harness"]
 
@@ -42,7 +42,7 @@ class Harness:
     """How the module under check is called (see the module docstring), and its probes.
 
     Attributes:
-        built: how the module was built (:class:`attnkit.check.build.Built`): fresh
+        built: how the module was built (:class:`attnkit.check.meet.build.Built`): fresh
             copies come from it, never from a deep copy of the module in use.
         self_only: ``forward`` takes one input (``m(x)``, ``m(x, mask=...)``).
         mask_name: the mask parameter, passed by keyword; None when there is none.

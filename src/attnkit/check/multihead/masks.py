@@ -1,14 +1,14 @@
 """The mask probes of ``check_multi_head``: which reading of a mask the module follows
 (``masked``, ``keep``, ``additive``), that values at masked keys change nothing, and what
-a query with no allowed key gets. Each takes the :class:`~attnkit.check.mhaprobe.Harness`.
+a query with no allowed key gets. Each takes the :class:`~attnkit.check.multihead.probe.Harness`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .mhaprobe import B, E, Harness, NoMaskLayout, T, _rand
-from .report import Finding
+from ..core.report import Finding
+from .probe import B, E, Harness, NoMaskLayout, T, _rand
 
 __all__ = ["mask_polarity", "mask_probes"]
 

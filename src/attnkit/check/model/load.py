@@ -26,7 +26,7 @@ def require_transformers() -> Any:
         import torch  # noqa: F401
         import transformers
     except ModuleNotFoundError as err:
-        from .._optional import raise_missing
+        from ..._optional import raise_missing
 
         raise_missing(err, err.name if err.name in ("torch", "transformers") else "transformers",
                       extra="transformers", user="attnkit check model")

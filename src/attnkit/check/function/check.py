@@ -1,7 +1,7 @@
 """``check_softmax``, ``check_masked_softmax``, ``check_attention``: a function against the
-oracle, case by case (the judging itself: :mod:`attnkit.check.judge`).
+oracle, case by case (the judging itself: :mod:`attnkit.check.core.judge`).
 
-Before the cases run, the function is probed (:mod:`attnkit.check.detect`): NumPy or
+Before the cases run, the function is probed (:mod:`attnkit.check.function.detect`): NumPy or
 PyTorch, ``(B, H, T, D)``, ``(B, T, D)`` or ``(B, T, H, D)`` inputs, an output laid out
 ``(B, Tq, H, Dv)``, a mask per query and key or per key ``(B, Tk)``, for a ``mask`` argument
 whose name does not say its polarity which keys it ignores, and whether it masks the future
@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from .adapt import CONVENTIONS, Call, origin_of, read_call, target_spec, unwrap
-from .build import BuildError, build_callable
-from .cases import Case, attention_cases, masked_softmax_cases, softmax_cases
+from ..core.cases import Case, attention_cases, masked_softmax_cases, softmax_cases
+from ..core.judge import Run
+from ..core.report import Finding, Report, first_line
+from ..core.repro import function_reproducer
+from ..meet.adapt import CONVENTIONS, Call, origin_of, read_call, target_spec, unwrap
+from ..meet.build import BuildError, build_callable
 from .detect import behaves_causal, mask_convention, mask_layout, probe
-from .judge import Run
-from .report import Finding, Report, first_line
-from .repro import function_reproducer
 
 __all__ = ["check_attention", "check_masked_softmax", "check_softmax"]
 
@@ -305,7 +305,7 @@ def check_attention(fn: Any, convention: str = "auto", causal: bool = False,
             one per key, ``(B, Tk)`` (a key padding mask; detected).
         convention: ``"auto"``, ``"valid_lens"``, ``"masked"``, ``"keep"``, ``"sdpa"``,
             ``"additive"`` (a float mask added to the scores: 0 or ``finfo.min``) or
-            ``"none"`` (see :mod:`attnkit.check.adapt`).
+            ``"none"`` (see :mod:`attnkit.check.meet.adapt`).
         causal: ``fn`` masks the future itself (query ``i`` sees keys
             ``j <= i + Tk - Tq``): it is judged against causal attention, and one that lets
             a query see later keys gets ``causal-leak``. Undeclared, a function whose

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from ..numpy import masked_softmax, softmax
-from ..numpy.masks import masked_softmax_backward
-from ..numpy.softmax import softmax_backward
-from ..testing import assert_close_by_rule, lengths_keep, max_mean_error, reference_attention
+from ...numpy import masked_softmax, softmax
+from ...numpy.masks import masked_softmax_backward
+from ...numpy.softmax import softmax_backward
+from ...testing import assert_close_by_rule, lengths_keep, max_mean_error, reference_attention
 
 __all__ = ["Baseline", "keep_of", "oracle_attention", "oracle_softmax", "rule_error"]
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from .adapt import PADDING_NAMES, Call, Framework, unwrap
-from .calls import Target
-from .cases import Case
-from .judge import Run
-from .report import first_line
+from ..core.cases import Case
+from ..core.judge import Run
+from ..core.report import first_line
+from ..meet.adapt import PADDING_NAMES, Call, Framework, unwrap
+from ..meet.calls import Target
 
 __all__ = ["behaves_causal", "mask_convention", "mask_layout", "probe"]
 

@@ -11,7 +11,7 @@ import json
 import textwrap
 from dataclasses import asdict, dataclass, field
 
-from .messages import ZH_CODES, ZH_WORDS, check_language, get_language, zh_phrases
+from ..catalogue.messages import ZH_CODES, ZH_WORDS, check_language, get_language, zh_phrases
 
 __all__ = ["CODES", "ERROR", "WARNING", "Finding", "Report", "first_line"]
 
@@ -164,7 +164,7 @@ class Report:
         finding's reproducer.
 
         Args:
-            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.messages.get_language`
+            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.catalogue.messages.get_language`
                 (``set_language``, else ``ATTNKIT_LANG``, else English). In Chinese every
                 finding gets its code's Chinese title and diagnosis, with the check's own
                 English sentence under it; codes, figures and reproducers are the same.

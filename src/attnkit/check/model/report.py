@@ -12,7 +12,7 @@ import json
 import unicodedata
 from dataclasses import asdict, dataclass, field
 
-from .messages import (
+from ..catalogue.messages import (
     ZH_CODES,
     ZH_MODEL_PHRASES,
     ZH_MODEL_WORDS,
@@ -21,7 +21,7 @@ from .messages import (
     get_language,
     zh_phrases,
 )
-from .report import CODES, ERROR, Finding
+from ..core.report import CODES, ERROR, Finding
 
 __all__ = ["ImplementationResult", "LayerRow", "ModelFinding", "ModelReport"]
 
@@ -197,7 +197,7 @@ class ModelReport:
         """The report as text: per implementation a table by layer, then its findings.
 
         Args:
-            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.messages.get_language`.
+            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.catalogue.messages.get_language`.
                 In Chinese the headers are Chinese and every finding gets its code's
                 Chinese title and diagnosis, with the check's English sentence under it;
                 codes, figures and reproducers are the same.

@@ -17,7 +17,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-from .report import first_line
+from ..core.report import first_line
 
 __all__ = ["TargetLoadError", "load_target", "notebook_cells", "origin_of", "stdout_to_stderr",
            "target_spec"]

@@ -2,7 +2,7 @@
 correct one must do, since its projections are its own.
 
 The module is built at width 16 with 4 heads: a class from its constructor's parameter
-names (:mod:`attnkit.check.build`), a factory as ``factory(16, 4)``; an instance is used as
+names (:mod:`attnkit.check.meet.build`), a factory as ``factory(16, 4)``; an instance is used as
 it is. A constructor or a first call that raises is ``call-failed``; every probe that needs a
 second module builds one again rather than deep-copying a module that has run. The module
 is called ``m(x)`` when ``forward`` takes one input (``m(x, mask=...)`` with a mask), else
@@ -35,10 +35,18 @@ from typing import Any
 
 import numpy as np
 
-from .adapt import CONVENTIONS, LENS_NAMES, PADDING_NAMES, Call, origin_of, read_call, target_spec
-from .build import BuildError, build_module
-from .judge import first_line
-from .report import Finding, Report
+from ..core.judge import first_line
+from ..core.report import Finding, Report
+from ..meet.adapt import (
+    CONVENTIONS,
+    LENS_NAMES,
+    PADDING_NAMES,
+    Call,
+    origin_of,
+    read_call,
+    target_spec,
+)
+from ..meet.build import BuildError, build_module
 
 __all__ = ["check_multi_head"]
 
@@ -77,7 +85,7 @@ def check_multi_head(factory: Any, convention: str = "auto", causal: bool = Fals
 
     Args:
         factory: a class (built at width 16 with 4 heads from its constructor's parameter
-            names, see :mod:`attnkit.check.build`), a factory function
+            names, see :mod:`attnkit.check.meet.build`), a factory function
             (``factory(16, 4)``, or by parameter names), or an instance.
         convention: how the mask argument reads: ``"auto"`` (``valid_lens`` by name, a
             mask's polarity from behaviour), ``"valid_lens"``, ``"masked"`` (True = masked,
@@ -89,7 +97,7 @@ def check_multi_head(factory: Any, convention: str = "auto", causal: bool = Fals
             whether a self-attention module behaves as causal.
 
     Returns:
-        A :class:`Report` (see :mod:`attnkit.check.modules` for what is checked). Whatever
+        A :class:`Report` (see :mod:`attnkit.check.multihead.check` for what is checked). Whatever
         the module does, a report: a constructor or a call that raises is ``call-failed``.
     """
     if convention not in CONVENTIONS or convention == "sdpa":
@@ -125,16 +133,16 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
     import torch
     from torch import nn
 
-    from .mhagrads import (  # torch: imported here
+    from .gradients import (  # torch: imported here
         dropout,
         dropout_knobs,
         gradients,
         half_precision,
         state_dict,
     )
-    from .mhamasks import mask_polarity, mask_probes
-    from .mhapositions import causal_leak, causality, mixes_queries
-    from .mhaprobe import SHAPES, B, E, Harness, NoMaskLayout, T
+    from .masks import mask_polarity, mask_probes
+    from .positions import causal_leak, causality, mixes_queries
+    from .probe import SHAPES, B, E, Harness, NoMaskLayout, T
 
     origin = origin_of(factory)
     report.origin = origin

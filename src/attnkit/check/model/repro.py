@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .model_masks import received_keep
+from .masks import received_keep
 
 __all__ = ["model_reproducer"]
 

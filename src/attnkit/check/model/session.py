@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .model_report import ImplementationResult, LayerRow
+from .report import ImplementationResult, LayerRow
 
 __all__ = ["WRAPPER_PREFIX", "CheckFailed", "Session", "Stopped", "first_line",
            "known_implementations", "register_wrapper", "unregister_wrappers"]
@@ -102,7 +102,7 @@ def register_wrapper(impl: str, session: Session) -> str:
     from transformers.masking_utils import AttentionMaskInterface
 
     if impl == "attnkit":
-        from ..integrations.transformers import register
+        from ...integrations.transformers import register
 
         register()
     name = WRAPPER_PREFIX + impl
@@ -147,7 +147,7 @@ def known_implementations(impls: list[str]) -> None:
     from transformers import AttentionInterface
 
     if "attnkit" in impls:
-        from ..integrations.transformers import register
+        from ...integrations.transformers import register
 
         register()
     known = ["eager"] + [n for n in AttentionInterface().valid_keys()

@@ -1,0 +1,1 @@
+"""The words of the checker: every finding code and the texts of a report per language."""
