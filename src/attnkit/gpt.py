@@ -307,7 +307,7 @@ def timed(fn: Callable[[], object]) -> tuple[object, float]:
 
 def _language(lang: str | None) -> str:
     if lang is None:
-        from attnkit.check.messages import get_language
+        from attnkit.check.catalogue.messages import get_language
 
         return get_language()
     if lang not in ("en", "zh"):
