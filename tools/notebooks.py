@@ -179,7 +179,8 @@ def execute(nb: nbformat.NotebookNode, folder: Path, work: Path,
     with tempfile.TemporaryDirectory(prefix="attnkit-kernel-") as spec:
         client = NotebookClient(copy.deepcopy(nb), timeout=CELL_TIMEOUT_S,
                                 startup_timeout=120, km=kernel_manager(Path(spec)),
-                                record_timing=False, resources={"metadata": {"path": str(work)}})
+                                record_timing=False, resources={"metadata": {"path": str(work)}},
+                                coalesce_streams=True)  # a progress bar's redraws: its last line
         try:
             ran = client.execute(env=kernel_env() if env is None else env)
         finally:

@@ -85,7 +85,8 @@ def _check_block(factory: Any, causal: bool, report: Report, spec: str | None) -
                            "float32 inputs of size ~1", "non-finite output", report.cases[-1]))
         return
     behaves_causal = _causal(m, x)
-    report.causality = ("behaves as causal" if behaves_causal
+    report.causality = ("behaves as causal: later positions do not change earlier outputs"
+                        if behaves_causal
                         else "bidirectional: later positions change earlier outputs")
     if causal:
         report.causality += " (declared causal)"
