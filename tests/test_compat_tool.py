@@ -71,3 +71,24 @@ def test_the_real_lock_keeps_torch_and_frees_tokenizers():
     oldest, newest = (tuple(map(int, compat.TRANSFORMERS[k].split(".")))
                       for k in ("oldest", "newest"))
     assert oldest <= newest
+
+
+def test_a_package_pinned_per_python_range_keeps_every_pin():
+    """The universal lock pins numpy once per Python range; the compat venvs (Python 3.11)
+    must still be held to the 3.11 pin, not only to the last line's."""
+    lock = textwrap.dedent("""\
+        numpy==2.2.6 ; python_full_version < '3.11'
+            # via attnkit (pyproject.toml)
+        numpy==2.4.6 ; python_full_version == '3.11.*'
+            # via attnkit (pyproject.toml)
+        numpy==2.5.5 ; python_full_version >= '3.12'
+            # via
+            #   attnkit (pyproject.toml)
+            #   transformers
+        transformers==5.24.0
+            # via attnkit (pyproject.toml)
+        """)
+    pins = [ln for ln in compat.constraints(lock).splitlines() if not ln.startswith("#")]
+    assert pins == ["numpy==2.2.6 ; python_full_version < '3.11'",
+                    "numpy==2.4.6 ; python_full_version == '3.11.*'",
+                    "numpy==2.5.5 ; python_full_version >= '3.12'"]

@@ -65,15 +65,18 @@ STAMP = "attnkit-compat.json"
 
 # -- constraints: the lock minus transformers and what only it pulls in -----------------------
 def parse_lock(text: str) -> dict[str, tuple[str, set[str]]]:
-    """``{name: (pin line, names it is installed via)}`` from pip-compile output; a ``via``
+    """``{name: (pin lines, names it is installed via)}`` from the lock; a ``via``
     that is not a package of the lock (attnkit itself, ``-r requirements.in``) is a root."""
     entries: dict[str, tuple[str, set[str]]] = {}
     current = None
     for line in text.splitlines():
         pin = re.match(r"^([A-Za-z0-9._-]+)==\S+", line)
         if pin:
+            # A universal lock pins some packages once per Python range (``numpy==2.2.6 ;
+            # python_full_version < '3.11'``, ...): every line is kept, one per row.
             current = _canonical(pin.group(1))
-            entries[current] = (line.strip(), set())
+            pins, via_set = entries.get(current, ("", set()))
+            entries[current] = ("\n".join(filter(None, [pins, line.strip()])), via_set)
             continue
         via = re.match(r"^\s+#\s+(?:via\s+)?(\S.*)$", line)
         if current and via and via.group(1) != "via":

@@ -233,7 +233,7 @@ def cmd_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from attnkit.check import CHECKS, Finding, Report, load_target
-    from attnkit.check.catalogue.messages import get_language
+    from attnkit.check.catalogue import T, get_language
     from attnkit.check.meet.targets import TargetLoadError, stdout_to_stderr
 
     if args.causal and args.kind not in ("attention", "multi-head"):
@@ -253,8 +253,8 @@ def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             parser.error(f"TARGET {args.target}: {err}")
         except TargetLoadError as err:
             report = Report(args.kind, args.target)
-            report.add(Finding("call-failed", f"{err}; fix it, or point TARGET at a file "
-                               f"that runs on its own", "not loaded"))
+            report.add(Finding("call-failed", T("load.failed", error=err.args[0]),
+                               T("measured.not-loaded")))
         else:
             try:
                 report = CHECKS[args.kind](target, convention=args.convention, **options)

@@ -307,7 +307,7 @@ def timed(fn: Callable[[], object]) -> tuple[object, float]:
 
 def _language(lang: str | None) -> str:
     if lang is None:
-        from attnkit.check.catalogue.messages import get_language
+        from attnkit.check import get_language
 
         return get_language()
     if lang not in ("en", "zh"):
@@ -321,7 +321,8 @@ def course_text(lang: str | None = None) -> str:
 
     Args:
         lang: ``"en"`` or ``"zh"``; None: the language attnkit reports in
-            (``ATTNKIT_LANG``, which the Chinese notebooks set), else English.
+            (:func:`attnkit.check.set_language`, else ``ATTNKIT_LANG``, which the Chinese
+            notebooks set), else English.
 
     Looked for in the clone attnkit is imported from, then in the working folder and the
     folders above it (a notebook opened from ``docs/learn``).

@@ -82,3 +82,36 @@ def fill_minus_inf_no_guard(module, query, key, value, attention_mask, scaling=N
 
 AttentionInterface.register("fault-nan-rows", fill_minus_inf_no_guard)
 AttentionMaskInterface.register("fault-nan-rows", sdpa_mask)
+
+
+def ignores_the_causal_mask(module, query, key, value, attention_mask, scaling=None,
+                            dropout=0.0, **kwargs):
+    """Registered without a mask function (it receives ``mask=None`` and should read
+    ``module.is_causal``): it never does, so every query sees the keys after it."""
+    return _sdpa(query, key, value, attention_mask, scaling)
+
+
+def ignores_the_padding(module, query, key, value, attention_mask, scaling=None,
+                        dropout=0.0, **kwargs):
+    """Given transformers' bool mask, it only takes the causal part of it (``is_causal``
+    on the full length): right without padding, and padded keys get weight."""
+    Tq, Tk = query.shape[-2], key.shape[-2]
+    causal = torch.ones(Tq, Tk, dtype=torch.bool).tril(diagonal=Tk - Tq)
+    return _sdpa(query, key, value, causal, scaling)
+
+
+def rounds_through_float8(module, query, key, value, attention_mask, scaling=None,
+                          dropout=0.0, **kwargs):
+    """SDPA with its output stored in 8-bit floats on the way out (a 'fast path' that keeps
+    too few bits): far beyond the error of plain half-precision math."""
+    out, _ = _sdpa(query, key, value, attention_mask, scaling)
+    return out.to(torch.float8_e4m3fn).to(query.dtype), None
+
+
+AttentionInterface.register("fault-no-causal", ignores_the_causal_mask)
+AttentionInterface.register("fault-no-padding", ignores_the_padding)
+AttentionMaskInterface.register("fault-no-padding", sdpa_mask)
+AttentionInterface.register("fault-float8", rounds_through_float8)
+AttentionMaskInterface.register("fault-float8", sdpa_mask)
+AttentionInterface.register("fault-top-left-masked", top_left_causal)
+AttentionMaskInterface.register("fault-top-left-masked", sdpa_mask)

@@ -89,3 +89,19 @@ def test_wrong_shape_and_a_raising_constructor_are_findings_not_tracebacks():
 
     report = check_block(broken)
     assert report.codes == ["call-failed"] and "no block today" in report.findings[0].message
+
+
+def test_a_block_report_is_judged_as_a_module_and_written_in_chinese():
+    # A block takes the multi-head severities of the catalogue; and each sentence of its
+    # report is a catalogue template (the conftest reads every report in Chinese too).
+    class PostNorm(LlamaStyle):
+        def forward(self, x):
+            x = self.norm1(x + self.attn(x, causal=True)[0])
+            return self.norm2(x + self.down(nn.functional.silu(self.gate(x)) * self.up(x)))
+
+    report = check_block(PostNorm)
+    assert report.codes == ["post-norm"], report
+    finding = report.findings[0]
+    assert finding.kind == "multi-head" and finding.is_error and not report.ok
+    zh = report.text(lang="zh")
+    assert "后置层规范化" in zh and "post-norm" in zh, zh

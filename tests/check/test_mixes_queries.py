@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attnkit.check import check_multi_head, load_target  # noqa: E402
-from attnkit.check.catalogue.messages import ZH_CODES  # noqa: E402
+from attnkit.check.catalogue import code_words  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MIXING = "tests/check/impl_calls/heads_mixing.py"
@@ -71,6 +71,7 @@ def test_self_attention_is_not_probed_for_mixing():
 def test_mixes_queries_is_an_error_with_a_chinese_title():
     report = check_multi_head(load_target(f"{MIXING}:MergeWithoutTranspose"))
     assert not report.ok and report.findings[0].severity == "error"
-    title, diagnosis = ZH_CODES["mixes-queries"]
+    zh = code_words("mixes-queries", "zh")
+    title, diagnosis = zh["title"], zh["what"] + zh["fix"]
     assert "查询" in title and "transpose" in diagnosis
     assert title in report.text(lang="zh")

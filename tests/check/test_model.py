@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_faults import register_faults  # noqa: E402
 
 from attnkit.check import CODES, check_model  # noqa: E402
-from attnkit.check.catalogue.messages import ZH_CODES  # noqa: E402
+from attnkit.check.catalogue import code_words  # noqa: E402
 from attnkit.check.model.load import TINY_FAMILIES, make_inputs, tiny_model  # noqa: E402
 from attnkit.cli import main  # noqa: E402
 
@@ -229,7 +229,8 @@ def test_the_command_writes_the_report_in_chinese(capsys):
                  "eager,fault-flip-layer-1", "--lang", "zh"])
     out = capsys.readouterr().out
     assert code == 1
-    title, diagnosis = ZH_CODES["mask-polarity"]
+    zh = code_words("mask-polarity", "zh")
+    title, diagnosis = zh["title"], zh["what"] + zh["fix"]
     assert out.startswith("attnkit 检查模型：--tiny llama"), out[:80]
     assert f"mask-polarity：{title}" in out and diagnosis in out and "layers.1.self_attn" in out
     assert "最大误差 / 规则" in out and "未通过：1 个错误" in out
@@ -237,7 +238,7 @@ def test_the_command_writes_the_report_in_chinese(capsys):
                  "eager,fault-flip-layer-1", "--lang", "zh", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     found = [f for r in data["implementations"] for f in r["findings"]]
-    assert found and all(f["title"] == ZH_CODES[f["code"]][0] for f in found)
+    assert found and all(f["title"] == code_words(f["code"], "zh")["title"] for f in found)
 
 
 def test_the_command_prints_the_table_and_exits_0(capsys):

@@ -26,7 +26,7 @@ from transformers import AttentionInterface  # noqa: E402
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # noqa: E402
 
 from attnkit.check import check_model  # noqa: E402
-from attnkit.check.catalogue.messages import ZH_CODES  # noqa: E402
+from attnkit.check.catalogue import code_words, render, words  # noqa: E402
 from attnkit.check.model.load import tiny_model  # noqa: E402
 from attnkit.cli import main  # noqa: E402
 
@@ -219,17 +219,17 @@ def test_a_per_head_mask_mismatch_names_its_head_and_its_reproducer_fails():
 
 # -- in Chinese ------------------------------------------------------------------------------
 def test_the_report_in_chinese_has_chinese_headers_and_the_same_codes(capsys, monkeypatch):
-    from attnkit.check.catalogue.messages import ZH_MODEL_WORDS
-
     report = check_model(model("llama"), implementations=["eager", "fault-flip-layer-1"])
     zh, en = report.text(lang="zh"), report.text(lang="en")
-    title, diagnosis = ZH_CODES["mask-polarity"]
+    cw = code_words("mask-polarity", "zh")
+    title, diagnosis = cw["title"], cw["what"] + cw["fix"]
     assert zh.startswith("attnkit 检查模型：") and f"mask-polarity：{title}" in zh
-    assert diagnosis in zh and ZH_MODEL_WORDS["worst"] in zh and "仅预填充" in zh
+    assert diagnosis in zh and words("zh")["model.worst"] in zh and "仅预填充" in zh
     assert "worst error / rule" not in zh and "FAILED" not in zh and "measured:" not in zh
     assert "worst error / rule" in en and "FAILED: 1 error(s)" in en
     finding = report.findings("fault-flip-layer-1")[0]
-    assert finding.measured in zh and finding.reproducer.splitlines()[-1] in zh
+    assert render(finding.measured, "zh") in zh and finding.reproducer.splitlines()[-1] in zh
+    assert finding.measured in en
     data = json.loads(report.to_json("zh"))
     (fz,) = data["implementations"][1]["findings"]
     assert (fz["code"], fz["title"], fz["diagnosis"]) == ("mask-polarity", title, diagnosis)

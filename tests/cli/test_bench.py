@@ -3,6 +3,7 @@ do where there are none (a pip install)."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -120,22 +121,31 @@ def test_find_benchmarks_in_a_source_checkout():
     assert runner.find_benchmarks() == Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+_FOLDER = runner.find_benchmarks()
+SCRIPTS = [p.name for p in runner.select_scripts(_FOLDER)] if _FOLDER else []
 
 
+def test_the_repository_has_benchmark_scripts():
+    assert len(SCRIPTS) >= 5, SCRIPTS
+
+
+# One test per script, so that `make test`'s workers share them (all in one test, they were
+# the suite's longest test by far).
 @pytest.mark.timeout(400)
-def test_every_benchmark_runs_at_smoke_sizes(capsys):
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_benchmark_runs_at_smoke_sizes(script, capsys):
     """Every script of the repository's benchmarks/ at its smallest sizes (``--smoke``):
     each exits 0, or is skipped with one line where its extra is not installed, and none
     records a run (benchmarks/results.jsonl) or rewrites BENCHMARKS.md or its plots. A
     library change that breaks a benchmark fails here."""
-    folder = runner.find_benchmarks()
+    folder = _FOLDER
     kept = [folder / "results.jsonl", folder.parent / "BENCHMARKS.md",
             *sorted((folder.parent / "docs" / "img" / "benchmarks").glob("*.png"))]
     before = [p.read_bytes() if p.exists() else None for p in kept]
-    rc = main(["bench", "--smoke", "--timeout", "180"])
+    rc = main(["bench", "--smoke", "--timeout", "180", "--only", script])
     out = capsys.readouterr().out
     assert rc == 0, out[-4000:]
-    for script in runner.select_scripts(folder):
-        assert (f"== {script.name}: ok in" in out
-                or f"== {script.name}: skipped, needs" in out), (script.name, out[-4000:])
+    assert (f"== {script}: ok in" in out
+            or f"== {script}: skipped, needs" in out), (script, out[-4000:])
+    assert re.search(r"^bench: \d+/1 scripts", out, re.M), out[-4000:]  # this one alone
     assert [p.read_bytes() if p.exists() else None for p in kept] == before

@@ -112,3 +112,15 @@ def test_the_course_text_follows_attnkit_lang(monkeypatch):
     assert gpt.course_text() == gpt.course_text("en")
     with pytest.raises(ValueError, match="'en' or 'zh'"):
         gpt.course_text("fr")
+
+
+def test_the_course_text_follows_set_language(monkeypatch):
+    from attnkit.check import set_language
+
+    monkeypatch.delenv("ATTNKIT_LANG", raising=False)
+    set_language("zh")
+    try:
+        assert gpt.course_text() == gpt.course_text("zh")
+    finally:
+        set_language(None)
+    assert gpt.course_text() == gpt.course_text("en")

@@ -260,6 +260,7 @@ def test_screenshot_is_not_blank(browser, small, tmp_path, check_png):
     p.page.close()
 
 
+@pytest.mark.alone  # times the page: no other test may share the cores meanwhile
 def test_2048_token_matrix_renders_in_under_two_seconds(browser, big, tmp_path, check_png):
     w, path = big
     t0 = time.perf_counter()

@@ -17,6 +17,7 @@ has a stable code (:data:`CODES`), a one-line diagnosis, the measured error agai
 from __future__ import annotations
 
 from .block.check import check_block
+from .catalogue import get_language, set_language
 from .core.report import CODES, Finding, Report
 from .function.check import check_attention, check_masked_softmax, check_softmax
 from .meet.adapt import CONVENTIONS
@@ -55,5 +56,7 @@ __all__ = [
     "check_model",
     "check_multi_head",
     "check_softmax",
+    "get_language",
     "load_target",
+    "set_language",
 ]

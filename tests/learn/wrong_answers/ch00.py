@@ -15,7 +15,8 @@ def _softmax(s):
 
 
 def soft_lookup_dot_T(q, k, v):
-    """``k.T`` on a batch: it reverses every axis, not the last two."""
+    """``k.T`` on a batch: it reverses every axis, not the last two (right for one
+    sequence only: checked one sequence at a time, with a warning)."""
     return _softmax(q @ k.T / np.sqrt(q.shape[-1])) @ v
 
 
@@ -61,7 +62,7 @@ def positional_encoding_pair_index(T, E):
 
 
 WRONG = [
-    ("soft_lookup", soft_lookup_dot_T, "shape"),
+    ("soft_lookup", soft_lookup_dot_T, "one-sequence"),
     ("soft_lookup", soft_lookup_unscaled, "wrong-scale"),
     ("soft_lookup", soft_lookup_value_width, "wrong-scale"),
     ("soft_lookup", soft_lookup_over_queries, "inaccurate"),

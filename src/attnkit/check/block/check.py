@@ -11,8 +11,8 @@ at width 16 with 4 heads (as :func:`~attnkit.check.check_multi_head` builds) and
 - ``causal-leak`` when declared causal: changing ``x`` at positions 3 and 4 moves the
   outputs at 0..2;
 - with every parameter outside its norm layers set to 0, both sublayers give 0, so the
-  block must return ``x`` itself. A block that returns ``x`` normalised instead (every
-  row mean 0 and standard deviation 1) normalises after the residual add: ``post-norm``,
+  block must return ``x`` itself. A block that returns ``x`` normalised instead (each row
+  as a LayerNorm or an RMSNorm leaves it) normalises after the residual add: ``post-norm``,
   the original Transformer's layout. One that returns anything else, or whose output
   minus ``x`` grows with the size of ``x`` (a sublayer that reads ``x`` without its norm),
   has another residual path: ``residual``.
@@ -25,6 +25,7 @@ import time
 import warnings
 from typing import Any
 
+from ..catalogue import T as Tx
 from ..core.report import Finding, Report
 from ..meet.build import build_module
 from ..meet.targets import target_spec
@@ -59,7 +60,7 @@ def check_block(factory: Any, causal: bool = True) -> Report:
         try:
             _check_block(factory, causal, report, spec)
         except (Exception, SystemExit) as err:  # the user's module may raise anything
-            report.stopped(err, "the block")
+            report.stopped(err, Tx("report.running-block"))
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -72,30 +73,26 @@ def _check_block(factory: Any, causal: bool, report: Report, spec: str | None) -
     m = built.obj.eval()
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(B, T, E, generator=gen)
-    report.cases.append(f"float32 x {tuple(x.shape)}")
+    report.cases.append(Tx("case.block-x", shape=tuple(x.shape)))
     with torch.no_grad():
         y = _out(m(x))
     if tuple(y.shape) != (B, T, E):
-        report.add(Finding("shape", f"the block returned {tuple(y.shape)} for x of shape "
-                           f"{(B, T, E)}; a block keeps the shape of its input",
-                           f"{tuple(y.shape)}", report.cases[-1]))
+        report.add(Finding("shape", Tx("block.shape", shape=tuple(y.shape), want=(B, T, E)),
+                           Tx("measured.shape", shape=tuple(y.shape), want=(B, T, E)),
+                           report.cases[-1]))
         return
     if not torch.isfinite(y).all():
-        report.add(Finding("nan-or-inf", "the block's output holds NaN or inf on "
-                           "float32 inputs of size ~1", "non-finite output", report.cases[-1]))
+        report.add(Finding("nan-or-inf", Tx("block.nan-or-inf"),
+                           Tx("measured.non-finite-output"), report.cases[-1]))
         return
     behaves_causal = _causal(m, x)
-    report.causality = ("behaves as causal: later positions do not change earlier outputs"
-                        if behaves_causal
-                        else "bidirectional: later positions change earlier outputs")
+    report.causality = Tx("header.behaves-causal" if behaves_causal
+                         else "header.bidirectional")
     if causal:
-        report.causality += " (declared causal)"
+        report.causality += Tx("header.declared")
         if not behaves_causal:
-            report.add(Finding(
-                "causal-leak", "declared causal, the block lets position i see later "
-                "positions: changing x at positions 3 and 4 changes the outputs at 0..2 "
-                "(its attention needs causal=True, or the causal mask on its scores)",
-                "outputs at positions 0..2 moved", report.cases[-1]))
+            report.add(Finding("causal-leak", Tx("block.causal-leak"),
+                               Tx("measured.early-moved"), report.cases[-1]))
     for finding in _residual_path(m, x):
         report.add(finding)
 
@@ -119,6 +116,14 @@ def _is_norm(module: Any) -> bool:
     return "norm" in type(module).__name__.lower()
 
 
+def _norms(x: Any) -> list[Any]:
+    """``x`` normalised per row as a LayerNorm does (mean 0, standard deviation 1) and as an
+    RMSNorm does (root mean square 1), both without their (untouched, unit) weights."""
+    centred = x - x.mean(-1, keepdim=True)
+    return [centred / centred.pow(2).mean(-1, keepdim=True).sqrt(),
+            x / x.pow(2).mean(-1, keepdim=True).sqrt()]
+
+
 def _residual_path(m: Any, x: Any) -> list[Finding]:
     """The findings of the two residual probes (module ``m``, input ``x``)."""
     import torch
@@ -130,30 +135,19 @@ def _residual_path(m: Any, x: Any) -> list[Finding]:
                 for p in module.parameters(recurse=False):
                     p.zero_()
         z = _out(zeroed(x))
-    case = f"float32 x {tuple(x.shape)}, every weight outside the norms set to 0"
+    case = Tx("case.block-zeroed", shape=tuple(x.shape))
     if not torch.allclose(z, x, atol=1e-5):
-        mean, std = z.mean(-1), z.std(-1, unbiased=False)
-        normalised = bool(torch.allclose(mean, torch.zeros(()), atol=1e-4)
-                          and torch.allclose(std, torch.ones(()), atol=1e-3))
+        normalised = any(torch.allclose(z, n, atol=1e-3) for n in _norms(x))
         if normalised:
-            return [Finding(
-                "post-norm", "the block normalises after the residual add (post-norm: "
-                "norm(x + attn(x))); pre-norm was asked: x = x + attn(norm1(x)), then "
-                "x = x + mlp(norm2(x)), so x itself passes through the block un-normalised",
-                "with both sublayers giving 0 the block returned norm(x), not x", case)]
-        return [Finding(
-            "residual", "with both sublayers giving 0 the block should return x itself; "
-            "it does not: a sublayer's output replaces x instead of being added to it "
-            "(write x = x + attn(norm1(x)) and x = x + mlp(norm2(x)))",
-            f"max |block(x) - x| {float((z - x).abs().max()):.3g}", case)]
+            return [Finding("post-norm", Tx("block.post-norm"), Tx("measured.returned-norm"),
+                            case)]
+        return [Finding("residual", Tx("block.replaces"),
+                        Tx("measured.max-from-x", value=float((z - x).abs().max())), case)]
     with torch.no_grad():  # pre-norm: block(c x) - c x does not grow with c
         small = _out(m(x)) - x
         large = _out(m(100 * x)) - 100 * x
     growth = float(large.norm() / small.norm().clamp_min(1e-12))
     if growth > 10:
-        return [Finding(
-            "residual", "block(c x) - c x grows with c: a sublayer reads x without its "
-            "norm (pre-norm feeds each sublayer norm(x): attn(norm1(x)), mlp(norm2(x)))",
-            f"|block(100 x) - 100 x| / |block(x) - x| = {growth:.3g}",
-            "float32 x and 100 x")]
+        return [Finding("residual", Tx("block.unnormed"), Tx("measured.growth", value=growth),
+                        Tx("case.block-scaled"))]
     return []

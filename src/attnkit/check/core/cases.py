@@ -4,8 +4,8 @@ Each :class:`Case` holds the NumPy source that makes its inputs (``setup``): the
 runs that source, and a reproducer prints it, so what the reproducer shows is exactly what
 the checker saw. Inputs are float64; a case's ``dtype`` says what ``fn`` receives.
 The cases are the ones that break kernels: head dims 1, 7 and 59, lengths 1 and 97,
-``Tq != Tk`` both ways, ``Dk != Dv``, logits near 1e3 and 1e4, fully masked rows, half
-precision.
+``Tq != Tk`` both ways, ``Dk != Dv``, logits near 1e3 and 1e4 (and -1e3 under a mask),
+rows of very different scale, fully masked rows, half precision.
 """
 
 from __future__ import annotations
@@ -14,7 +14,27 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ["Case", "attention_cases", "masked_softmax_cases", "softmax_cases"]
+from ..catalogue import T, Text, join
+
+__all__ = ["Case", "attention_cases", "case_title", "masked_softmax_cases", "softmax_cases"]
+
+# The words of the cases' names (each part of a name a key of the catalogue: "case.<part>");
+# parts that are sizes, dtypes or relations ("Tq != Tk") are written as they are.
+_NAMED = ("basic", "masked", "fully masked row", "per-query lengths", "a query with none",
+          "causal", "4-D", "probe", "rows of different scale")
+_SIZED = {"head dim ": "case.head-dim", "length ": "case.length", "logits ": "case.logits"}
+
+
+def case_title(name: str) -> Text:
+    """A case's name (``"masked, Tq != Tk"``) as a text of the catalogue."""
+    parts: list = []
+    for part in name.split(", "):
+        if part in _NAMED:
+            parts.append(T("case." + part.replace(" ", "-")))
+            continue
+        sized = next((k for k in _SIZED if part.startswith(k)), None)
+        parts.append(T(_SIZED[sized], n=part[len(sized):]) if sized else part)
+    return join(parts, "fields")
 
 
 @dataclass(frozen=True)
@@ -35,6 +55,9 @@ class Case:
         grads: also compare gradients (PyTorch functions).
         per_key: the mask has one flag per key, ``keep_keys`` ``(B, Tk)`` (a padding
             mask), ``keep`` being it broadcast to every head and query.
+        spread: with ``logit``, only query 0's row of scores is near ``logit``, the
+            others near 0 (a softmax that subtracts one maximum for the whole array,
+            not each row's, turns them into NaN or 0).
     """
 
     name: str
@@ -45,12 +68,14 @@ class Case:
     causal: bool = False
     grads: bool = False
     per_key: bool = False
+    spread: bool = False
 
     @property
     def half(self) -> bool:
         return self.dtype in ("float16", "bfloat16")
 
-    def label(self, softmax: bool = False) -> str:
+    def label(self, softmax: bool = False) -> Text:
+        """The case in words: its name, dtype, shapes, mask and logits (a catalogue text)."""
         B, H, Tq, Tk, Dk, Dv = self.sizes
         if softmax:
             shape = (B, Tq, Tk) if H == 0 else (B, H, Tq, Tk)
@@ -58,13 +83,18 @@ class Case:
         else:
             lead = (B,) if H == 0 else (B, H)
             text = f"q {(*lead, Tq, Dk)}, k {(*lead, Tk, Dk)}, v {(*lead, Tk, Dv)}"
-        mask = {"lens-2d": "valid_lens (B, Tq), one length per query",
-                "lens-2d-empty": "valid_lens (B, Tq), query 0 of row 0 with length 0"}.get(
-            self.mask or "", f"mask {self.mask}") + (" per key" if self.per_key else "")
-        extras = [self.dtype, text] + ([mask] if self.mask else []) + (
-            [f"logits ~{self.logit:g}"] if self.logit else []) + (
-            ["is_causal"] if self.causal else [])
-        return f"{self.name}: " + ", ".join(extras)
+        extras: list = [self.dtype, text]
+        if self.mask in ("lens-2d", "lens-2d-empty"):
+            extras.append(T(f"case.mask-{self.mask}"))
+        elif self.mask:
+            extras.append(T("case.mask-per-key" if self.per_key else "case.mask",
+                            kind=self.mask))
+        if self.logit:
+            extras.append(T("case.logits-spread" if self.spread else "case.logits-near",
+                            x=f"{self.logit:g}"))
+        if self.causal:
+            extras.append("is_causal")
+        return T("case.label", name=case_title(self.name), details=join(extras, "fields"))
 
     def smaller(self) -> Case:
         """The same case at the smallest sizes that keep its point (for reproducers)."""
@@ -134,6 +164,8 @@ def attention_setup(case: Case) -> str:
             f"q[..., 0], k[..., 0] = 64.0, {case.logit / 16!r}"
             f"  # every score is {case.logit:g} + O(1)",
         ]
+        if case.spread:
+            lines.append("q[..., 1:, 0] = 0.0  # but query 0's: the other rows' scores are O(1)")
     else:
         lines += [f"q = g.standard_normal({_shape(*lead, Tq, Dk)})",
                   f"k = g.standard_normal({_shape(*lead, Tk, Dk)})"]
@@ -151,6 +183,9 @@ def softmax_setup(case: Case) -> str:
     lines = ["g = np.random.default_rng(0)"]
     if case.logit:
         lines.append(f"x = {case.logit!r} + 4 * g.standard_normal({_shape(*lead, Tq, Tk)})")
+        if case.spread:
+            lines.append(f"x[..., 1:, :] -= {case.logit!r}  # row 0 near {case.logit:g}, "
+                         f"the other rows near 0")
     else:
         lines.append(f"x = 3 * g.standard_normal({_shape(*lead, Tq, Tk)})")
     lines += _mask_lines(case, lead, Tq, Tk)
@@ -188,6 +223,7 @@ def attention_cases(heads: bool, mask: str | None, causal: bool, torch: bool,
         Case("Tq > Tk, Dk != Dv", sizes=(2, H, 11, 3, 5, 7)),
         Case("logits 1e3", sizes=(1, H, 4, 6, 16, 8), logit=1e3),
         Case("logits 1e4", sizes=(1, H, 4, 6, 16, 8), logit=1e4),
+        Case("rows of different scale", sizes=(1, H, 4, 6, 16, 8), logit=1e3, spread=True),
     ]
     if mask is not None:
         kind = "lens" if mask == "lens" else "random"
@@ -195,6 +231,8 @@ def attention_cases(heads: bool, mask: str | None, causal: bool, torch: bool,
             Case("masked", sizes=(2, H, 5, 6, 8, 8), mask=kind, grads=torch),
             Case("masked, Tq != Tk", sizes=(2, H, 7, 3, 8, 8), mask=kind),
             Case("masked, logits 1e4", sizes=(1, H, 4, 6, 16, 8), mask=kind, logit=1e4),
+            # a mask applied by multiplication (masked logits 0) drowns kept logits this low
+            Case("masked, logits -1e3", sizes=(1, H, 4, 6, 16, 8), mask=kind, logit=-1e3),
             Case("fully masked row", sizes=(2, H, 4, 5, 8, 8),
                  mask="lens-empty" if mask == "lens" else "empty"),
         ]
@@ -229,6 +267,7 @@ def softmax_cases(torch: bool) -> list[Case]:
         Case("logits 1e3", sizes=(2, 0, 3, 6, 0, 0), logit=1e3),
         Case("logits 1e4", sizes=(2, 0, 3, 6, 0, 0), logit=1e4, grads=torch),
         Case("logits -1e4", sizes=(2, 0, 3, 6, 0, 0), logit=-1e4),
+        Case("rows of different scale", sizes=(2, 0, 3, 6, 0, 0), logit=1e3, spread=True),
     ]
     if not torch:
         cases.insert(1, Case("float64", dtype="float64", sizes=(2, 0, 3, 5, 0, 0)))
@@ -246,6 +285,10 @@ def masked_softmax_cases(lens: bool, torch: bool, per_query: bool = False) -> li
         Case("length 97", sizes=(2, 0, 4, 97, 0, 0), mask=kind),
         Case("logits 1e3", sizes=(2, 0, 3, 6, 0, 0), mask=kind, logit=1e3),
         Case("logits 1e4", sizes=(2, 0, 3, 6, 0, 0), mask=kind, logit=1e4, grads=torch),
+        Case("rows of different scale", sizes=(2, 0, 3, 6, 0, 0), mask=kind, logit=1e3,
+             spread=True),
+        # a mask applied by multiplication (masked logits 0) drowns kept logits this low
+        Case("logits -1e3", sizes=(2, 0, 3, 6, 0, 0), mask=kind, logit=-1e3),
         Case("fully masked row", sizes=(2, 0, 3, 5, 0, 0), mask=empty),
     ]
     if lens and per_query:

@@ -20,7 +20,9 @@ import numpy as np
 from ..meet.calls import Target
 from .cases import Case, attention_setup, run_setup, softmax_setup
 from .oracle import Baseline, bound_of, keep_of, oracle_attention, oracle_softmax, rule_error
-from .report import first_line
+from .overflow import fill_words, overflow_cause
+from .readings import first_fit, polarity_reading, scale_readings, top_left_reading
+from .report import T, Text, first_line
 
 __all__ = ["Run", "Verdict", "first_line"]
 
@@ -28,7 +30,8 @@ __all__ = ["Run", "Verdict", "first_line"]
 class Verdict:
     """What one case found: a code, its message, the measured error, reproducer details."""
 
-    def __init__(self, code: str, message: str, measured: str = "", **detail: Any) -> None:
+    def __init__(self, code: str, message: Text, measured: Text | str = "",
+                 **detail: Any) -> None:
         self.code, self.message, self.measured, self.detail = code, message, measured, detail
 
 
@@ -116,33 +119,29 @@ class Run:
         for name, before, after in seen:
             if not self.fw.same(before, after):
                 verdicts.append(Verdict(
-                    "mutates-input",
-                    f"fn writes into its argument {name} (an in-place op such as mul_, "
-                    f"masked_fill_ or x[...] = ...): the caller's {name} changes; work on a "
-                    f"copy or use the out-of-place op",
-                    f"{name} differs after the call", name=name))
+                    "mutates-input", T("judge.mutates", name=name),
+                    T("measured.differs-after", name=name), name=name))
                 break
         if error is not None:
             if case.half and self.twin_finite(a, case):
+                problem = f"{type(error).__name__}: {first_line(error)}"
                 verdicts.append(Verdict(
-                    "float16-overflow",
-                    f"fn raises in {case.dtype} but not in float32 "
-                    f"({type(error).__name__}: {first_line(error)}); a constant like -1e9 does "
-                    f"not fit in "
-                    f"half precision: use -inf or torch.finfo(dtype).min",
-                    f"{type(error).__name__}: {first_line(error)}", raises=True))
+                    "float16-overflow", T("judge.half-raises", dtype=case.dtype, error=problem,
+                                          cause=overflow_cause(self.t.fn, case.dtype, problem)),
+                    T("measured.raised", name=problem), raises=True))
             elif not case.half:
                 verdicts.append(Verdict(
-                    "shape", f"fn raises on {case.label(self.t.check != 'attention')} "
-                    f"({type(error).__name__}: {first_line(error)})",
-                    f"{type(error).__name__}", raises=True))
+                    "shape", T("judge.raises-on", case=case.label(self.t.check != "attention"),
+                               error=f"{type(error).__name__}: {first_line(error)}"),
+                    T("measured.raised", name=type(error).__name__), raises=True))
             return verdicts
         try:
             out, weights = self.t.output(result)
             got = self.fw.float64(out)
         except Exception as err:
-            return verdicts + [Verdict("shape", f"fn returned {type(result).__name__}, not an "
-                                        f"array or (out, weights): {err}")]
+            return verdicts + [Verdict("shape", T("judge.not-an-array",
+                                                  type=type(result).__name__,
+                                                  error=first_line(err)))]
         if self.t.causal_found and got.shape == want["out"].shape and case.sizes[2] > 1:
             free = self.keep(a, causal=False)
             if not self.fits(a, keep, None, case, got) and self.fits(a, free, None, case, got):
@@ -161,9 +160,9 @@ class Run:
                      weights: Any) -> Verdict | None:
         ref = want["out"]
         if got.shape != ref.shape:
-            return Verdict("shape", f"output shape {got.shape}, expected {ref.shape} on "
-                            f"{case.label(self.t.check != 'attention')}",
-                            f"shape {got.shape} != {ref.shape}")
+            return Verdict("shape", T("judge.output-shape", shape=got.shape, want=ref.shape,
+                                      case=case.label(self.t.check != "attention")),
+                            T("measured.shape", shape=got.shape, want=ref.shape))
         empty = (np.zeros(ref.shape[:-1], dtype=bool) if keep is None
                  else ~np.broadcast_to(keep, ref.shape[:-1] + keep.shape[-1:]).any(-1))
         if self.t.check != "attention":  # a softmax: rows of weights, one per query
@@ -172,21 +171,19 @@ class Run:
         bad = ~np.isfinite(got)
         if bad.any():
             only_empty = bool(empty.any() and bad[empty].any() and not bad[rows].any())
-            where = "rows with no allowed key" if only_empty else "the output"
-            count = f"{int(bad.sum())} of {bad.size} values non-finite in {where}"
+            count = T("measured.non-finite-empty" if only_empty else "measured.non-finite",
+                      n=int(bad.sum()), size=bad.size)
             if case.half and self.twin_finite(a, case):
-                return Verdict("float16-overflow",
-                                f"fn gives NaN/inf in {case.dtype} where float32 is finite "
-                                f"(a fill like -1e9/-1e6 overflows to -inf in half precision, "
-                                f"or exp overflows): keep statistics in float32, fill with -inf "
-                                f"and guard empty rows", count, finite=True)
-            if where == "the output":
-                msg = ("fn gives NaN/inf for finite inputs: a softmax without the max trick "
-                       "overflows exp(); subtract the row maximum first"
-                       if case.logit else "fn gives NaN/inf where the oracle is finite")
+                return Verdict("float16-overflow", T(
+                    "judge.half-non-finite", dtype=case.dtype,
+                    cause=overflow_cause(self.t.fn, case.dtype, "NaN/inf in the output")),
+                    count, finite=True)
+            if not only_empty and case.spread:
+                msg = T("judge.one-maximum")
+            elif not only_empty:
+                msg = T("judge.no-max-trick" if case.logit else "judge.non-finite")
             else:
-                msg = ("a query with no allowed key gives NaN (softmax of an all -inf row): "
-                       "guard empty rows so they give 0")
+                msg = T("judge.empty-row-nan")
             return Verdict("nan-or-inf", msg, count, finite=True)
         factor = 2.0
         base = self.base(a, keep, case.dtype)
@@ -198,8 +195,7 @@ class Run:
                 if w.shape == want["weights"].shape:
                     err = rule_error(w, want["weights"], base["weights"], factor, "weights")
                     if err is not None:
-                        return Verdict("inaccurate", "the returned weights disagree with the "
-                                        "oracle's softmax (the output is right)", err)
+                        return Verdict("inaccurate", T("judge.weights"), err)
             return None
         other = self.explain(case, a, keep, got, err, ref, base["out"])
         if other is not None:
@@ -208,28 +204,23 @@ class Run:
                                       name) is None:
             row_out = got[empty]
             uniform = self.uniform_rows(a, got, empty)
-            what = ("a uniform row (an additive finfo.min mask, as transformers' eager "
-                    "attention takes, leaves every score of the row equal)"
-                    if uniform and self.t.convention == "additive" else
-                    "a uniform row (a large negative fill like -1e9 leaves every score of "
-                    "the row equal)" if uniform else "neither 0 nor NaN")
-            return Verdict("fully-masked-row",
-                            f"a query with no allowed key gets {what}; attnkit, SDPA and "
-                            f"flash-attn give 0 (JAX and d2l a uniform row)",
-                            f"max |out| {np.abs(row_out).max():.3g} on rows that should be 0",
-                            empty=True)
-        where = f" in {case.dtype}" if case.half else ""
+            what = (T("judge.row-uniform-additive") if uniform and self.t.convention == "additive"
+                    else T("judge.row-uniform", fill=fill_words(self.t.fn)) if uniform
+                    else T("judge.row-other"))
+            return Verdict("fully-masked-row", T("judge.empty-row", what=what),
+                           T("measured.empty-rows", value=float(np.abs(row_out).max())),
+                           empty=True)
         bound = bound_of(ref, base["out"], factor)
         ok = np.isfinite(got) & np.isfinite(ref)
         worst = float(np.abs(got - ref)[ok].max()) if ok.any() else 0.0
         if worst > 100 * bound and worst > 1e-3 * max(float(np.abs(ref[ok]).max()), 1.0):
             # Not a rounding question: say so, or a learner hunts for lost precision.
-            return Verdict("inaccurate", f"fn's result{where} is wrong, not just imprecise: "
-                            f"off by up to {worst:.2g} where the rule allows {bound:.1g} "
-                            f"(2x the error of plain {case.dtype} math); check the formula "
-                            f"on this case (the reproducer prints both)", err, bound=bound)
-        return Verdict("inaccurate", f"fn's result{where} is further from the oracle than "
-                        f"2x the error of plain {case.dtype} math", err, bound=bound)
+            return Verdict("inaccurate", T("judge.wrong-not-imprecise-half" if case.half
+                                           else "judge.wrong-not-imprecise", worst=worst,
+                                           bound=bound, dtype=case.dtype), err, bound=bound)
+        return Verdict("inaccurate", T("judge.beyond-rule-half" if case.half
+                                       else "judge.beyond-rule", dtype=case.dtype),
+                       err, bound=bound)
 
     def uniform_rows(self, a: dict, got: np.ndarray, empty: np.ndarray) -> bool:
         if self.t.check == "attention":
@@ -240,72 +231,55 @@ class Run:
 
     def explain(self, case: Case, a: dict, keep: Any, got: np.ndarray, err: str,
                 ref: np.ndarray, base: np.ndarray) -> Verdict | None:
-        """An error beyond the rule: does another reading of the function fit the rule?"""
+        """An error beyond the rule: does another reading of the function fit the rule?
+        (The readings every kind of check tries: :mod:`.readings`.)"""
         bound = bound_of(ref, base, 2.0)
+
+        def fits(alt: Any, scale: float | None) -> bool:
+            return self.fits(a, keep if alt is None else alt, scale, case, got)
+
         if self.t.check == "attention":
             Tq, Tk, Dk, Dv = a["q"].shape[-2], a["k"].shape[-2], a["q"].shape[-1], a["v"].shape[-1]
             declared = self.t.causal and not self.t.causal_found  # causal-leak needs intent
             if declared and Tq > 1 and self.fits(a, self.keep(a, causal=False), None, case,
                                                  got):
-                return Verdict("causal-leak",
-                                "declared causal, the function lets a query see later keys: "
-                                "its output is that of attention with no causal mask (apply "
-                                "the causal mask, keys j <= i + Tk - Tq)", err, bound=bound,
-                                leak=True)
+                return Verdict("causal-leak", T("judge.leak-no-mask"), err, bound=bound,
+                               leak=True)
             if not self.t.causal and not case.causal and Tq > 1 and self.fits(
                     a, self.keep(a, causal=True), None, case, got):
                 # A function causal throughout is found so before the cases and judged
                 # as causal; this one is causal here and not on the probe of causality.
-                return Verdict("inaccurate",
-                                "fn masks the future on these inputs (query i sees keys "
-                                "j <= i + Tk - Tq) but not on others: if it is meant to be "
-                                "causal, make it causal on every input and pass causal=True "
-                                "(--causal)", err, bound=bound)
-            if (case.causal or self.t.causal) and Tq != Tk:
-                top_left = np.tril(np.ones((Tq, Tk), dtype=bool))
-                if self.t.causal:
-                    top_left = top_left & self.keep(a, causal=False)
-                if self.fits(a, top_left, None, case, got):
-                    return Verdict("causal-alignment",
-                                    "is_causal is aligned top-left (query i sees keys j <= i), as "
-                                    "PyTorch SDPA and JAX; attnkit and flash-attn align it bottom-"
-                                    "right (j <= i + Tk - Tq): for Tq != Tk pass the mask you mean",
-                                    err, bound=bound, top_left=True)
+                return Verdict("inaccurate", T("judge.causal-here"), err, bound=bound)
+            if case.causal or self.t.causal:
+                found = first_fit([top_left_reading(Tq, Tk, self.keep(a, causal=False)
+                                                    if self.t.causal else None)], fits)
+                if found is not None:
+                    return Verdict("causal-alignment", T("judge.top-left"), err, bound=bound,
+                                   top_left=True)
             moved = self.sees_later_keys(case, a) if declared and Tq > 1 else None
             if moved is not None:
-                return Verdict("causal-leak",
-                                f"declared causal, the function lets a query see later keys: "
-                                f"changing only the keys and values after query {moved}'s "
-                                f"position (j > {moved} + Tk - Tq) changes its output (keep "
-                                f"keys j <= i + Tk - Tq, bottom-right)", err, bound=bound,
-                                moved=moved)
-            default = 1.0 / math.sqrt(Dk)
-            for scale, words in ((1.0, "not scaled (1/sqrt(Dk) is missing)"),
-                                 (1.0 / Dk, "scaled by 1/Dk instead of 1/sqrt(Dk)"),
-                                 (math.sqrt(Dk), "multiplied by sqrt(Dk) instead of divided"),
-                                 (1.0 / math.sqrt(Dv), "scaled by 1/sqrt(Dv), the value head dim")):
-                if not math.isclose(scale, default) and self.fits(a, keep, scale, case, got):
-                    return Verdict("wrong-scale", f"the scores are {words}; scaled dot-product "
-                                    f"attention uses 1/sqrt(Dk) = {default:.4g}",
-                                    err, bound=bound, scale=scale)
+                return Verdict("causal-leak", T("judge.leak-moved", query=moved), err,
+                               bound=bound, moved=moved)
+            found = first_fit(scale_readings(Dk, Dv), fits)
+            if found is not None:
+                return Verdict("wrong-scale", T("judge.scale", scaled=found.words,
+                                                default=1.0 / math.sqrt(Dk)),
+                               err, bound=bound, scale=found.scale)
         elif keep is None:
             for axis in range(a["x"].ndim - 1):
                 alt = np.moveaxis(oracle_softmax(np.moveaxis(a["x"], axis, -1), None)[0], -1,
                                   axis)
                 if np.abs(alt - got).max() <= bound:
-                    return Verdict("inaccurate", f"fn normalises over axis {axis}, not the last "
-                                    f"axis: each row of the last axis must sum to 1", err,
-                                    bound=bound)
+                    return Verdict("inaccurate", T("judge.axis", axis=axis), err, bound=bound)
         # A mask read the other way round: the case's own mask, or (no mask in the case, a
         # required mask argument) the mask that allows every key, read as "mask all".
         passed_mask = case.mask in ("random", "empty") or (
             case.mask is None and not self.t.mask_default
             and self.t.convention in ("masked", "keep"))
-        if passed_mask and keep is not None and self.fits(a, ~keep, None, case, got):
-            return Verdict("mask-polarity",
-                            f"fn reads the mask the other way round from the "
-                            f"'{self.t.convention}' convention ({_polarity(self.t.convention)}): "
-                            f"it attends exactly the keys the mask excludes", err, bound=bound)
+        if passed_mask and keep is not None and first_fit([polarity_reading(keep)], fits):
+            return Verdict("mask-polarity", T("judge.polarity", convention=self.t.convention,
+                                              meaning=_polarity(self.t.convention)),
+                           err, bound=bound)
         return None
 
     def sees_later_keys(self, case: Case, a: dict) -> int | None:
@@ -363,31 +337,31 @@ class Run:
         # caller's business (mutates-input), not the gradient's.
         res_out = self.t.output(self.t.invoke([x.clone() for x in leaves], extra, kw))[0]
         if not isinstance(res_out, torch.Tensor) or res_out.grad_fn is None:
-            return Verdict("gradient", "fn's output is not differentiable (no grad_fn): "
-                            "it leaves autograd (NumPy, .detach(), .item()) or builds a new "
-                            "tensor", "no grad_fn", grad=None)
+            return Verdict("gradient", T("judge.no-grad-fn"), T("measured.no-grad-fn"),
+                           grad=None)
         try:
             res_out.backward(torch.from_numpy(a[cot]).to(res_out.dtype))
         except Exception as err:
-            return Verdict("gradient", f"backward raises ({type(err).__name__}: "
-                            f"{first_line(err)})", type(err).__name__, grad=None)
+            return Verdict("gradient", T("judge.backward-raises",
+                                         error=f"{type(err).__name__}: {first_line(err)}"),
+                           T("measured.raised", name=type(err).__name__), grad=None)
         base = self.base(a, keep, case.dtype, grads=True)
         names = ("q", "k", "v") if self.t.check == "attention" else ("x",)
         factors = {"q": 5.0, "k": 3.0, "v": 3.0, "x": 3.0}
         for name, t in zip(names, leaves):
             key = "d" + name
             if t.grad is None:
-                return Verdict("gradient", f"{name} gets no gradient", "grad is None",
-                                grad=name)
+                return Verdict("gradient", T("judge.input-no-grad", name=name),
+                               T("measured.grad-none"), grad=name)
             g = t.grad.double().numpy()
             err = rule_error(g, want[key], base[key], factors[name], key)
             if err is not None:
-                return Verdict("gradient", f"the gradient with respect to {name} disagrees "
-                                f"with the oracle's (a custom backward?)", err, grad=name,
-                                bound=bound_of(want[key], base[key], factors[name]))
+                return Verdict("gradient", T("judge.grad-disagrees", name=name), err,
+                               grad=name, bound=bound_of(want[key], base[key], factors[name]))
         return None
 
 
-def _polarity(convention: str) -> str:
-    return {"masked": "True = masked out", "keep": "True = may attend",
-            "sdpa": "bool attn_mask: True = may attend"}.get(convention, convention)
+def _polarity(convention: str) -> Text | str:
+    if convention in ("masked", "keep", "sdpa"):
+        return T(f"polarity.{convention}")
+    return convention

@@ -18,6 +18,7 @@ from ...numpy import masked_softmax, softmax
 from ...numpy.masks import masked_softmax_backward
 from ...numpy.softmax import softmax_backward
 from ...testing import assert_close_by_rule, lengths_keep, max_mean_error, reference_attention
+from ..catalogue import T, Text
 
 __all__ = ["Baseline", "keep_of", "oracle_attention", "oracle_softmax", "rule_error"]
 
@@ -48,13 +49,37 @@ def oracle_softmax(x: np.ndarray, keep: np.ndarray | None,
 
 
 def rule_error(actual: Any, reference: Any, baseline: Any, factor: float,
-               name: str) -> str | None:
-    """None when ``actual`` meets the rule, else the measured error in words."""
+               name: str) -> Text | None:
+    """None when ``actual`` meets the rule (:func:`attnkit.testing.assert_close_by_rule`),
+    else what was measured, as a sentence of the catalogue."""
     try:
         assert_close_by_rule(actual, reference, baseline, factor=factor, name=name)
-    except AssertionError as err:
-        return str(err)
+    except AssertionError:
+        return _measured(actual, reference, baseline, factor, name)
     return None
+
+
+def _measured(actual: Any, reference: Any, baseline: Any, factor: float, name: str,
+              atol: float = 1e-5) -> Text:
+    """Why :func:`attnkit.testing.assert_close_by_rule` failed, with its figures."""
+    a, r, b = (np.asarray(x, dtype=np.float64) for x in (actual, reference, baseline))
+    what: Any = T(f"measured.name-{name}") if name in ("output", "softmax", "weights") else name
+    if a.shape != r.shape:
+        return T("measured.rule-shape", name=what, shape=a.shape, want=r.shape)
+    nan_a, nan_r = np.isnan(a), np.isnan(r)
+    if np.any(nan_a & ~nan_r):
+        return T("measured.rule-nan", name=what, n=int(np.sum(nan_a & ~nan_r)))
+    if np.any(nan_r & ~nan_a):
+        return T("measured.rule-finite", name=what, n=int(np.sum(nan_r & ~nan_a)))
+    inf_bad = np.isinf(a) & ~(np.isinf(r) & (np.sign(a) == np.sign(r)))
+    if np.any(inf_bad):
+        return T("measured.rule-inf", name=what, n=int(np.sum(inf_bad)))
+    ok = ~nan_r
+    err_max, err_mean = max_mean_error(a[ok], r[ok])
+    b_ok = ok & ~np.isnan(b) & ~(np.isinf(b) & ~(np.isinf(r) & (np.sign(b) == np.sign(r))))
+    base_max, base_mean = max_mean_error(b[b_ok], r[b_ok])
+    return T("measured.rule", name=what, err=err_max, mean=err_mean, factor=factor,
+             base=base_max, base_mean=base_mean, atol=atol, bound=factor * base_max + atol)
 
 
 def bound_of(reference: Any, baseline: Any, factor: float) -> float:

@@ -1,54 +1,35 @@
-"""What a check finds, and how it is shown: :class:`Finding`, :class:`Report`.
+"""What a check finds: :class:`Finding`, :class:`Report`.
 
-Every finding carries a stable code from :data:`CODES`; its severity follows from the code
-(``fully-masked-row`` and ``causal-alignment`` are warnings, because peers disagree on them;
-every other code is an error). A report is ``ok`` when it holds no error.
+Every finding carries a stable code of the catalogue (:mod:`attnkit.check.catalogue`); its
+severity follows from the code and the kind of check (``fully-masked-row`` and
+``causal-alignment`` are warnings in a function check, because peers disagree on them).
+A report is ``ok`` when it holds no error. How a report is shown: :mod:`attnkit.check.render`.
 """
 
 from __future__ import annotations
 
-import json
-import textwrap
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from ..catalogue.messages import ZH_CODES, ZH_WORDS, check_language, get_language, zh_phrases
+from ..catalogue import (
+    CATALOGUE,
+    ERROR,
+    WARNING,
+    T,
+    Text,
+    code_words,
+    first_line,
+    get_language,
+    severity,
+)
+from ..catalogue import check_language as _check_language
 
-__all__ = ["CODES", "ERROR", "WARNING", "Finding", "Report", "first_line"]
+__all__ = ["CODES", "ERROR", "WARNING", "Finding", "Report", "T", "Text", "first_line"]
 
-ERROR, WARNING = "error", "warning"
-
-# code -> (severity, what it means), in the order a report lists them.
+# code -> (severity in a function check, what it means), in the order a report lists them
+# (made from the catalogue; kept for scripts that read it).
 CODES: dict[str, tuple[str, str]] = {
-    "call-failed": (ERROR, "the target could not be built, loaded or called"),
-    "nondeterministic": (ERROR, "two identical calls give different outputs"),
-    "shape": (ERROR, "wrong output shape"),
-    "nan-or-inf": (ERROR, "NaN or inf where the oracle is finite"),
-    "float16-overflow": (ERROR, "fails or goes non-finite in half precision only"),
-    "mask-polarity": (ERROR, "the mask is read with the opposite meaning"),
-    "mask-mismatch": (ERROR, "a model's attention gets (or applies) another mask than its "
-                             "config and padding call for"),
-    "wrong-scale": (ERROR, "scores scaled by something other than 1/sqrt(Dk)"),
-    "inaccurate": (ERROR, "beyond the 2x/3x/5x error rule"),
-    "mutates-input": (ERROR, "writes into an argument"),
-    "gradient": (ERROR, "gradients disagree with the oracle"),
-    "unregistered-parameter": (ERROR, "a parameter the module does not register"),
-    "no-gradient": (ERROR, "a parameter that never gets a gradient"),
-    "state-dict": (ERROR, "state_dict does not round-trip the module"),
-    "dropout-in-eval": (ERROR, "dropout still active after eval()"),
-    "causal-leak": (ERROR, "declared causal, a query sees later positions"),
-    "mixes-queries": (ERROR, "a query's output changes with another query: heads split or "
-                             "merged so that tokens mix"),
-    "post-norm": (ERROR, "a block normalises after the residual add where pre-norm was asked"),
-    "residual": (ERROR, "a block's residual path is not x + sublayer(norm(x))"),
-    "fully-masked-row": (WARNING, "a row with no allowed key is not 0"),
-    "causal-alignment": (WARNING, "causal mask aligned top-left, not bottom-right"),
-}
-
-
-def first_line(err: BaseException, limit: int = 160) -> str:
-    """The first line of an exception's message, at most ``limit`` characters (``""`` when
-    it has none): what a finding quotes of an error the checked code raised."""
-    return (str(err).strip().splitlines() or [""])[0][:limit]
+    name: (code.function, code_words(name, "en")["title"]) for name, code in CATALOGUE.items()}
 
 
 @dataclass
@@ -57,9 +38,11 @@ class Finding:
 
     Attributes:
         code: a key of :data:`CODES` (stable: scripts may match on it).
-        message: one line, in plain words: what is wrong and what to do.
-        measured: the error against the rule, or what was observed.
-        case: the inputs it was found on (dtype and shapes).
+        message: one line, in plain words: what is wrong and what to do (a
+            :class:`~attnkit.check.catalogue.Text`: a template of the catalogue, so that
+            it is written in the report's language; as a ``str``, its English).
+        measured: the error against the rule, or what was observed (a ``Text`` too).
+        case: the inputs it was found on (dtype and shapes; a ``Text`` too).
         reproducer: a few lines of Python that, run as printed, show the bug.
     """
 
@@ -69,13 +52,15 @@ class Finding:
     case: str = ""
     reproducer: str = ""
 
+    kind: ClassVar[str] = "function"  # the kind of check: its severities (catalogue)
+
     def __post_init__(self) -> None:
         if self.code not in CODES:
             raise ValueError(f"unknown finding code {self.code!r}; known: {sorted(CODES)}")
 
     @property
     def severity(self) -> str:
-        return CODES[self.code][0]
+        return severity(self.code, self.kind)
 
     @property
     def is_error(self) -> bool:
@@ -87,7 +72,9 @@ class Report:
     """The result of one check.
 
     Attributes:
-        check: ``"softmax"``, ``"masked-softmax"``, ``"attention"`` or ``"multi-head"``.
+        check: ``"softmax"``, ``"masked-softmax"``, ``"attention"``, ``"multi-head"`` or
+            ``"block"`` (judged as a module: a block's findings take the multi-head
+            severities of the catalogue).
         target: the name of what was checked.
         framework: ``"numpy"`` or ``"torch"``.
         convention: the calling convention used (``"valid_lens"``, ``"masked"``,
@@ -125,34 +112,34 @@ class Report:
     def codes(self) -> list[str]:
         return [f.code for f in self.findings]
 
-    def stopped(self, err: BaseException, running: str) -> None:
+    def stopped(self, err: BaseException, running: Text) -> None:
         """Add the ``call-failed`` finding for a check that ``err`` stopped while it was
         running ``running`` (``"fn"``, ``"the module"``): a report, never a traceback."""
-        self.add(Finding("call-failed", f"the check stopped while running {running}: "
-                         f"{type(err).__name__}: {first_line(err)}", type(err).__name__,
+        self.add(Finding("call-failed", T("report.stopped", running=running,
+                                          error=f"{type(err).__name__}: {first_line(err)}"),
+                         T("measured.raised", name=type(err).__name__),
                          case=self.cases[-1] if self.cases else ""))
 
     def add(self, finding: Finding) -> None:
         """Keep the first finding of each code (the cases run smallest first)."""
         if finding.code not in self.codes:
+            if self.check in ("multi-head", "block"):  # a block is judged as a module
+                finding.kind = "multi-head"
             self.findings.append(finding)
             order = list(CODES)
             self.findings.sort(key=lambda f: order.index(f.code))
 
     def to_dict(self, lang: str = "en") -> dict:
-        """The report as plain data (``--json``). With ``lang="zh"`` each finding also
-        carries its Chinese ``title`` and ``diagnosis``; codes are the same in every
-        language."""
-        check_language(lang)
-        d = asdict(self)
-        d["ok"] = self.ok
-        for f, item in zip(self.findings, d["findings"]):
-            item["severity"] = f.severity
-            if lang == "zh":
-                item["title"], item["diagnosis"] = ZH_CODES[f.code]
-        return d
+        """The report as plain data (``--json``), its sentences in ``lang``; outside English
+        each finding also carries its code's ``title`` and ``diagnosis``. Codes are the
+        same in every language."""
+        from ..render.json import report_dict
+
+        return report_dict(self, lang)
 
     def to_json(self, lang: str = "en") -> str:
+        import json
+
         return json.dumps(self.to_dict(lang), indent=2, ensure_ascii=False)
 
     def table(self, reproducers: bool = True, lang: str | None = None) -> str:
@@ -160,90 +147,17 @@ class Report:
         return self.text(lang, reproducers)
 
     def text(self, lang: str | None = None, reproducers: bool = True) -> str:
-        """The report as text for a terminal: a header, one row per finding, then each
-        finding's reproducer.
+        """The report as text for a terminal: a header, the findings, then each finding's
+        reproducer.
 
         Args:
-            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.catalogue.messages.get_language`
-                (``set_language``, else ``ATTNKIT_LANG``, else English). In Chinese every
-                finding gets its code's Chinese title and diagnosis, with the check's own
-                English sentence under it; codes, figures and reproducers are the same.
+            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.catalogue.get_language`
+                (``set_language``, else ``ATTNKIT_LANG``, else English). Every sentence is
+                written in ``lang``; codes, figures and reproducers are the same.
         """
-        lang = check_language(lang or get_language())
-        if lang == "zh":
-            return self._text_zh(reproducers)
-        lines = [
-            f"attnkit check {self.check}: {self.target}",
-            f"  framework {self.framework or 'not found'}, "
-            f"convention {self.convention or 'not found'}"
-            + (f", layout {self.layout}" if self.layout else ""),
-            *([f"  causality: {self.causality}"] if self.causality else []),
-        ]
-        if self.origin:
-            lines.append(f"  {self.origin}")
-        lines.append(f"  {len(self.cases)} cases in {self.seconds:.2f} s")
-        if self.check == "attention" and self.convention.startswith("none"):
-            untested = "masks and empty rows were" if self.causality.startswith(
-                "behaves as causal") else "masks, empty rows and causal alignment were"
-            lines.append(f"  {untested} not tested: no mask argument was recognised (declare "
-                         f"one with --convention valid_lens, masked, keep, sdpa or additive)")
-        if not self.findings:
-            lines.append("  no findings: every case agrees with the oracle")
-        else:
-            width = max(len(f.code) for f in self.findings)
-            lines.append("")
-            lines.append(f"  {'severity':8}  {'code':{width}}  diagnosis")
-            for f in self.findings:
-                lines.append(f"  {f.severity:8}  {f.code:{width}}  {f.message}")
-                if f.measured:
-                    lines.append(f"  {'':8}  {'':{width}}  measured: {f.measured}")
-                if f.case:
-                    lines.append(f"  {'':8}  {'':{width}}  case: {f.case}")
-        if reproducers:
-            for f in self.findings:
-                if f.reproducer:
-                    lines += ["", f"reproducer for {f.code}:",
-                              textwrap.indent(f.reproducer, "    ")]
-        verdict = "OK" if self.ok else "FAILED"
-        n_err = sum(f.is_error for f in self.findings)
-        lines += ["", f"{verdict}: {n_err} error(s), {len(self.findings) - n_err} warning(s)"]
-        return "\n".join(lines)
+        from ..render.text import report_text
 
-    def _text_zh(self, reproducers: bool) -> str:
-        w = ZH_WORDS
-        fields = [f"{w['framework']} {self.framework or w['not found']}",
-                  f"{w['convention']} {zh_phrases(self.convention) or w['not found']}"]
-        if self.layout:
-            fields.append(f"{w['layout']} {zh_phrases(self.layout)}")
-        lines = [w["title"].format(check=self.check, target=self.target), "  " + "，".join(fields)]
-        if self.causality:
-            lines.append(f"  {w['causality']}：{zh_phrases(self.causality)}")
-        if self.origin:
-            lines.append(f"  {zh_phrases(self.origin)}")
-        lines.append("  " + w["cases"].format(n=len(self.cases), seconds=self.seconds))
-        if self.check == "attention" and self.convention.startswith("none"):
-            causal = self.causality.startswith("behaves as causal")
-            lines.append("  " + w["no mask, causal" if causal else "no mask"])
-        if not self.findings:
-            lines.append("  " + w["no findings"])
-        for f in self.findings:
-            title, diagnosis = ZH_CODES[f.code]
-            lines += ["", f"  [{w[f.severity]}] {f.code}：{title}",
-                      f"    {diagnosis}",  # one line: Chinese wraps anywhere, the terminal does it
-                      f"    {w['detail']}：{f.message}"]
-            if f.measured:
-                lines.append(f"    {w['measured']}：{f.measured}")
-            if f.case:
-                lines.append(f"    {w['case']}：{f.case}")
-        if reproducers:
-            for f in self.findings:
-                if f.reproducer:
-                    lines += ["", w["reproducer"].format(code=f.code),
-                              textwrap.indent(f.reproducer, "    ")]
-        n_err = sum(f.is_error for f in self.findings)
-        lines += ["", w["verdict"].format(verdict=w["ok"] if self.ok else w["failed"],
-                                          errors=n_err, warnings=len(self.findings) - n_err)]
-        return "\n".join(lines)
+        return report_text(self, _check_language(lang or get_language()), reproducers)
 
     def __str__(self) -> str:
         return self.text()

@@ -10,7 +10,6 @@ itself (then it is judged as causal).
 
 from __future__ import annotations
 
-import re
 import time
 import warnings
 from dataclasses import replace
@@ -18,19 +17,21 @@ from typing import Any
 
 import numpy as np
 
-from ..core.cases import Case, attention_cases, masked_softmax_cases, softmax_cases
+from ..catalogue import T, join
+from ..core.cases import Case, attention_cases, case_title, masked_softmax_cases, softmax_cases
 from ..core.judge import Run
 from ..core.report import Finding, Report, first_line
 from ..core.repro import function_reproducer
 from ..meet.adapt import CONVENTIONS, Call, origin_of, read_call, target_spec, unwrap
 from ..meet.build import BuildError, build_callable
-from .detect import behaves_causal, mask_convention, mask_layout, probe
+from .detect import behaves_causal, mask_convention, mask_layout
+from .failed import find_target
 
 __all__ = ["check_attention", "check_masked_softmax", "check_softmax"]
 
 
-_FILLED = {"scale": "1/sqrt(Dk)", "module": "a stand-in (training=False, num_key_value_groups=1)",
-           "zero": "0.0", "false": "False", "true": "True"}
+_FILLED = {"scale": "1/sqrt(Dk)", "module": T("header.stand-in"), "zero": "0.0",
+           "false": "False", "true": "True", "axis": "-1"}
 
 
 def _check(fn: Any, check: str, convention: str, causal: bool = False,
@@ -52,43 +53,12 @@ def _check(fn: Any, check: str, convention: str, causal: bool = False,
             if any(w in str(err) for w in ("takes no mask argument", "causal=True declares",
                                            "per_query_lens=True")):
                 raise  # the convention does not fit the check: a bad argument
-            report.stopped(err, "fn")
+            report.stopped(err, T("report.running-fn"))
         except (Exception, SystemExit) as err:  # the user's function may raise anything
-            report.stopped(err, "fn")
+            report.stopped(err, T("report.running-fn"))
     report.seconds = time.perf_counter() - t0
     return report
 
-
-
-# Errors that say the function ran into mismatched shapes inside (NumPy, PyTorch).
-_SHAPE_ERROR = re.compile(r"could not be broadcast|must match the size|size of tensor a|"
-                          r"shapes cannot be multiplied|mismatch in its core dimension|"
-                          r"not aligned")
-
-
-def _call_failed(fn: Any, check: str, call: Call, errors: list[str]) -> Finding:
-    args = "fn(q, k, v[, mask])" if check == "attention" else (
-        "fn(x, mask)" if check == "masked-softmax" else "fn(x)")
-    if check == "attention":
-        layouts = "NumPy arrays and PyTorch tensors, (B, H, T, D), (B, T, D) and (B, T, H, D)"
-    else:
-        layouts = "NumPy arrays and PyTorch tensors"
-    fix = ("the check calls it as " + args + ": take the inputs positionally or by the names "
-           "query/key/value, declare the mask with --convention, or wrap it: "
-           "def fn(q, k, v): return mine(...)")
-    if call.unfilled:
-        fix = (f"it needs {', '.join(call.unfilled)}, which the check cannot fill: wrap it, "
-               f"e.g. lambda q, k, v: fn(q, k, v, {call.unfilled[0]}=...); " + fix)
-    if callable(getattr(fn, "forward", None)):
-        fix = "pass an instance, or a function that calls it; " + fix
-    owner = getattr(fn, "__self__", fn)
-    if type(owner).__module__.startswith("torch") or any(
-            c.__module__.startswith("torch.nn") for c in type(owner).__mro__[1:]):
-        errors = [e for e in errors if e.startswith("torch")] + [
-            e for e in errors if not e.startswith("torch")]  # its own framework's error first
-    first = errors[0] if errors else "no output"
-    return Finding("call-failed", f"fn could not be called with {layouts}: {first}; {fix}",
-                   f"{len(errors)} call(s) tried: " + "; ".join(errors))
 
 
 def _nondeterministic(run: Run, fn: Any, case: Case) -> Finding | None:
@@ -110,10 +80,7 @@ def _nondeterministic(run: Run, fn: Any, case: Case) -> Finding | None:
         return None
     train = bool(getattr(fn, "training", False)) or bool(
         getattr(getattr(fn, "__self__", None), "training", False))
-    msg = ("two identical calls give different outputs: dropout is on: call `.eval()` or pass "
-           "dropout 0" + (" (fn is a module left in train mode)" if train else
-                          " (F.dropout's training argument defaults to True: pass "
-                          "training=self.training)"))
+    msg = T("call.nondeterministic-train" if train else "call.nondeterministic")
     t = run.t
     arrays = run.arrays(case)
     lines = t.header("") + run.setup(case).splitlines() + t.convert_lines(case.dtype)
@@ -121,35 +88,67 @@ def _nondeterministic(run: Run, fn: Any, case: Case) -> Finding | None:
     lines += t.got_lines(arrays, case.causal) + ["first = got"]
     lines += t.got_lines(arrays, case.causal)
     lines += ["print('largest difference of two identical calls:', np.abs(got - first).max())",
-              f"assert np.array_equal(got, first), {msg!r}"]
+              f"assert np.array_equal(got, first), {str(msg)!r}"]
     diff = np.abs(outs[0] - outs[1])
     return Finding("nondeterministic", msg,
-                   f"two identical calls differ by up to {float(np.nanmax(diff)):.3g}"
-                   if outs[0].shape == outs[1].shape else "two identical calls differ in shape",
+                   T("measured.differ-by", value=float(np.nanmax(diff)))
+                   if outs[0].shape == outs[1].shape else T("measured.differ-in-shape"),
                    case.label(t.check != "attention"), "\n".join(lines))
+
+
+def _header(report: Report, target: Any, call: Call, conv: str, how: str, check: str,
+            causal: bool, notes: dict) -> None:
+    """The report's header: framework, convention (how it was found, how the mask is passed,
+    what the check filled in), layout and declared causality."""
+    report.framework = target.framework.name
+    report.convention = T("header.convention", name=conv, how=T(f"how.{how}"))
+    if call.mask_name and conv != "none" and call.mask_keyword:
+        report.convention += T("header.passed-as-keys" if target.mask_keys
+                               else "header.passed-as", name=call.mask_name)
+    elif target.mask_keys:
+        report.convention += T("header.per-key", name=call.mask_name or T("header.the-mask"))
+    if call.flags:
+        report.convention += T("header.flags", names=", ".join(call.flags))
+    if "default" in notes:
+        report.convention += notes["default"]
+    if call.fixed:
+        report.convention += T("header.fixed", values=join(
+            [T("header.value", name=k, value=_FILLED.get(v, v)) for k, v in call.fixed.items()],
+            "list"))
+    if check == "attention":
+        report.layout = "(B, H, T, D)" if target.heads else "(B, T, D)"
+        if target.in_layout == "bthd":
+            report.layout = T("header.layout-bthd")
+        elif target.out_layout == "bthd":
+            report.layout += T("header.output-bthd")
+        if causal:
+            report.causality = T("header.declared-causal")
+    if "one-sequence" in notes:
+        report.layout = (report.layout + T("header.one-sequence-after") if report.layout
+                         else T("header.one-sequence"))
 
 
 def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: Report,
                    spec: str | None, name: str, per_query_lens: bool = False) -> None:
     load = ""
     if not callable(fn):
-        report.add(Finding("call-failed", f"{report.target} is a {type(fn).__name__} object, "
-                           f"not something to call: name a function, an instance or a class",
-                           "not callable"))
+        report.add(Finding("call-failed", T("call.not-callable", target=report.target,
+                                            type=type(fn).__name__),
+                           T("measured.not-callable")))
         return
     try:
         built = build_callable(fn, spec)
     except BuildError as err:
-        report.add(Finding("call-failed", f"{name} is a class and the check needs something "
-                           f"to call: {err}", "not built"))
+        report.add(Finding("call-failed", T("call.class-not-built", name=name, why=err.text),
+                           T("measured.not-built")))
         return
     except (Exception, SystemExit) as err:
-        report.add(Finding("call-failed", f"{name} is a class; building it raised "
-                           f"{type(err).__name__}: {first_line(err)}; pass an instance or a "
-                           f"function instead", type(err).__name__))
+        report.add(Finding("call-failed", T("call.class-raised", name=name,
+                                            error=f"{type(err).__name__}: {first_line(err)}"),
+                           T("measured.raised", name=type(err).__name__)))
         return
     if built is not None:
-        report.origin = "; ".join(x for x in (report.origin, built.how) if x)
+        report.origin = join([x for x in (report.origin, built.how) if x])
         load = "\n".join(built.load_lines + [f"fn = {built.expr}"]) if built.expr else ""
         fn = built.obj
     n_inputs = 3 if check == "attention" else 1
@@ -171,49 +170,20 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
         raise ValueError(f"per_query_lens=True passes d2l's valid_lens (B, Tq), but fn's mask "
                          f"argument reads as {conv!r}: pass convention='valid_lens' if it "
                          f"takes lengths")
-    target, errors = probe(fn, check, conv, call, spec, name, causal, load)
+    target, call, notes, failure = find_target(fn, check, conv, call, spec, name, causal,
+                                               load)
     if target is None:
-        if any("output shape" in e for e in errors):
-            report.add(Finding("shape", "fn could not be called with any input layout: "
-                               + "; ".join(errors)))
-        elif any(_SHAPE_ERROR.search(e) for e in errors):
-            # It was called and failed inside, on its own arithmetic: a shape bug (a sum
-            # without keepdims, k where k.T was meant), not a call the check got wrong.
-            first = next(e for e in errors if _SHAPE_ERROR.search(e))
-            report.add(Finding("shape", f"fn raises a shape error on every input layout "
-                               f"tried ({first}): an axis that should be kept (keepdims) "
-                               f"or a transpose is missing", f"{len(errors)} call(s) tried: "
-                               + "; ".join(errors)))
-        else:
-            report.add(_call_failed(fn, check, call, errors))
+        report.add(failure)
         return
+    if failure is not None:  # a warning: fn takes one sequence, not a batch
+        report.add(failure)
     run = Run(target)
     mask_layout(run, conv, call)
     if conv is None:
         found = mask_convention(run)
         conv, how = (found, "from behaviour") if found else ("keep", "assumed")
         target.convention = conv
-    report.framework = target.framework.name
-    report.convention = f"{conv} ({how})"
-    if call.mask_name and conv != "none" and call.mask_keyword:
-        report.convention += f", passed as {call.mask_name}=" + (
-            " (B, Tk)" if target.mask_keys else "")
-    elif target.mask_keys:
-        report.convention += f", {call.mask_name or 'the mask'} (B, Tk): one flag per key"
-    if call.flags:
-        report.convention += f"; {', '.join(call.flags)} left at default (not a mask)"
-    if call.fixed:
-        report.convention += "; " + ", ".join(
-            f"{k}={_FILLED.get(v, v)}" for k, v in call.fixed.items())
-    if check == "attention":
-        report.layout = "(B, H, T, D)" if target.heads else "(B, T, D)"
-        if target.in_layout == "bthd":
-            report.layout = ("(B, T, H, D) in and out, heads on axis 2 as JAX and flash-attn "
-                             "take them (transposed to judge it)")
-        elif target.out_layout == "bthd":
-            report.layout += ", output (B, Tq, H, Dv) (transposed back to judge it)"
-        if causal:
-            report.causality = "declared causal: judged against bottom-right causal attention"
+    _header(report, target, call, conv, how, check, causal, notes)
     torch_fn = target.framework.name == "torch"
     if check == "attention":
         mask = None if conv == "none" else ("lens" if conv == "valid_lens" else "mask")
@@ -232,7 +202,7 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
         return
     if check == "attention" and not causal and conv != "sdpa" and behaves_causal(run):
         target.causal = target.causal_found = True  # a convention: named, judged as it is
-        report.causality = "behaves as causal (judged as causal; pass --causal to declare it)"
+        report.causality = T("header.behaves-causal-judged")
     for case in cases:
         report.cases.append(case.label(check != "attention"))
         only_2d = (case.mask or "").startswith("lens-2d") and report.ok
@@ -249,15 +219,12 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
             message = v.message
             if only_2d and v.code in ("shape", "inaccurate"):
                 # every (B,) case passed: the function reads lengths per batch row only
-                message = ("fn handles valid_lens (B,) but not d2l's per-query lengths "
-                           "(B, Tq) (query i of row b sees keys j < valid_lens[b, i]): "
-                           + message + "; turn (B,) into (B, Tq) first, then compare "
-                           "np.arange(Tk) < valid_lens[..., None]")
+                message = T("call.per-query-lens", message=message)
             report.add(Finding(v.code, message, v.measured, used.label(check != "attention"),
                                function_reproducer(run, used, v)))
     if run.unmasked:  # causal by behaviour on the probe, over every key on these cases
-        names = ", ".join(dict.fromkeys(n for n in run.unmasked if n != "probe"))
-        report.causality += f"; attends every key (judged so) on: {names}"
+        names = [case_title(n) for n in dict.fromkeys(run.unmasked) if n != "probe"]
+        report.causality += T("header.attends-every-key", names=join(names, "list"))
 
 
 def check_softmax(fn: Any, convention: str = "auto") -> Report:

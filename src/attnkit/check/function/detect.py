@@ -21,11 +21,11 @@ import numpy as np
 
 from ..core.cases import Case
 from ..core.judge import Run
-from ..core.report import first_line
+from ..core.report import T, Text, first_line
 from ..meet.adapt import PADDING_NAMES, Call, Framework, unwrap
 from ..meet.calls import Target
 
-__all__ = ["behaves_causal", "mask_convention", "mask_layout", "probe"]
+__all__ = ["behaves_causal", "mask_convention", "mask_layout", "probe", "probe_case"]
 
 _LAYOUT_NAMES = {"bhtd": "(B, H, T, D)", "btd": "(B, T, D)", "bthd": "(B, T, H, D)"}
 
@@ -57,15 +57,20 @@ def _heads_apart(run: Run, a: dict, case: Case, got: np.ndarray) -> bool:
 
 
 def probe(fn: Any, check: str, convention: str | None, call: Call, spec: str | None,
-          name: str, causal: bool, load: str = "") -> tuple[Target | None, list[str]]:
+          name: str, causal: bool, load: str = "",
+          attempts: list | None = None) -> tuple[Target | None, list[Text]]:
     """Find the framework (and, for attention, the layout) ``fn`` runs with.
+
+    Args:
+        attempts: if given, each try that failed is appended to it as ``(target,
+            exception or None, expected output shape)``, in the order of ``errors``.
 
     Returns:
         ``(target, errors)``: the target (None when no try worked) and one line per try
         that failed.
     """
     frameworks = ["numpy"] + (["torch"] if importlib.util.find_spec("torch") else [])
-    errors: list[str] = []
+    errors: list[Text] = []
     layouts = ("bhtd", "btd", "bthd") if check == "attention" else ("bhtd",)
     padding = (call.mask_name or "").lower() in PADDING_NAMES
     keyed = [padding]
@@ -79,32 +84,43 @@ def probe(fn: Any, check: str, convention: str | None, call: Call, spec: str | N
                 t = Target(fn, check, fw, convention or "keep", layout != "btd",
                            call.mask_default, spec, name, load=load, call=call, causal=causal,
                            in_layout="bthd" if layout == "bthd" else "bhtd", mask_keys=per_key)
-                label = fw_name if check != "attention" else f"{fw_name} {_LAYOUT_NAMES[layout]}" \
-                    + (", mask (B, Tk)" if per_key else "")
-                found = _try(t, layout, label, errors)
+                label: Any = fw_name if check != "attention" else (
+                    T("try.layout-per-key", fw=fw_name, layout=_LAYOUT_NAMES[layout])
+                    if per_key else f"{fw_name} {_LAYOUT_NAMES[layout]}")
+                found = _try(t, layout, label, errors, attempts)
                 if found is not None:
                     return found, errors
     return None, errors
 
 
-def _try(t: Target, layout: str, label: str, errors: list[str]) -> Target | None:
-    """``t`` (or the same read as ``(B, T, H, D)``) when ``fn`` runs in its layout; else
-    None, and the reason appended to ``errors``."""
+def probe_case(t: Target) -> Case:
+    """The inputs :func:`probe` calls ``t`` with (and a reproducer of a failed try)."""
     mask = None
     if t.check == "masked-softmax":
         mask = "lens" if t.convention == "valid_lens" else "random"
     # H, Tq and Dk differ, so that each layout reads the arrays another way
     sizes = (2, 3 if t.heads else 0, 4, 4, 8, 8) if t.check == "attention" else (2, 0, 3, 4, 0, 0)
-    case = Case("probe", sizes=sizes, mask=mask)
+    return Case("probe", sizes=sizes, mask=mask)
+
+
+def _try(t: Target, layout: str, label: Any, errors: list[Text],
+         attempts: list | None = None) -> Target | None:
+    """``t`` (or the same read as ``(B, T, H, D)``) when ``fn`` runs in its layout; else
+    None, and the reason appended to ``errors`` (and ``attempts``)."""
+    case = probe_case(t)
     run = Run(t)
     a = run.arrays(case)
     result, error, _ = run.call(a, case, "float32")
+    attempts = [] if attempts is None else attempts
     if error is not None:
-        errors.append(f"{label}: {type(error).__name__}: {first_line(error)}")
+        errors.append(T("try.raised", label=label,
+                        error=f"{type(error).__name__}: {first_line(error)}"))
+        attempts.append((t, error, None))
         return None
     out = unwrap(result)[0]
     if not t.framework.is_result(out):
-        errors.append(f"{label}: returned {type(out).__name__}")
+        errors.append(T("try.returned", label=label, type=type(out).__name__))
+        attempts.append((t, None, None))
         return None
     want_shape = run.want(a, run.keep(a))["out"].shape
     flipped = (want_shape[0], want_shape[2], want_shape[1], want_shape[3]) \
@@ -122,8 +138,9 @@ def _try(t: Target, layout: str, label: str, errors: list[str]) -> Target | None
     if flipped is not None and tuple(out.shape) == flipped:
         t.out_layout = "bthd"  # (B, Tq, H, Dv): transformers' eager attention
         return t
-    errors.append(f"{label}: output shape {tuple(out.shape)}, expected "
-                  f"{flipped if layout == 'bthd' else want_shape}")
+    errors.append(T("try.output-shape", label=label, shape=tuple(out.shape),
+                    want=flipped if layout == "bthd" else want_shape))
+    attempts.append((t, None, flipped if layout == "bthd" else want_shape))
     return None
 
 

@@ -61,8 +61,9 @@ class Call:
             mask, ``sdpa``), ``none`` when there is no mask, None when behaviour must say.
         fixed: required parameters that are not inputs nor the mask, and what they get:
             ``"scale"`` (1/sqrt(Dk)), ``"zero"`` (a dropout), ``"false"``/``"true"`` (a
-            flag) or ``"module"`` (a stand-in for the calling layer: ``training=False``,
-            ``num_key_value_groups=1``, as transformers' attention functions read it).
+            flag), ``"module"`` (a stand-in for the calling layer: ``training=False``,
+            ``num_key_value_groups=1``, as transformers' attention functions read it) or
+            ``"axis"`` (a softmax's required ``dim``/``axis``: -1).
         unfilled: required parameters the check cannot fill (the call will fail).
         flags: the parameters after the inputs that were read as flags, not masks.
     """
@@ -161,7 +162,8 @@ def read_call(fn: Any, n_inputs: int) -> Call:
         if p is mask:
             continue
         if p.default is inspect.Parameter.empty and p.kind != p.VAR_POSITIONAL:
-            how = _fill(p)
+            # a softmax's required axis (softmax(x, dim)) gets the last one, as a default would
+            how = "axis" if n_inputs == 1 and p.name.lower() in ("dim", "axis") else _fill(p)
             if how is None:
                 call.unfilled.append(p.name)
             else:

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from ..catalogue import T, Text
+
 __all__ = ["BuildError", "Built", "build_callable", "build_module", "safe_copy"]
 
 WIDTH_NAMES = frozenset((
@@ -63,8 +65,12 @@ LENGTH = 64  # longer than any sequence the checks run
 
 
 class BuildError(Exception):
-    """The target cannot be built from its signature: the message says why and shows the
-    factory to write instead."""
+    """The target cannot be built from its signature: the message (``.text``, a sentence
+    of the catalogue) says why and shows the factory to write instead."""
+
+    def __init__(self, text: Text) -> None:
+        super().__init__(str(text))
+        self.text = text
 
 
 @dataclass
@@ -82,7 +88,7 @@ class Built:
     """
 
     obj: Any
-    how: str
+    how: Text
     expr: str = ""
     load_lines: list[str] = field(default_factory=list)
     rebuild: Callable[..., Any] | None = None
@@ -133,14 +139,12 @@ def _factory_call(fn: Any) -> str:
     return f"{name}({', '.join(args)})"
 
 
-def _factory_hint(fn: Any, spec: str | None, multi_head: bool) -> str:
+def _factory_hint(fn: Any, spec: str | None, multi_head: bool) -> Text:
     name = getattr(fn, "__name__", "MyAttention")
     where = (spec or "my_file.py:x").rsplit(":", 1)[0]
     if multi_head:
-        return (f"write a factory and check it instead: def make(E, H): return "
-                f"{_factory_call(fn)}, then attnkit check multi-head {where}:make")
-    return (f"pass an instance or a function instead: layer = {name}(...) at the top of the "
-            f"file, then attnkit check ... {where}:layer")
+        return T("build.hint-factory", call=_factory_call(fn), where=where)
+    return T("build.hint-instance", name=name, where=where)
 
 
 def _spec_of(obj: Any) -> str | None:
@@ -216,8 +220,8 @@ def _arguments(fn: Any, width: int | None, heads: int | None, spec: str | None,
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError) as err:
-        raise BuildError(f"the signature of {getattr(fn, '__name__', fn)} cannot be read "
-                         f"({err}); {_factory_hint(fn, spec, multi_head)}") from err
+        raise BuildError(T("build.no-signature", name=str(getattr(fn, "__name__", fn)),
+                           error=str(err), hint=_factory_hint(fn, spec, multi_head))) from err
     out = _Args()
     values = {"width": width, "heads": heads,
               "per_head": width // heads if width and heads else None, "dropout": 0.0}
@@ -246,11 +250,18 @@ def _arguments(fn: Any, width: int | None, heads: int | None, spec: str | None,
                 or isinstance(p.annotation, str) and p.annotation[:1].isupper()):
             cls = _config_class(fn, p)
             if cls is None:
-                raise BuildError(f"{_signature_text(fn)} takes a config object ({p.name}) and "
-                                 f"no config class was found (annotate it, or keep a dataclass "
-                                 f"with the width and head count in the same file); "
-                                 f"{_factory_hint(fn, spec, multi_head)}")
-            sub = _arguments(cls, width, heads, spec, multi_head, depth + 1)
+                raise BuildError(T("build.no-config", signature=_signature_text(fn),
+                                   name=p.name, hint=_factory_hint(fn, spec, multi_head)))
+            try:
+                sub = _arguments(cls, width, heads, spec, multi_head, depth + 1)
+            except BuildError as err:  # fields no rule fills: the whole factory, written out
+                why = (T("build.why-no-rule", names=err.text.fields["names"])
+                       if getattr(err.text, "key", "") == "build.no-rule" else err.text)
+                where = (spec or "my_file.py:x").rsplit(":", 1)[0]
+                raise BuildError(T(
+                    "build.config-fields", signature=_signature_text(fn), name=p.name,
+                    cls=cls.__name__, why=why, factory=factory_text(fn),
+                    kind="multi-head" if multi_head else "...", where=where)) from None
             cls_spec = _spec_of(cls)
             if cls_spec:
                 out.loads.append(f"{cls.__name__} = load_target({cls_spec!r})")
@@ -274,15 +285,11 @@ def _arguments(fn: Any, width: int | None, heads: int | None, spec: str | None,
     names = ", ".join(p.name for p in unknown)
     qkv = {"q", "k", "v", "query", "key", "value", "queries", "keys", "values", "x", "scores"}
     if multi_head and depth == 0 and {p.name.lower() for p in unknown} & qkv:
-        raise BuildError(f"{_signature_text(fn)} takes the inputs themselves: it is an "
-                         f"attention function, not a module or its factory; check it with "
-                         f"attnkit check attention (or masked-softmax, softmax)")
+        raise BuildError(T("build.a-function", signature=_signature_text(fn)))
     if not multi_head and {p.name.lower() for p in unknown} & (WIDTH_NAMES | HEAD_NAMES):
-        raise BuildError(f"{_signature_text(fn)} takes a width and a head count: it looks like "
-                         f"a multi-head attention module; check it with attnkit check "
-                         f"multi-head (check_multi_head), which builds it from those names")
-    raise BuildError(f"cannot build {_signature_text(fn)}: no rule for the required "
-                     f"parameter(s) {names}; {_factory_hint(fn, spec, multi_head)}")
+        raise BuildError(T("build.a-module", signature=_signature_text(fn)))
+    raise BuildError(T("build.no-rule", signature=_signature_text(fn), names=names,
+                       hint=_factory_hint(fn, spec, multi_head)))
 
 
 def _seeded(make: Callable[[], Any]) -> Callable[[int], Any]:
@@ -293,6 +300,30 @@ def _seeded(make: Callable[[], Any]) -> Callable[[int], Any]:
         return make()
 
     return build
+
+
+class BuildRaised(Exception):
+    """The constructor raised: the exception, the call that raised it (``expr``, with the
+    lines ``loads`` that bind the names it uses) and the factory to write instead."""
+
+    def __init__(self, error: Exception, expr: str, loads: list[str], factory: str) -> None:
+        super().__init__(str(error))
+        self.error, self.expr, self.loads, self.factory = error, expr, loads, factory
+
+
+def factory_text(target: Any) -> str:
+    """``FromConfig(config=MyConfig(E, H, rope=...))``: the call a factory ``make(E, H)``
+    makes, a config parameter built from its class's fields."""
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return _factory_call(target)
+    for p in params:
+        if p.default is inspect.Parameter.empty and p.name.lower() in CONFIG_NAMES:
+            cls = _config_class(target, p)
+            if cls is not None:
+                return f"{_name(target)}({p.name}={_factory_call(cls)})"
+    return _factory_call(target)
 
 
 def build_module(target: Any, width: int, heads: int, spec: str | None) -> Built:
@@ -318,19 +349,22 @@ def build_module(target: Any, width: int, heads: int, spec: str | None) -> Built
         a = _arguments(target, width, heads, spec, multi_head=True)
         expr = f"{_name(target)}({a.text})"
         rebuild = _seeded(lambda: a.call(target))
-        obj = rebuild()
-        return Built(obj, f"built as {expr}", expr if spec else "",
+        try:
+            obj = rebuild()
+        except Exception as err:
+            raise BuildRaised(err, expr, load + a.loads, factory_text(target)) from err
+        return Built(obj, T("build.built-as", expr=expr), expr if spec else "",
                      load + a.loads, rebuild)
     found = _width_of(target)
-    reason = f"the instance is {found} wide"
+    reason = T("build.instance-wide", width=found)
     if found in (None, width):
         try:
             safe_copy(target)
         except Exception as err:  # a lock, a file, a generator on self: build one afresh
-            reason = f"the instance cannot be copied: {type(err).__name__}"
+            reason = T("build.instance-no-copy", error=type(err).__name__)
         else:
             name = spec.rsplit(":", 1)[1] if spec else type(target).__name__
-            return Built(target, f"the instance {name}, as loaded", "copy.deepcopy(layer)"
+            return Built(target, T("build.as-loaded", name=name), "copy.deepcopy(layer)"
                          if spec else "", ["import copy", f"layer = load_target({spec!r})"]
                          if spec else [], lambda seed=0: safe_copy(target))
     cls = type(target)
@@ -340,8 +374,7 @@ def build_module(target: Any, width: int, heads: int, spec: str | None) -> Built
     rebuild = _seeded(lambda: a.call(cls))
     obj = rebuild()
     loads = [f"{cls.__name__} = load_target({cls_spec!r})"] if cls_spec else []
-    return Built(obj, f"built as {expr}, a fresh one of the instance's class (the check runs "
-                      f"at width {width}; {reason})",
+    return Built(obj, T("build.fresh", expr=expr, width=width, reason=reason),
                  expr if cls_spec else "", loads + a.loads, rebuild)
 
 
@@ -366,7 +399,7 @@ def build_callable(target: Any, spec: str | None) -> Built | None:
     obj = rebuild()
     evals = ".eval()" if hasattr(obj, "training") else ""
     load = [f"{_name(target)} = load_target({spec!r})"] if spec else []
-    return Built(obj, f"built as {expr}{evals}", f"{expr}{evals}" if spec else "",
+    return Built(obj, T("build.built-as", expr=f"{expr}{evals}"), f"{expr}{evals}" if spec else "",
                  load + a.loads, rebuild)
 
 

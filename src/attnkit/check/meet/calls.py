@@ -131,7 +131,7 @@ class Target:
             return SimpleNamespace(training=False, num_key_value_groups=1, is_causal=False)
         if how == "scale":
             return 1.0 / math.sqrt(arrays["q"].shape[-1]) if "q" in arrays else 1.0
-        return {"zero": 0.0, "false": False, "true": True}[how]
+        return {"zero": 0.0, "false": False, "true": True, "axis": -1}[how]
 
     def invoke(self, inputs: list, extra: list, kw: dict) -> Any:
         """Call ``fn``: the inputs by position or by name, then ``extra`` and ``kw``."""

@@ -17,7 +17,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-from ..core.report import first_line
+from ..catalogue import T, first_line
 
 __all__ = ["TargetLoadError", "load_target", "notebook_cells", "origin_of", "stdout_to_stderr",
            "target_spec"]
@@ -67,11 +67,11 @@ def load_target(spec: str) -> Any:
         except ImportError as err:
             if getattr(err, "name", None) and where.startswith(str(err.name)):
                 raise  # the module named is not there: a bad argument
-            raise TargetLoadError(f"importing {where} raised {type(err).__name__}: "
-                                  f"{first_line(err, 200)}") from err
+            raise TargetLoadError(T("load.import", where=where, error=(
+                f"{type(err).__name__}: {first_line(err, 200)}"))) from err
         except Exception as err:
-            raise TargetLoadError(f"importing {where} raised {type(err).__name__}: "
-                                  f"{first_line(err, 200)}") from err
+            raise TargetLoadError(T("load.import", where=where, error=(
+                f"{type(err).__name__}: {first_line(err, 200)}"))) from err
     obj: Any = module
     for part in name.split("."):
         if not hasattr(obj, part):
@@ -101,8 +101,8 @@ def _import_file(where: str) -> Any:
             loader_spec.loader.exec_module(module)
         except (Exception, SystemExit) as err:
             del sys.modules[module_name]
-            raise TargetLoadError(f"importing {where} raised {type(err).__name__}: "
-                                  f"{first_line(err, 200)}") from err
+            raise TargetLoadError(T("load.import", where=where, error=(
+                f"{type(err).__name__}: {first_line(err, 200)}"))) from err
     return module
 
 
@@ -152,10 +152,11 @@ def _run_notebook(where: str, name: str) -> tuple[Any, str]:
             exec(compile(source, f"{base}, cell {number}", "exec"), module.__dict__)
         except (Exception, SystemExit) as err:
             del sys.modules[module_name]
-            raise TargetLoadError(f"cell {number} of {base} raised {type(err).__name__} "
-                                  f"before {name!r} was defined: {first_line(err, 200)}") from err
+            raise TargetLoadError(T("load.cell", number=number, file=base, name=repr(name),
+                                    type=type(err).__name__, line=first_line(err, 200))
+                                  ) from err
         if name in module.__dict__:
-            origin = f"defined in cell {number} of {base}"
+            origin = T("origin.cell", number=number, file=base)
             module.__attnkit_origin__ = origin
             return module, origin
     del sys.modules[module_name]

@@ -48,8 +48,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.report import CODES, ERROR
+from ..catalogue import CATALOGUE, ERROR, T, Text, join, severity
+from .accounting import account
 from .compare import Comparison
+from .facts import read_facts
 from .judge import CallJudge
 from .masks import CallPlace
 from .report import ImplementationResult, LayerRow, ModelFinding, ModelReport
@@ -63,6 +65,7 @@ from .session import (
     register_wrapper,
     unregister_wrappers,
 )
+from .steps import Steps, cannot_load
 
 __all__ = ["DEFAULT_IMPLEMENTATIONS", "ImplementationResult", "LayerRow", "ModelFinding",
            "ModelReport", "check_model"]
@@ -70,7 +73,7 @@ __all__ = ["DEFAULT_IMPLEMENTATIONS", "ImplementationResult", "LayerRow", "Model
 DEFAULT_IMPLEMENTATIONS = ("eager", "sdpa", "attnkit")
 
 
-class _Check(CallJudge, Comparison):
+class _Check(CallJudge, Comparison, Steps):
     """One ``check_model`` run: the model's facts (padding, positions, packed documents),
     where each call's queries and keys sit, the findings, and the steps of each
     implementation's run (judging: :class:`CallJudge`; comparing: :class:`Comparison`)."""
@@ -94,12 +97,13 @@ class _Check(CallJudge, Comparison):
         self.compared = True
         self.plan: list[Any] = []  # the tokens fed at each decoding step
         self.bar: Any = _bar(0, False)
-        ids = inputs["input_ids"]
-        self.B = ids.shape[0]
+        ids = inputs.get("input_ids")
+        self.B = next(x for x in inputs.values() if isinstance(x, torch.Tensor)).shape[0]
         am = inputs.get("attention_mask")
-        # the model's facts live on the CPU, whatever device the model runs on
-        self.pad0 = (torch.ones(ids.shape, dtype=torch.bool) if am is None
-                     else am.bool().cpu())
+        # the model's facts live on the CPU, whatever device the model runs on; images and
+        # sounds: every position real, the length known at the first call (see place)
+        self.pad0 = None if ids is None else (
+            torch.ones(ids.shape, dtype=torch.bool) if am is None else am.bool().cpu())
         self.docs = None
         pos = inputs.get("position_ids")
         if pos is not None and am is None and not self.enc_dec:
@@ -107,13 +111,24 @@ class _Check(CallJudge, Comparison):
             first = pos[:, :1] - 1
             self.docs = (torch.diff(pos, prepend=first, dim=-1) != 1).cumsum(-1)
         self.pad = self.pad0  # grows by one column per decoding step
-        self.total = ids.shape[1]  # decoder tokens so far (decoder-only: the whole row)
+        # decoder tokens so far (decoder-only: the whole row)
+        self.total = 0 if ids is None else ids.shape[1]
         self.dec_total = 0
+        self.generate_api = False  # also model.generate(): see Steps.through_generate
+        self.structure: dict[str, Any] = {}  # module name -> (B, L, L): see .facts
+        self.notes: list[str] = []
 
     # -- where a call's queries and keys sit ------------------------------------------------
-    def place(self, module: Any, name: str, B: int, Tq: int, Tk: int) -> CallPlace:
+    def place(self, module: Any, name: str, B: int, Tq: int, Tk: int, *,
+              n_tokens: int | None = None, structure: bool = True) -> CallPlace:
+        """Where a call's queries and keys sit (``n_tokens``: as if that many tokens,
+        every one real, existed; ``structure``: apply what the model's own mask code
+        builds where it differs from the config, see :mod:`.facts`)."""
         torch = self.torch
         lower = name.lower()
+        if self.pad0 is None:  # no token ids: the first call (an encoder's) gives the length
+            self.pad0 = self.pad = torch.ones(B, Tk, dtype=torch.bool)
+            self.total = Tk
         causal = bool(getattr(module, "is_causal", True)) and \
             bool(getattr(self.text_config, "is_causal", True))
         if self.enc_dec:
@@ -128,6 +143,8 @@ class _Check(CallJudge, Comparison):
                                  query_real=(torch.ones(B, Tq, dtype=torch.bool) if cross
                                              else self.pad0), causal=False)
             total, pad = self.dec_total, torch.ones(B, self.dec_total, dtype=torch.bool)
+        elif n_tokens is not None:
+            total, pad = n_tokens, torch.ones(B, n_tokens, dtype=torch.bool)
         else:
             total, pad = self.total, self.pad
         q_index = torch.arange(total - Tq, total)
@@ -145,10 +162,17 @@ class _Check(CallJudge, Comparison):
         q_doc = k_doc = None
         if self.docs is not None:
             q_doc, k_doc = self.docs[:, q_index], self.docs[:, k_index.clamp(max=total - 1)]
-        return CallPlace(q_index=q_index, k_index=k_index, key_real=key_real,
-                         query_real=pad[:, q_index], causal=causal, window=window,
-                         chunk=chunk, left_pad=left_pad, q_doc=q_doc, k_doc=k_doc,
-                         n_tokens=total)
+        place = CallPlace(q_index=q_index, k_index=k_index, key_real=key_real,
+                          query_real=pad[:, q_index], causal=causal, window=window,
+                          chunk=chunk, left_pad=left_pad, q_doc=q_doc, k_doc=k_doc,
+                          n_tokens=total)
+        own = self.structure.get(name) if structure else None
+        if own is not None and int(k_index.max()) < own.shape[-1]:
+            place.structure = own[:, q_index][:, :, k_index]
+            later = torch.arange(own.shape[-1])
+            place.causal = not bool((own & (later[None, :] > later[:, None])).any())
+            place.window = place.chunk = place.q_doc = place.k_doc = None
+        return place
 
     def layer_type(self, module: Any) -> str:
         cfg = self.text_config
@@ -163,23 +187,28 @@ class _Check(CallJudge, Comparison):
 
     # -- judging one call ---------------------------------------------------------------------
 
-    def find(self, s: Session, row: LayerRow, code: str, message: str, measured: str,
+    def find(self, s: Session, row: LayerRow, code: str, message: Text, measured: Text | str,
              where: dict, *, call: tuple | None = None, batch: int | None = None,
              head: int | None = None, query: int | None = None, key: int | None = None) -> None:
-        bad = CODES[code][0] == ERROR or code == "causal-alignment"
+        bad = severity(code, "model") == ERROR
         if bad and row.verdict == "ok":
             row.verdict = code
             order = (s.step, s.call_index)
             if s.first_fail_key is None or order < s.first_fail_key:
                 s.first_fail_key = order
-                s.result.first_failing_layer = f"{row.layer} (step {s.step})"
+                s.result.first_failing_layer = T("model.layer-step", layer=row.layer,
+                                                 step=s.step)
         if code in (f.code for f in s.result.findings):
             return
-        parts = [f"step {where['step']}" + (" (prefill)" if where["step"] == 0 else
-                                            " (decoding)"), f"layer {where['layer']}"]
-        parts += [f"{n} {x}" for n, x in (("batch", batch), ("head", head), ("query", query),
-                                          ("key", key)) if x is not None]
-        f = ModelFinding(code, message, measured, ", ".join(parts), "", s.impl, where["step"],
+        step_word = ("model.at-path" if s.path else
+                     "model.at-prefill" if where["step"] == 0 else "model.at-decoding")
+        parts = [T(step_word, step=where["step"], path=s.path),
+                 T("model.at-layer", layer=where["layer"])]
+        parts += [T(f"model.at-{n}", i=x) for n, x in (("batch", batch), ("head", head),
+                                                       ("query", query), ("key", key))
+                  if x is not None]
+        f = ModelFinding(code, message, measured, join(parts, "fields"), "", s.impl,
+                         where["step"],
                          where["layer"], batch, head, query, key)
         if call is not None and bad and not s.result.reproducer:
             try:
@@ -191,7 +220,7 @@ class _Check(CallJudge, Comparison):
             except Exception as err:  # a reproducer must never hide the finding
                 f.reproducer = f"# the reproducer could not be saved: {first_line(err)}"
         s.result.findings.append(f)
-        order = list(CODES)
+        order = list(CATALOGUE)
         s.result.findings.sort(key=lambda x: (x.severity != ERROR, order.index(x.code)))
 
     # -- running ------------------------------------------------------------------------------
@@ -201,111 +230,52 @@ class _Check(CallJudge, Comparison):
         name = register_wrapper(impl, session)
         model = self.model
         before = model.config._attn_implementation
+        missing = cannot_load(model, impl)
+        if missing is not None:
+            session.result.status = f"refused: {missing}"
+            session.result.unloaded = True
+            return session.result
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 model.set_attn_implementation(name)
         except (ValueError, ImportError, KeyError) as err:
-            session.result.status = f"refused: {first_line(err)}"
+            session.result.status = T("model.refused", why=first_line(err))
             return session.result
         if model.config._attn_implementation != name:
-            session.result.status = ("refused: this model's attention does not go through "
-                                     "transformers' AttentionInterface")
+            session.result.status = T("model.refused", why=T("model.no-interface"))
             return session.result
         try:
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self.steps(session, bar)
+                if self.generate_api and self.generate and not self.enc_dec and \
+                        "input_ids" in self.inputs and self.docs is None and \
+                        getattr(self.model, "can_generate", lambda: False)():
+                    self.through_generate(session)
         except CheckFailed as err:
-            session.result.status = (f"not judged: attnkit's check failed at step "
-                                     f"{session.step} ({err}); please report it")
+            session.result.status = T("model.check-failed", step=session.step,
+                                      error=err.args[0])
         except Stopped as err:
             if session.result.findings:
-                session.result.status = (f"stopped at step {session.step}: {err} (the "
-                                         f"layers after it did not run)")
+                session.result.status = T("model.stopped", step=session.step,
+                                          error=err.args[0])
             else:
-                session.result.status = f"refused: {err}"
+                session.result.status = T("model.refused", why=err.args[0])
         except Exception as err:  # the model itself may fail under this implementation
-            session.result.status = f"refused: {type(err).__name__}: {first_line(err)}"
+            too_long = self.too_long()
+            if too_long:
+                session.result.status = T("model.refused", why=too_long)
+                return session.result
+            session.result.status = T("model.refused",
+                                      why=f"{type(err).__name__}: {first_line(err)}")
         finally:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 model.set_attn_implementation(before)
         self.finish(session)
+        account(self, session)
         return session.result
-
-    def steps(self, s: Session, bar: Any) -> None:
-        torch = self.torch
-        model = self.model
-        device = next(model.parameters()).device
-        inputs = {n: (x.to(device) if isinstance(x, torch.Tensor) else x)
-                  for n, x in self.inputs.items()}
-        packed = self.docs is not None
-        use_cache = self.generate > 0 and not packed
-        am = inputs.get("attention_mask")
-        self.pad = self.pad0
-        self.total = inputs["input_ids"].shape[1]
-        kw: dict[str, Any] = {"output_hidden_states": True, "use_cache": use_cache,
-                              "return_dict": True}
-        if self.enc_dec:
-            dec = inputs.get("decoder_input_ids")
-            if dec is None:
-                start = getattr(self.config, "decoder_start_token_id", 0) or 0
-                dec = torch.full((self.B, 1), start, dtype=torch.long, device=device)
-                inputs["decoder_input_ids"] = dec
-            self.dec_total = dec.shape[1]
-        elif am is not None and "position_ids" not in inputs and _takes(model, "position_ids"):
-            inputs["position_ids"] = (am.long().cumsum(-1) - 1).clamp(min=0)
-        s.step, s.call_index = 0, 0
-        out = model(**inputs, **kw)
-        self.hidden(s, out)
-        bar.update(1)
-        for step in range(1, self.generate + 1):
-            s.step, s.call_index = step, 0
-            if getattr(out, "logits", None) is None:
-                raise ValueError(f"generate={self.generate} needs a model with a language-"
-                                 f"model head (logits); {type(model).__name__} has none")
-            logits = out.logits[:, -1]
-            if len(self.plan) < step:
-                self.plan.append(logits.argmax(-1, keepdim=True))
-            nxt = self.plan[step - 1]
-            past = _cache_of(out)
-            cache_kw = "cache" if _takes(model, "cache") else "past_key_values"
-            if self.enc_dec:
-                self.dec_total += 1
-                out_enc = inputs.get("_encoder_outputs") or (out.encoder_last_hidden_state,)
-                inputs["_encoder_outputs"] = out_enc
-                out = model(encoder_outputs=out_enc, attention_mask=inputs.get("attention_mask"),
-                            decoder_input_ids=nxt, **{cache_kw: past}, **kw)
-            else:
-                self.total += 1
-                self.pad = torch.cat([self.pad, torch.ones(self.B, 1, dtype=torch.bool)], 1)
-                step_kw = {"input_ids": nxt, cache_kw: past}
-                if am is not None:
-                    step_kw["attention_mask"] = self.pad.long().to(device)
-                    if "position_ids" in inputs:
-                        last = inputs["position_ids"][:, -1:]
-                        inputs["position_ids"] = last + 1
-                        step_kw["position_ids"] = inputs["position_ids"]
-                out = model(**step_kw, **kw)
-            self.hidden(s, out)
-            bar.update(1)
-
-
-def _cache_of(out: Any) -> Any:
-    """The KV cache a forward returned (``cache`` from transformers 5.2x, else
-    ``past_key_values``)."""
-    fields = getattr(out, "__dataclass_fields__", {})
-    return getattr(out, "cache" if "cache" in fields else "past_key_values", None)
-
-
-def _takes(model: Any, name: str) -> bool:
-    import inspect
-
-    try:
-        return name in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _bar(total: int, enabled: bool | None) -> Any:
@@ -333,13 +303,18 @@ def check_model(model: Any, inputs: dict | None = None, *,
                 implementations: Sequence[str] | None = None, generate: int = 0,
                 sample: int | None = None, save_to: str | Path | None = None,
                 batch: int = 2, length: int = 12, padding: str = "left",
-                progress: bool | None = None) -> ModelReport:
+                progress: bool | None = None, implementation: Any = None,
+                seed: int = 0, generate_api: bool = False) -> ModelReport:
     """Judge every attention call of ``model`` under each implementation.
 
     Args:
         model: a transformers ``PreTrainedModel`` (its attention must go through
             ``AttentionInterface``), or a path: a local folder or a ``config.json``
-            (loaded offline, see :func:`attnkit.check.model.load.load_model`).
+            (loaded offline, see :func:`attnkit.check.model.load.load_model`). Any other
+            ``nn.Module`` (or ``implementation`` given): its calls of SDPA,
+            ``flex_attention`` and ``nn.MultiheadAttention`` are judged one by one
+            (:func:`attnkit.check.model.any_model.check_any_model`; ``inputs`` is then
+            what to call it with: a tensor, a tuple, or a dict of keyword arguments).
         inputs: ``input_ids`` ``(B, T)`` with optional ``attention_mask`` (1 = real
             token), ``position_ids`` (packed documents: ids that restart; no
             ``attention_mask``, no ``generate``), ``decoder_input_ids`` (encoder-decoder).
@@ -357,6 +332,16 @@ def check_model(model: Any, inputs: dict | None = None, *,
             ``"left"``, ``"right"`` or ``"none"``).
         progress: a progress bar on stderr over implementations and steps (None: when
             stderr is a terminal, or layers x implementations x steps >= 200).
+        generate_api: with ``generate``, also run transformers' own ``model.generate()``
+            with a dynamic and then a static cache (decoder-only models with a head,
+            unpacked inputs), every call judged; its steps are numbered after the check's
+            own loop (``generate + 1`` on, then ``2 * (generate + 1)`` on).
+        implementation: any model: a function with the signature of
+            ``F.scaled_dot_product_attention`` that runs in place of the model's SDPA
+            calls, or ``{layer pattern: function}`` (see ``check_any_model``); a
+            transformers model is run with ``attn_implementation="sdpa"`` for it, once,
+            and ``implementations`` and ``generate`` do not apply.
+        seed: seeds the random inputs when ``inputs`` is None.
 
     Returns:
         A :class:`ModelReport`; ``report.ok`` is False when any finding is an error (a
@@ -367,8 +352,13 @@ def check_model(model: Any, inputs: dict | None = None, *,
         ValueError: ``inputs`` that do not fit ``model`` (shapes, dtypes, ids past the
             vocabulary), a path that does not load, an unknown implementation.
     """
+    from .any_model import elsewhere
     from .load import check_inputs, load_model, make_inputs, require_transformers
 
+    other = elsewhere(model, inputs, implementation, implementations, generate, sample,
+                      save_to, dict(batch=batch, length=length, padding=padding, seed=seed))
+    if other is not None:  # any other nn.Module, or your function for the SDPA calls
+        return other
     require_transformers()
     t0 = time.perf_counter()
     label = None
@@ -385,25 +375,30 @@ def check_model(model: Any, inputs: dict | None = None, *,
     known_implementations(impls)
     described = None
     if inputs is None:
-        inputs = make_inputs(model, batch=batch, length=length, padding=padding)
-        described = f"batch {batch}, length {length}, padding {padding}"
+        inputs = make_inputs(model, batch=batch, length=length, padding=padding, seed=seed)
+        described = T("model.described", batch=batch, length=length,
+                      padding=T(f"model.padding-{padding}"))
+        if "input_ids" not in inputs:
+            described = T("model.described-tensors", tensors=", ".join(
+                f"{n} {tuple(x.shape)}" for n, x in inputs.items() if n != "decoder_input_ids"))
     else:
         check_inputs(model, inputs)
         ids = inputs["input_ids"]
-        described = f"batch {ids.shape[0]}, length {ids.shape[1]}, the caller's inputs"
+        described = T("model.described-given", batch=ids.shape[0], length=ids.shape[1])
     if inputs.get("position_ids") is not None and inputs.get("attention_mask") is None \
             and generate:
         raise ValueError("packed inputs (position_ids without attention_mask) are checked "
                          "in the prefill only: pass generate=0")
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     report = ModelReport(label or type(model).__name__, dtype,
-                         described + (f", {generate} decoding step"
-                                      f"{'s' if generate > 1 else ''}" if generate else
-                                      ", prefill only"))
+                         described + (T("model.decoding", n=generate) if generate
+                                      else T("model.prefill-only")))
     training = model.training
     model.eval()
     check = _Check(model, inputs, generate, sample, save_to)
+    check.generate_api = generate_api
     check.compared = len(impls) > 1  # one implementation: no outputs kept to compare with
+    read_facts(check, report, inputs, generate)
     if progress is None:  # a terminal, or a model whose check takes a while
         layers = getattr(model.config.get_text_config(), "num_hidden_layers", 0) or 0
         progress = sys.stderr.isatty() or layers * len(impls) * (generate + 1) >= 200
@@ -415,5 +410,6 @@ def check_model(model: Any, inputs: dict | None = None, *,
         bar.close()
         model.train(training)
         unregister_wrappers()  # transformers' registries as they were before the check
+    report.notes += check.notes
     report.seconds = time.perf_counter() - t0
     return report

@@ -7,8 +7,16 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
-from ..catalogue.messages import get_language
+from ..catalogue import get_language
+from .any_command import (
+    cast_inputs,
+    is_target_spec,
+    load_any_model,
+    load_implementation,
+    read_inputs,
+)
 from .load import TINY_FAMILIES, load_model, require_transformers, tiny_model
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
@@ -27,15 +35,33 @@ def add_arguments(p: argparse.ArgumentParser, positive_int: Callable[[str], int]
                   non_negative_int: Callable[[str], int]) -> None:
     """Add the arguments of ``attnkit check model`` to ``p``."""
     p.add_argument("model", metavar="MODEL", nargs="?", default=None,
-                   help="a local model folder (from_pretrained) or a config.json (random "
-                        "weights)")
+                   help="a local model folder (from_pretrained), a config.json (random "
+                        "weights), or any PyTorch model as FILE.py:NAME (an nn.Module, or a "
+                        "function or class that builds one with no arguments, or returns "
+                        "(module, inputs)): its SDPA, flex_attention and "
+                        "nn.MultiheadAttention calls are judged")
     p.add_argument("--tiny", choices=TINY_FAMILIES, default=None,
                    help="instead of MODEL: a small random model of this family")
     p.add_argument("--implementations", default="eager,sdpa,attnkit", metavar="NAMES",
                    help="comma-separated attn_implementation names; differences are measured "
                         "against the first (default: %(default)s)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "float64"),
-                   default="float32", help="the model's dtype (default: %(default)s)")
+                   default=None, help="the model's dtype (default: float32; a FILE.py model "
+                                      "keeps its own)")
+    p.add_argument("--implementation", default=None, metavar="FILE.py:FN",
+                   help="your attention function, with the signature of "
+                        "F.scaled_dot_product_attention: it runs in place of the model's SDPA "
+                        "calls and each call is judged (a transformers model is switched to "
+                        "sdpa for it)")
+    p.add_argument("--layers", default=None, metavar="PATTERNS",
+                   help="with --implementation: only in these layers (comma-separated module "
+                        "names or fnmatch patterns, e.g. blocks.1.attn or 'blocks.*.attn')")
+    p.add_argument("--inputs", default=None, metavar="FILE",
+                   help="the inputs, from a .pt (torch.load(weights_only=True): a tensor, a "
+                        "tuple, or a dict of keyword arguments) or .safetensors file; no code "
+                        "in it runs. Required for a FILE.py model that gives none")
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seeds the random weights and inputs (default: %(default)s)")
     p.add_argument("--padding", choices=("left", "right", "none"), default="left",
                    help="padding of the random inputs (default: %(default)s)")
     # --batch-size and --seq-len as in every subcommand; --batch and --length also work
@@ -45,6 +71,9 @@ def add_arguments(p: argparse.ArgumentParser, positive_int: Callable[[str], int]
                    default=12, help="T of the random inputs (default: 12)")
     p.add_argument("--generate", type=non_negative_int, default=0, metavar="N",
                    help="decoding steps with a KV cache after the prefill (default: 0)")
+    p.add_argument("--generate-api", action="store_true",
+                   help="with --generate, also run the model's own generate() with a dynamic "
+                        "and a static cache, every attention call judged")
     p.add_argument("--sample", type=positive_int, default=None, metavar="N",
                    help="judge at most N heads and N queries per call against the oracle "
                         "(large models)")
@@ -59,26 +88,74 @@ def add_arguments(p: argparse.ArgumentParser, positive_int: Callable[[str], int]
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Load or build the model, check it, print the table (or JSON); the exit status."""
     if (args.model is None) == (args.tiny is None):
-        parser.error("give MODEL (a local folder or config.json) or --tiny FAMILY, not both")
+        parser.error("give MODEL (a local folder, a config.json or FILE.py:NAME) or --tiny "
+                     "FAMILY, not both")
     impls = [n.strip() for n in args.implementations.split(",") if n.strip()]
     if not impls:
         parser.error("--implementations is empty")
     os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded, whatever the shell says
+    if args.layers and not args.implementation:
+        parser.error("--layers needs --implementation FILE.py:FN")
     try:
-        require_transformers()  # before anything imports torch: the install line if missing
-        from .check import check_model
-
-        model = (tiny_model(args.tiny, args.dtype) if args.tiny
-                 else load_model(args.model, args.dtype))
-        report = check_model(model, implementations=impls, generate=args.generate,
-                             sample=args.sample, save_to=args.save, batch=args.batch,
-                             length=args.length, padding=args.padding)
+        if args.model is not None and is_target_spec(args.model):
+            if args.generate or args.sample or args.implementations != "eager,sdpa,attnkit":
+                parser.error("--generate, --sample and --implementations apply to "
+                             "transformers models; a FILE.py model runs its own forward once "
+                             "(use --implementation FILE.py:FN for your attention function)")
+            report = _run_any(args)
+        else:
+            report = _run_transformers(args, impls)
     except ImportError as err:  # the transformers extra is missing: the install line
         print(f"attnkit check model: error: {err}", file=sys.stderr)
         return 2
     except ValueError as err:
         parser.error(str(err))
-    report.model = f"--tiny {args.tiny}" if args.tiny else args.model
     lang = args.lang or get_language()
     print(report.to_json(lang) if args.json else report.text(lang))
     return 0 if report.ok else 1
+
+
+def _implementation(args: argparse.Namespace) -> Any:
+    if not args.implementation:
+        return None
+    fn = load_implementation(args.implementation)
+    if not args.layers:
+        return fn
+    return {p.strip(): fn for p in args.layers.split(",") if p.strip()}
+
+
+def _run_any(args: argparse.Namespace) -> Any:
+    """A model from FILE.py:NAME, judged call by call."""
+    import torch
+
+    from .any_model import check_any_model
+
+    implementation = _implementation(args)
+    model, inputs = load_any_model(args.model, args.seed)
+    if args.inputs:
+        inputs = read_inputs(args.inputs)
+    if args.dtype:
+        model = model.to(getattr(torch, args.dtype))
+        inputs = cast_inputs(inputs, getattr(torch, args.dtype))
+    if inputs is None:
+        raise ValueError(f"MODEL {args.model!r} gives no inputs: pass --inputs FILE.pt (or "
+                         f".safetensors), or return (model, inputs) from {args.model}")
+    return check_any_model(model, inputs, implementation=implementation,
+                           save_to=args.save, label=args.model)
+
+
+def _run_transformers(args: argparse.Namespace, impls: list[str]) -> Any:
+    require_transformers()  # before anything imports torch: the install line if missing
+    from .check import check_model
+
+    dtype = args.dtype or "float32"
+    model = (tiny_model(args.tiny, dtype, seed=args.seed) if args.tiny
+             else load_model(args.model, dtype, seed=args.seed))
+    inputs = read_inputs(args.inputs) if args.inputs else None
+    report = check_model(model, inputs, implementations=impls, generate=args.generate,
+                         sample=args.sample, save_to=args.save, batch=args.batch,
+                         length=args.length, padding=args.padding, seed=args.seed,
+                         implementation=_implementation(args),
+                         generate_api=args.generate_api)
+    report.model = f"--tiny {args.tiny}" if args.tiny else args.model
+    return report

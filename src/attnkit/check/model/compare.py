@@ -9,6 +9,7 @@ import math
 import re
 from typing import Any
 
+from ..catalogue import T, Text
 from ..core.report import CODES, ERROR
 from .masks import CallPlace
 from .report import LayerRow
@@ -88,16 +89,15 @@ class Comparison:
         for row in s.result.layers:
             if row.verdict != "ok" and (CODES[row.verdict][0] == ERROR
                                         or row.verdict == "causal-alignment"):
-                row.origin = "made here"
+                row.origin = "made here"  # words of the catalogue: model.made here
             elif row.diff_attention is not None and row.diff_attention > tol:
                 row.origin = "inherited"
         if any(f.code == "fully-masked-row" for f in s.result.findings):
             return
         for row in s.result.layers:
             if "NaN" in row.empty_hold:
-                self.find(s, row, "fully-masked-row", "queries with no allowed key (padding) "
-                          "get NaN: through the padded tokens it can reach later layers; "
-                          "attnkit, SDPA and flash-attn give 0", f"{row.empty_rows} rows",
+                self.find(s, row, "fully-masked-row", T("model.empty-nan"),
+                          T("measured.rows", n=row.empty_rows),
                           {"step": row._nan_step or 0, "layer": row.layer})
                 break
 
@@ -122,9 +122,9 @@ def _after_layer(layer: str, hidden: str) -> bool:
     return bool(numbers) and numbers[0] == idx
 
 
-def _hidden_name(side: str, i: int) -> str:
-    what = "embeddings" if i == 0 else f"after layer {i - 1}"
-    return f"{side} {what}".strip()
+def _hidden_name(side: str, i: int) -> Text:
+    what = T("model.embeddings") if i == 0 else T("model.after-layer", i=i - 1)
+    return T(f"model.side-{side}", what=what) if side else what
 
 
 def _rel_diff(a: Any, b: Any) -> float:

@@ -186,10 +186,13 @@ def make_inputs(model: Any, batch: int = 2, length: int = 12, padding: str = "le
     if batch < 1 or length < 1:
         raise ValueError(f"batch and length must be >= 1, got {batch} and {length}")
     config = model.config
+    g = torch.Generator().manual_seed(seed)
+    main = getattr(model, "main_input_name", "input_ids")
+    if main in ("pixel_values", "input_features"):
+        return _signal_inputs(model, main, batch, g)
     vocab = int(getattr(config.get_text_config(), "vocab_size", 0) or 64)
     pad_id = getattr(config, "pad_token_id", None)
     pad_id = 0 if pad_id is None else int(pad_id)
-    g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1, vocab, (batch, length), generator=g)
     mask = torch.ones(batch, length, dtype=torch.long)
     if padding != "none":
@@ -207,6 +210,30 @@ def make_inputs(model: Any, batch: int = 2, length: int = 12, padding: str = "le
         dec = torch.randint(1, vocab, (batch, max(1, length // 2)), generator=g)
         dec[:, 0] = start
         inputs["decoder_input_ids"] = dec
+    return inputs
+
+
+def _signal_inputs(model: Any, main: str, batch: int, g: Any) -> dict:
+    """Random images (``pixel_values``, ``(B, C, S, S)`` from the config's
+    ``num_channels`` and ``image_size``) or sounds (``input_features``, ``(B, mel bins,
+    2 * max_source_positions)``, with one start token for the decoder) for ``model``."""
+    import torch
+
+    config = model.config
+    sub = getattr(config, "vision_config", None) or config
+    dtype = next(model.parameters()).dtype
+    if main == "pixel_values":
+        size = getattr(sub, "image_size", 224)
+        size = tuple(size) if isinstance(size, (list, tuple)) else (size, size)
+        shape = (batch, getattr(sub, "num_channels", 3), *size)
+        return {"pixel_values": torch.randn(shape, generator=g).to(dtype)}
+    frames = 2 * getattr(config, "max_source_positions", 1500)
+    features = torch.randn((batch, getattr(config, "num_mel_bins", 80), frames),
+                           generator=g).to(dtype)
+    inputs = {"input_features": features}
+    if getattr(config, "is_encoder_decoder", False):
+        start = getattr(config, "decoder_start_token_id", None) or 0
+        inputs["decoder_input_ids"] = torch.full((batch, 1), start, dtype=torch.long)
     return inputs
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from ..catalogue import T, Text
+
 __all__ = ["CallPlace", "expected_keep", "mask_difference", "received_keep"]
 
 
@@ -38,6 +40,10 @@ class CallPlace:
         q_doc: ``(B, Tq)`` packed-document id of each query, or None.
         k_doc: ``(B, Tk)`` packed-document id of each key, or None.
         n_tokens: tokens that exist so far (keys at or past it are empty cache slots).
+        structure: ``(B, Tq, Tk)`` bool, the mask the model's own code builds for this
+            layer with every token real (:mod:`.facts`), where it differs from what the
+            config says; it then replaces ``causal``, ``window``, ``chunk`` and the
+            documents. None: the config's facts.
     """
 
     q_index: torch.Tensor
@@ -51,6 +57,7 @@ class CallPlace:
     q_doc: torch.Tensor | None = None
     k_doc: torch.Tensor | None = None
     n_tokens: int = 0
+    structure: torch.Tensor | None = None
 
 
 def expected_keep(place: CallPlace, *, window: bool = True) -> torch.Tensor:
@@ -59,6 +66,8 @@ def expected_keep(place: CallPlace, *, window: bool = True) -> torch.Tensor:
     q = place.q_index[:, None]
     k = place.k_index[None, :]
     keep = place.key_real[:, None, :].expand(-1, q.shape[0], -1).clone()
+    if place.structure is not None:
+        return keep & place.structure
     if place.causal:
         keep &= k <= q
     if window and place.window is not None:
@@ -75,7 +84,8 @@ def expected_keep(place: CallPlace, *, window: bool = True) -> torch.Tensor:
 
 
 def received_keep(mask: Any, module: Any, kwargs: dict, q: torch.Tensor,
-                  k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, str]:
+                  k: torch.Tensor, top_left: bool = False
+                  ) -> tuple[torch.Tensor, torch.Tensor | None, str]:
     """What an attention function received, as ``(keep, bias, words)``.
 
     ``keep`` is bool ``(B or 1, H or 1, Tq, Tk)``; ``bias`` a float tensor added to the
@@ -85,6 +95,9 @@ def received_keep(mask: Any, module: Any, kwargs: dict, q: torch.Tensor,
     A mask of None means what transformers means by it: causal when ``is_causal`` (or the
     module's ``is_causal``) and ``Tq > 1``, aligned bottom-right (with ``Tq == Tk``, as
     transformers sends None, both alignments agree), cut to ``sliding_window`` when given.
+    ``top_left``: the mask came from transformers' ``sdpa_mask``, which also drops the mask
+    of a static cache's prefill (``Tq < Tk``, the keys after the last query empty slots)
+    because PyTorch's ``is_causal`` aligns top-left: read it so.
     """
     Tq, Tk = q.shape[-2], k.shape[-2]
     bias = kwargs.get("position_bias")
@@ -93,51 +106,53 @@ def received_keep(mask: Any, module: Any, kwargs: dict, q: torch.Tensor,
         is_causal = kwargs.get("is_causal")
         is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
         keep = torch.ones(Tq, Tk, dtype=torch.bool)
-        i = torch.arange(Tq)[:, None] + (Tk - Tq)
+        i = torch.arange(Tq)[:, None] + (0 if top_left else Tk - Tq)
         j = torch.arange(Tk)[None, :]
-        words = "no mask"
+        words: Text = T("mask.none")
         if is_causal and Tq > 1:
             keep &= j <= i
-            words += " (is_causal)"
+            words += T("mask.is-causal")
         window = kwargs.get("sliding_window")
         if window is not None:
             keep &= (i - j) < int(window)
-            words += f" (sliding_window={window})"
+            words += T("mask.window", window=window)
         return keep[None, None], bias, words
     dense = getattr(mask, "dense", None)
     if callable(dense) and type(mask).__name__ == "StructuredMask":
-        return dense().detach().cpu(), bias, "attnkit structured mask"
+        return dense().detach().cpu(), bias, T("mask.structured")
     if type(mask).__name__ == "BlockMask":  # FlexAttention: its mask_mod, element by element
         from torch.nn.attention.flex_attention import create_mask
 
         keep = create_mask(mask.mask_mod, q.shape[0], 1, Tq, Tk, device=q.device)
-        return keep.cpu(), bias, "FlexAttention BlockMask"
+        return keep.cpu(), bias, T("mask.block")
     mask = mask.detach().cpu()
     if mask.dtype == torch.bool:
-        return mask, bias, "bool mask"
+        return mask, bias, T("mask.bool")
     floor = torch.finfo(mask.dtype).min / 2
     keep = mask > floor  # -inf and the dtype's minimum (transformers' fill) mean "masked"
     extra = torch.where(keep, mask, torch.zeros((), dtype=mask.dtype))
     if bool((extra != 0).any()):
         bias = extra if bias is None else bias + extra
-    return keep, bias, "additive float mask"
+    return keep, bias, T("mask.additive")
 
 
-def _why(place: CallPlace, b: int, i: int, j: int) -> str:
+def _why(place: CallPlace, b: int, i: int, j: int) -> Text:
     """Why key ``j`` is not allowed for query ``i`` of row ``b`` (the first reason)."""
     qi, kj = int(place.q_index[i]), int(place.k_index[j])
     if not bool(place.key_real[b, j]):
-        return "an empty cache slot" if place.n_tokens and kj >= place.n_tokens \
-            else "a padded key"
+        return T("why.empty-slot" if place.n_tokens and kj >= place.n_tokens
+                 else "why.padded")
     if place.causal and kj > qi:
-        return "a future key"
+        return T("why.future")
+    if place.structure is not None:
+        return T("why.own-mask")
     if place.window is not None and qi - kj >= place.window:
-        return f"outside the sliding window of {place.window}"
+        return T("why.window", window=place.window)
     if place.chunk is not None:
-        return f"in another chunk of {place.chunk}"
+        return T("why.chunk", chunk=place.chunk)
     if place.q_doc is not None:
-        return "in another packed document"
-    return "a key the model does not allow"
+        return T("why.document")
+    return T("why.other")
 
 
 def mask_difference(received: torch.Tensor, expected: torch.Tensor,
@@ -156,7 +171,7 @@ def mask_difference(received: torch.Tensor, expected: torch.Tensor,
     order = (idx[:, 2] * B + idx[:, 0]) * diff.shape[1] * Tk + idx[:, 1] * Tk + idx[:, 3]
     b, h, i, j = (int(x) for x in idx[int(order.argmin())])
     allowed = bool(got[b, h, i, j])
-    why = _why(place, b, i, j) if allowed else "a real key it should see"
+    why = _why(place, b, i, j) if allowed else T("why.real")
     return {"batch": b, "head": h if received.shape[1] > 1 else None, "query": i, "key": j,
             "allowed": allowed, "why": why, "count": count,
             "q_pos": int(place.q_index[i]), "k_pos": int(place.k_index[j])}

@@ -9,19 +9,15 @@ path) and the first batch row, head, query and key concerned.
 from __future__ import annotations
 
 import json
+import math
 import unicodedata
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
-from ..catalogue.messages import (
-    ZH_CODES,
-    ZH_MODEL_PHRASES,
-    ZH_MODEL_WORDS,
-    ZH_WORDS,
-    check_language,
-    get_language,
-    zh_phrases,
-)
-from ..core.report import CODES, ERROR, Finding
+from ..catalogue import T, check_language, code_words, get_language, render, style, words
+from ..core.report import Finding
+from ..render.json import finding_dict
 
 __all__ = ["ImplementationResult", "LayerRow", "ModelFinding", "ModelReport"]
 
@@ -40,11 +36,9 @@ class ModelFinding(Finding):
     query: int | None = None
     key: int | None = None
 
-    @property
-    def severity(self) -> str:
-        # A convention for a lone function, a defect inside a model: the model's own mask
-        # is bottom-right, so a top-left function changes what it computes with a cache.
-        return ERROR if self.code == "causal-alignment" else CODES[self.code][0]
+    # Severities of a model check (the catalogue): causal-alignment, a convention for a
+    # lone function, is an error inside a model, whose own mask is bottom-right.
+    kind: ClassVar[str] = "model"
 
 
 @dataclass
@@ -66,6 +60,8 @@ class LayerRow:
         diff_hidden: the same for the hidden state after the block holding this module.
         origin: ``"made here"`` (its own attention fails), ``"inherited"`` (it passes, but
             its output differs from the first implementation's), or "".
+        note: why the layer (or some of its calls) was not judged, or "" (verdict
+            ``"not checked"``: no judged call accounts for it).
     """
 
     layer: str
@@ -79,6 +75,7 @@ class LayerRow:
     diff_attention: float | None = None
     diff_hidden: float | None = None
     origin: str = ""
+    note: str = ""
     _ratio: float = field(default=0.0, repr=False)
     _nan_step: int | None = field(default=None, repr=False)  # first step a row held NaN
 
@@ -99,6 +96,8 @@ class ImplementationResult:
         first_failing_layer: the first layer whose own attention failed, or None.
         masks: how the masks arrived (``"bool mask"``, ``"additive float mask"``, ...).
         reproducer: the ``.pt`` file of the first failing call, or "".
+        unloaded: the implementation could not be loaded (a package it needs is missing):
+            the report fails.
     """
 
     name: str
@@ -109,10 +108,18 @@ class ImplementationResult:
     first_failing_layer: str | None = None
     masks: list[str] = field(default_factory=list)
     reproducer: str = ""
+    unloaded: bool = False
 
     @property
     def ok(self) -> bool:
-        return not any(f.is_error for f in self.findings)
+        """No error finding, and it could be loaded (a layer not checked is a warning,
+        named with why)."""
+        return not any(f.is_error for f in self.findings) and not self.unloaded
+
+    @property
+    def unchecked(self) -> list[LayerRow]:
+        """The attention modules of the model that no judged call came from."""
+        return [row for row in self.layers if row.verdict == "not checked"]
 
     @property
     def calls(self) -> int:
@@ -124,8 +131,7 @@ class ImplementationResult:
         """A warning when this implementation was not checked (transformers or the model
         refused it, or attnkit's check failed), else ""."""
         if self.status.startswith(("refused", "not judged")) and not self.findings:
-            return (f"{self.name} was not checked ({self.calls} call(s) judged): "
-                    f"{self.status}")
+            return T("model.note", name=self.name, calls=self.calls, status=self.status)
         return ""
 
 
@@ -140,6 +146,9 @@ class ModelReport:
         implementations: one :class:`ImplementationResult` each, in the order given
             (differences are measured against the first).
         seconds: wall time.
+        notes: facts about the model said as facts, not findings (a layer's own mask
+            code that the config does not describe, packed documents the model does not
+            split, decoding not applicable).
     """
 
     model: str
@@ -147,11 +156,13 @@ class ModelReport:
     inputs: str = ""
     implementations: list[ImplementationResult] = field(default_factory=list)
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """True when no implementation has an error finding and at least one attention
-        call was judged (a check that judged nothing is not a pass)."""
+        """True when no implementation has an error finding or could not be loaded, and
+        at least one attention call was judged (a check that judged nothing is not a
+        pass; a layer not checked is a warning, and the verdict covers the others)."""
         return all(r.ok for r in self.implementations) and self.judged
 
     @property
@@ -159,6 +170,20 @@ class ModelReport:
         """True when some implementation ran to the end with at least one attention call
         judged (a run refused or cut short by attnkit's own failure does not count)."""
         return any(r.calls and not r.note for r in self.implementations)
+
+    @property
+    def reason(self) -> str:
+        """Why the report is not a pass when no finding says it, in one line, else ""."""
+        for r in self.implementations:
+            if r.unloaded:
+                return f"{r.name} could not be loaded: {r.status.removeprefix('refused: ')}"
+        for r in self.implementations:
+            if r.unchecked:
+                names = ", ".join(row.layer for row in r.unchecked[:3])
+                more = f" and {len(r.unchecked) - 3} more" if len(r.unchecked) > 3 else ""
+                return (f"{len(r.unchecked)} attention layer(s) not checked under {r.name}: "
+                        f"{names}{more}")
+        return ""
 
     @property
     def codes(self) -> list[str]:
@@ -172,48 +197,61 @@ class ModelReport:
         carries its code's Chinese ``title`` and ``diagnosis``; codes never change."""
         check_language(lang)
         d = asdict(self)
+        d["inputs"] = render(self.inputs, lang)
         d["ok"] = self.ok
         d["judged"] = self.judged
+        d["reason"] = self.reason or None
         for r, item in zip(self.implementations, d["implementations"]):
             item["ok"], item["calls"] = r.ok, r.calls
-            item["warning"] = r.note or None
+            item["warning"] = render(r.note, lang) or None
+            item["status"] = render(r.status, lang)
+            item["masks"] = [render(m, lang) for m in r.masks]
+            for h in item["hidden"]:
+                h["name"] = render(h["name"], lang)
+            item["first_failing_layer"] = render(r.first_failing_layer, lang) or None
             for f, fi in zip(r.findings, item["findings"]):
-                fi["severity"] = f.severity
-                if lang == "zh":
-                    fi["title"], fi["diagnosis"] = ZH_CODES[f.code]
+                finding_dict(f, fi, lang)
             for row in item["layers"]:
+                row["first_failure"] = render(row["first_failure"], lang)
+                row["note"] = render(row.get("note", ""), lang)
                 row.pop("_ratio", None)
                 row.pop("_nan_step", None)
         return d
 
     def to_json(self, lang: str = "en") -> str:
-        return json.dumps(self.to_dict(lang), indent=2, ensure_ascii=False)
+        """Strict JSON: a non-finite number is ``null`` (NaN) or the string ``"inf"`` /
+        ``"-inf"``, never the ``NaN``/``Infinity`` that JSON parsers refuse."""
+        return json.dumps(_strict(self.to_dict(lang)), indent=2, ensure_ascii=False,
+                          allow_nan=False)
 
     def table(self, reproducers: bool = True, lang: str | None = None) -> str:
         """The report as text (:meth:`text`)."""
         return self.text(lang, reproducers)
 
-    def text(self, lang: str | None = None, reproducers: bool = True) -> str:
+    def text(self, lang: str | None = None, reproducers: bool = True,
+             literal: Callable[[str], str] | None = None) -> str:
         """The report as text: per implementation a table by layer, then its findings.
 
         Args:
-            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.catalogue.messages.get_language`.
+            lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.catalogue.get_language`.
                 In Chinese the headers are Chinese and every finding gets its code's
                 Chinese title and diagnosis, with the check's English sentence under it;
                 codes, figures and reproducers are the same.
             reproducers: print the first failing call's reproducer of each implementation.
+            literal: rewrites every field a sentence quotes as written (tests).
         """
         lang = check_language(lang or get_language())
-        w = ZH_MODEL_WORDS if lang == "zh" else _EN_WORDS
-        inputs = zh_phrases(self.inputs, ZH_MODEL_PHRASES) if lang == "zh" else self.inputs
+        w = {k[len("model."):]: v for k, v in words(lang).items() if k.startswith("model.")}
+        inputs = render(self.inputs, lang, literal)
         lines = [w["title"].format(model=self.model),
                  "  " + w["inputs"].format(dtype=self.dtype, inputs=inputs,
                                            seconds=self.seconds)]
+        lines += [f"  note: {n}" for n in self.notes]
         first = self.implementations[0].name if self.implementations else ""
         for r in self.implementations:
-            status = w["ran"] if r.status == "ran" else r.status
-            lines += ["", f"{r.name}: {status}" + (f"{w['masks']}{', '.join(r.masks)}"
-                                                   if r.masks else "")]
+            status = w["ran"] if r.status == "ran" else render(r.status, lang, literal)
+            masks = words(lang)["sep.list"].join(render(m, lang, literal) for m in r.masks)
+            lines += ["", f"{r.name}: {status}" + (f"{w['masks']}{masks}" if r.masks else "")]
             if r.note:
                 lines.append(w["not checked"])
             if r.layers:
@@ -222,7 +260,10 @@ class ModelReport:
                         f"{_pad(w['worst'], 20)} {_pad(w['first failure'], 34)} "
                         f"{_pad(w['empty rows'], 14)} {_pad(w['verdict'], 18)} {diff_head}")
                 lines.append(head.rstrip())
-                for row in r.layers:
+                shown = [_short(row.layer) for row in r.layers]
+                if len(set(shown)) < len(set(row.layer for row in r.layers)):
+                    shown = [row.layer for row in r.layers]  # shortened, two would merge
+                for row, name in zip(r.layers, shown):
                     hold = "/".join(row.empty_hold) if row.empty_rows else ""
                     empty = f"{row.empty_rows} ({hold})" if row.empty_rows else "0"
                     err = f"{row.worst_error:.1e} / {row.bound:.1e}" if row.bound else "-"
@@ -231,17 +272,24 @@ class ModelReport:
                         diff += f" / {row.diff_hidden:.1e}"
                     if row.origin:
                         diff += f" {w.get(row.origin, row.origin)}"
-                    lines.append(f"  {_short(row.layer):<34} {row.calls:>5}  {err:<20} "
-                                 f"{row.first_failure or '-':<34} {empty:<14} "
+                    first_failure = render(row.first_failure, lang, literal) or "-"
+                    lines.append(f"  {name:<34} {row.calls:>5}  {err:<20} "
+                                 f"{_pad(first_failure, 34)} {empty:<14} "
                                  f"{row.verdict:<18} {diff}".rstrip())
             if r.hidden and r.name != first:
                 worst = max(r.hidden, key=lambda h: h["diff"])
                 lines.append("  " + w["hidden"].format(first=first, diff=worst["diff"],
-                                                       name=worst["name"]))
+                                                       name=render(worst["name"], lang,
+                                                                   literal)))
             if r.first_failing_layer:
-                lines.append("  " + w["first failing"].format(layer=r.first_failing_layer))
+                lines.append("  " + w["first failing"].format(
+                    layer=render(r.first_failing_layer, lang, literal)))
             for f in r.findings:
-                lines += _finding_lines(f, w, lang)
+                lines += _finding_lines(f, w, lang, literal)
+            for row in r.layers:  # a layer (or calls of it) never judged: named, with why
+                if row.note:
+                    lines.append(w["layer not checked"].format(
+                        layer=row.layer, why=render(row.note, lang, literal)))
             if reproducers:
                 for f in r.findings:
                     if f.reproducer:
@@ -249,46 +297,51 @@ class ModelReport:
                         lines += ["    " + x for x in f.reproducer.splitlines()]
                         break
         n_err = sum(f.is_error for r in self.implementations for f in r.findings)
-        n_warn = sum(len(r.findings) + bool(r.note) for r in self.implementations) - n_err
+        n_warn = sum(len(r.findings) + bool(r.note) + sum(bool(x.note) for x in r.layers)
+                     for r in self.implementations) - n_err
         lines += ["", w["verdict line"].format(verdict=w["OK"] if self.ok else w["FAILED"],
                                                errors=n_err, warnings=n_warn)]
         if not self.judged:
             lines.append(w["nothing judged"])
+        else:
+            unseen = sum(row.verdict == "not checked" for r in self.implementations
+                         for row in r.layers)
+            if unseen:
+                lines.append(w["layers not checked"].format(n=unseen))
+        if any(r.unloaded for r in self.implementations):
+            lines.append(f"{w['FAILED']}: {self.reason}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.text()
 
 
-# The words of the table in English; the Chinese ones are ZH_MODEL_WORDS in messages.py.
-_EN_WORDS: dict[str, str] = {
-    "title": "attnkit check model: {model}",
-    "inputs": "{dtype}, {inputs}; {seconds:.1f} s",
-    "ran": "ran", "masks": "; masks: ",
-    "not checked": "  warning  not checked: no attention call of this implementation was judged",
-    "layer": "layer", "calls": "calls", "worst": "worst error / rule",
-    "first failure": "first failure", "empty rows": "empty rows", "verdict": "verdict",
-    "vs": "vs {first}: attention / hidden",
-    "hidden": "hidden states vs {first}: largest difference {diff:.1e} at {name}",
-    "first failing": "first layer whose own attention fails: {layer}",
-    "measured": "measured", "at": "at",
-    "reproducer": "reproducer ({code}, inputs in {path}):",
-    "verdict line": "{verdict}: {errors} error(s), {warnings} warning(s)",
-    "OK": "OK", "FAILED": "FAILED",
-    "nothing judged": "no attention call was judged: this is not a pass",
-}
+def _finding_lines(f: ModelFinding, w: dict[str, str], lang: str,
+                   literal: Callable[[str], str] | None) -> list[str]:
+    sev = words(lang)[f.severity]
+    message, measured, case = (render(x, lang, literal) for x in (f.message, f.measured,
+                                                                   f.case))
+    if style(lang) == "blocks":
+        cw = code_words(f.code, lang)
+        lines = [f"  [{sev}] {f.code}：{cw['title']}", f"    {cw['what']}{cw['fix']}",
+                 f"    {w['detail']}：{message}"]
+        lines += [f"    {w['measured']}：{measured}"] if measured else []
+        return lines + ([f"    {w['at']}：{case}"] if case else [])
+    lines = [f"  {sev:<7}  {f.code}: {message}"]
+    lines += [f"           {w['measured']}: {measured}"] if measured else []
+    return lines + ([f"           {w['at']}: {case}"] if case else [])
 
 
-def _finding_lines(f: ModelFinding, w: dict[str, str], lang: str) -> list[str]:
-    if lang == "zh":
-        title, diagnosis = ZH_CODES[f.code]
-        lines = [f"  [{ZH_WORDS[f.severity]}] {f.code}：{title}", f"    {diagnosis}",
-                 f"    {ZH_WORDS['detail']}：{f.message}"]
-        lines += [f"    {w['measured']}：{f.measured}"] if f.measured else []
-        return lines + ([f"    {w['at']}：{f.case}"] if f.case else [])
-    lines = [f"  {f.severity:<7}  {f.code}: {f.message}"]
-    lines += [f"           measured: {f.measured}"] if f.measured else []
-    return lines + ([f"           at: {f.case}"] if f.case else [])
+def _strict(x: object) -> object:
+    """``x`` with every non-finite float replaced: NaN by None, +-inf by ``"inf"``,
+    ``"-inf"`` (in dicts, lists and tuples)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if isinstance(x, dict):
+        return {k: _strict(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_strict(v) for v in x]
+    return x
 
 
 def _pad(text: str, width: int, right: bool = False) -> str:

@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..meet.targets import target_spec
+from .any_repro import file_spec
 from .masks import received_keep
 
 __all__ = ["model_reproducer"]
@@ -45,6 +47,7 @@ def model_reproducer(folder: Path, impl: str, f: Any, call: tuple,
     data["is_causal"] = bool(getattr(module, "is_causal", True))
     data["layer_idx"] = getattr(module, "layer_idx", None)
     data["num_key_value_groups"] = q.shape[1] // k.shape[1]
+    data["module"] = module_state(module)
     _, bias, _ = received_keep(mask, module, kwargs, q, k)
     if bias is not None:
         data["bias"] = bias.detach().cpu()
@@ -55,10 +58,15 @@ def model_reproducer(folder: Path, impl: str, f: Any, call: tuple,
     if impl == "eager":
         mod = type(module).__module__
         load_fn = f"from {mod} import eager_attention_forward as fn"
-    else:
-        load_fn = (f"fn = AttentionInterface()[{impl!r}]"
-                   + ("" if impl in ("sdpa", "attnkit") else
-                      "  # register your function first"))
+    elif impl in ("sdpa", "attnkit") or _ships_with(fn):
+        load_fn = f"fn = AttentionInterface()[{impl!r}]"
+    else:  # the user's own function: registered inside the reproducer, from its file
+        spec = file_spec(fn) or target_spec(fn)
+        load_fn = (f"fn = AttentionInterface()[{impl!r}]  # register your function first"
+                   if spec is None else
+                   f"from attnkit.check import load_target\n"
+                   f"fn = load_target({spec!r})\n"
+                   f"AttentionInterface.register({impl!r}, fn)  # as the model ran it")
     if f.code == "mask-mismatch" and "ignores" not in f.message:
         # The mask this call received (as the check read it: True = may attend) against
         # the one the config and padding call for, at the pair the finding names.
@@ -80,7 +88,9 @@ def model_reproducer(folder: Path, impl: str, f: Any, call: tuple,
     lines += [f"d = torch.load({str(path)!r}, weights_only=True)", load_fn,
               "module = torch.nn.Module().eval()  # what fn reads off the calling module",
               "module.is_causal, module.layer_idx = d['is_causal'], d['layer_idx']",
-              "module.num_key_value_groups = d['num_key_value_groups']"]
+              "module.num_key_value_groups = d['num_key_value_groups']",
+              "for name, x in d['module'].items():  # its settings and own tensors (sinks)",
+              "    setattr(module, name, x)"]
     if keep4 is None:  # the call raised: calling it again raises the same
         why = "in half precision" if f.code == "float16-overflow" else f"({f.measured})"
         lines += ["fn(module, d['q'], d['k'], d['v'], d.get('attention_mask'), "
@@ -98,6 +108,32 @@ def model_reproducer(folder: Path, impl: str, f: Any, call: tuple,
               "print('max error of that row against the oracle:', err)",
               f"assert err <= {_bound_text(measured)}, {f.code!r}"]
     return path, "\n".join(lines)
+
+
+def module_state(module: Any) -> dict[str, Any]:
+    """What an attention function may read off the calling module, in a form
+    ``torch.load(weights_only=True)`` reads back: its plain settings (numbers, strings,
+    bools, None; ``scaling``, ``sliding_window``, ...) and its own parameters and buffers
+    (``sinks``), not its submodules'."""
+    import torch
+
+    state: dict[str, Any] = {}
+    for name, x in vars(module).items():
+        if not name.startswith("_") and name != "training" and \
+                isinstance(x, (bool, int, float, str, type(None))):
+            state[name] = x
+    if isinstance(module, torch.nn.Module):
+        for name, t in list(module._parameters.items()) + list(module._buffers.items()):
+            if t is not None:
+                state[name] = t.detach().cpu().clone()
+    return state
+
+
+def _ships_with(fn: Any) -> bool:
+    """A function of transformers or attnkit (``flash_attention_2``, ``flex_attention``):
+    the reproducer gets it from ``AttentionInterface`` like the model did."""
+    mod = getattr(fn, "__module__", "") or ""
+    return mod.startswith(("transformers.", "attnkit."))
 
 
 def _bound_text(measured: str) -> str:

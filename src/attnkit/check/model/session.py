@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..catalogue import T
 from .report import ImplementationResult, LayerRow
 
 __all__ = ["WRAPPER_PREFIX", "CheckFailed", "Session", "Stopped", "first_line",
@@ -35,13 +36,15 @@ class Session:
         self.first_fail_key: tuple | None = None
         self.step = 0
         self.call_index = 0
+        self.path = ""  # "model.generate(), static cache" while that path runs
+        self.sdpa_masks = _sdpa_masks(impl)  # a None mask means PyTorch's is_causal
 
     def function(self, module: Any) -> Any:
         if self.impl == "eager":
             fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward",
                          None)
             if fn is None:
-                raise Stopped(f"{type(module).__module__} defines no eager_attention_forward")
+                raise Stopped(T("model.no-eager", module=type(module).__module__))
             return fn
         from transformers import AttentionInterface
 
@@ -69,6 +72,16 @@ class Session:
         except Exception as err:  # attnkit's own failure: say so, never blame the function
             raise CheckFailed(f"{type(err).__name__}: {first_line(err)}") from err
         return result
+
+
+def _sdpa_masks(impl: str) -> bool:
+    """Does ``impl`` get its masks from transformers' ``sdpa_mask`` (so that a None mask
+    with ``is_causal`` means PyTorch's top-left ``is_causal``)?"""
+    try:
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    except ImportError:
+        return False
+    return AttentionMaskInterface._global_mapping.get(impl) is sdpa_mask
 
 
 def _same(a: Any, b: Any) -> bool:

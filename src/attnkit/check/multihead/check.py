@@ -29,24 +29,29 @@ checked, smallest evidence first:
 from __future__ import annotations
 
 import inspect
+import re
 import time
 import warnings
 from typing import Any
 
 import numpy as np
 
+from ..catalogue import T as Tx
+from ..catalogue import Text, join
 from ..core.judge import first_line
 from ..core.report import Finding, Report
+from ..core.where import failing_line
 from ..meet.adapt import (
     CONVENTIONS,
     LENS_NAMES,
     PADDING_NAMES,
+    QKV_NAMES,
     Call,
     origin_of,
     read_call,
     target_spec,
 )
-from ..meet.build import BuildError, build_module
+from ..meet.build import BuildError, BuildRaised, build_module
 
 __all__ = ["check_multi_head"]
 
@@ -61,7 +66,9 @@ def _signature(m: Any) -> tuple[bool, Call]:
     except (TypeError, ValueError):
         return False, Call(guessed=None)
     qkv = read_call(m, 3)
-    if qkv.input_names:
+    if qkv.input_names or _names_qkv(params):
+        # forward(query, key=None, value=None): self-attention by default, cross-attention
+        # when key and value are given; called with all three, key is never a mask
         return False, qkv
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     inputs = positional or [p for p in params if p.kind == p.KEYWORD_ONLY]
@@ -73,11 +80,36 @@ def _signature(m: Any) -> tuple[bool, Call]:
     return True, read_call(m, 1)
 
 
-def _no_layout(h: Any, tried: str) -> Finding:
-    return Finding("call-failed", f"the module's {h.mask_name}= took none of the mask layouts "
-                   f"the check knows, so masks were not tested; declare the mask with "
-                   f"--convention, or wrap the module in a factory whose forward takes a "
-                   f"(B, Tq, Tk) mask", f"tried {tried}")
+def _names_qkv(params: list[inspect.Parameter]) -> bool:
+    """The first three parameters are named as query, key and value (any of their
+    spellings), the last two perhaps with a default."""
+    names = tuple(p.name.lower() for p in params[:3])
+    return any(names == triple for triple in QKV_NAMES)
+
+
+def _no_layout(h: Any, tried: Text) -> Finding:
+    """``call-failed`` for a mask no layout fits: the first try and the line it failed on,
+    the factory to write, and a reproducer that makes the first try again."""
+    from .probe import B, T  # torch: imported here
+
+    items = tried.fields.get("items") if isinstance(tried, Text) else None
+    first = items[0] if items else tried
+    expr = re.sub(r"=4\b", "=H", re.sub(r"=16\b", "=E", h.built.expr or f"{h.name}(E, H)"))
+    inputs = "x" if h.self_only else "query, key, value"
+    factory = (f"class Checked(torch.nn.Module): def __init__(self, E, H): super().__init__(); "
+               f"self.inner = {expr}; def forward(self, {inputs}, mask=None): return "
+               f"self.inner({inputs}, {h.mask_name}=...)  # from mask (B, Tq, Tk), True = "
+               f"may attend, make the mask it asserts")
+    key_only = h.prefer_key_only or h.convention == "valid_lens"
+    shape = f"{B}, {T}" if key_only else f"{B}, {T}, {T}"
+    fill = "zeros" if h.convention == "masked" else "ones"
+    mask = (f"torch.full(({B},), {T})" if h.convention == "valid_lens"
+            else f"torch.{fill}({shape}, dtype=torch.bool)  # nothing masked")
+    return Finding("call-failed", Tx("mha.no-mask-layout", name=h.mask_name, first=first,
+                                     factory=factory),
+                   Tx("measured.tried-layouts", tries=tried),
+                   reproducer=h.repro([f"mask = {mask}",
+                                       f"out = run({h.args_text('x')}, {h.mask_name}=mask)"]))
 
 
 def check_multi_head(factory: Any, convention: str = "auto", causal: bool = False) -> Report:
@@ -115,17 +147,21 @@ def check_multi_head(factory: Any, convention: str = "auto", causal: bool = Fals
         except ValueError as err:
             if "takes no mask argument" in str(err):
                 raise  # --convention does not fit the module: a bad argument
-            report.stopped(err, "the module")
+            report.stopped(err, Tx("report.running-module"))
         except (Exception, SystemExit) as err:  # the user's module may raise anything
-            report.stopped(err, "the module")
+            report.stopped(err, Tx("report.running-module"))
     report.seconds = time.perf_counter() - t0
     return report
 
 
 
-def _failed_call(err: BaseException, what: str, fix: str) -> Finding:
-    return Finding("call-failed", f"{what} raised {type(err).__name__}: {first_line(err)}; "
-                   f"{fix}", type(err).__name__)
+def _failed_call(err: BaseException, what: Text, fix: Text) -> Finding:
+    where = failing_line(err)  # the line of the user's code that raised
+    error = f"{type(err).__name__}: {first_line(err)}"
+    return Finding("call-failed", Tx("mha.raised-at", what=what, error=error, where=where,
+                                     fix=fix) if where else
+                   Tx("mha.raised", what=what, error=error, fix=fix),
+                   Tx("measured.raised", name=type(err).__name__))
 
 
 def _check_multi_head(factory: Any, convention: str, causal: bool, report: Report,
@@ -149,21 +185,22 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
     try:
         built = build_module(factory, E, 4, spec)
     except BuildError as err:
-        report.add(Finding("call-failed", str(err), "not built"))
+        report.add(Finding("call-failed", err.text, Tx("measured.not-built")))
+        return
+    except BuildRaised as raised:
+        report.add(_raised_building(raised, spec))
         return
     except (Exception, SystemExit) as err:
         tried = _tried(factory)
-        report.add(_failed_call(err, f"building the module{tried}",
-                                "if the arguments are wrong for it, write a factory: "
-                                "def make(E, H): return YourClass(...) and check file.py:make"))
+        report.add(_failed_call(err, Tx("mha.building", tried=tried), Tx("mha.fix-factory")))
         return
-    report.origin = "; ".join(x for x in (origin, built.how) if x)
+    report.origin = join([x for x in (origin, built.how) if x])
     m = built.obj
     is_module = isinstance(m, nn.Module)
     if not callable(m):
-        report.add(Finding("call-failed", f"{built.how} gives a {type(m).__name__}, which "
-                           f"cannot be called: pass the class, an instance or a factory "
-                           f"that returns the module", "not callable"))
+        report.add(Finding("call-failed", Tx("mha.gives-not-callable", how=built.how,
+                                            type=type(m).__name__),
+                           Tx("measured.not-callable")))
         return
     report.framework = "torch" if is_module else "numpy"
     self_only, call = _signature(m)
@@ -188,7 +225,7 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
             try:
                 found = mask_polarity(h)
             except NoMaskLayout as err:
-                found, no_layout = None, _no_layout(h, str(err))
+                found, no_layout = None, _no_layout(h, err.args[0])
             conv, how = (found, "from behaviour") if found else ("keep", "assumed")
     elif conv != "none" and mask_name is None:
         raise ValueError(f"--convention {conv}: the module's forward takes no mask argument "
@@ -200,24 +237,26 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
             keep[:, 3:] = False
             h.call(h.eval(h.m), torch.randn(2, 5, 16), keep=keep)
         except NoMaskLayout as err:
-            no_layout = _no_layout(h, str(err))
+            no_layout = _no_layout(h, err.args[0])
         except Exception:
             pass  # the first call below says what the module raises
     if no_layout is not None:
         h.convention = conv = "none"  # the mask probes cannot run
-        how = f"{mask_name}= took no known layout: masks not tested"
-    report.convention = f"{conv} ({how})" + (f", passed as {mask_name}=" if conv != "none"
-                                            and mask_name else "")
+    how_text = Tx("how.no-layout", name=mask_name) if no_layout is not None else Tx(f"how.{how}")
+    report.convention = Tx("header.convention", name=conv, how=how_text)
+    if conv != "none" and mask_name:
+        report.convention += Tx("header.passed-as", name=mask_name)
     if h.layout:
         report.convention += f" {SHAPES[h.layout]}"
-    report.layout = ("(B, T, E)" if h.batch_first else "(T, B, E)") + (
-        ", self-attention m(x)" if self_only else "")
+    report.layout = "(B, T, E)" if h.batch_first else "(T, B, E)"
+    if self_only:
+        report.layout += Tx("header.self-attention")
     if call.input_names:
-        report.layout += ", inputs by name " + "=, ".join(call.input_names) + "="
-    if not hasattr(m, "batch_first"):
-        report.layout += " (found by trying)" if not h.batch_first else ""
+        report.layout += Tx("header.by-name", names="=, ".join(call.input_names) + "=")
+    if not hasattr(m, "batch_first") and not h.batch_first:
+        report.layout += Tx("header.found-by-trying")
 
-    def add(found: list[Finding], case: str) -> None:
+    def add(found: list[Finding], case: Text) -> None:
         report.cases.append(case)
         for f in found:
             f.case = f.case or case
@@ -229,15 +268,16 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
         h.call(h.eval(h.m), x, None if self_only else x)
     except Exception as err:
         if no_layout is not None:  # it needs a mask, and none of the layouts fitted
-            add([no_layout], "masks: the mask layouts tried")
+            add([no_layout], Tx("probe.mask-layouts"))
             return
         args = "m(x)" if self_only else "m(query, key, value)"
-        mask = f" (a mask goes as {mask_name}=)" if mask_name and conv != "none" else ""
-        report.add(_failed_call(
-            err, f"calling the module as {args} on {(B, T, E)} inputs{mask}",
-            "check that forward takes the inputs positionally or by the names "
-            "query/key/value; declare the mask with --convention (none if forward's extra "
-            "argument is not a mask), or write a factory that wraps the module"))
+        what = (Tx("mha.calling-mask", call=args, shape=(B, T, E), name=mask_name)
+                if mask_name and conv != "none" else
+                Tx("mha.calling", call=args, shape=(B, T, E)))
+        failed = _failed_call(err, what, Tx("mha.fix-call"))
+        failed.reproducer = h.repro([f"out = run({h.args_text('x')})"
+                                     f"  # raises {type(err).__name__}"])
+        report.add(failed)
         return
     # Tokens mixed by the heads' split or merge: the mask probes would blame the mask (a
     # polarity no reading explains, masked keys that leak, an averaged empty row) for the
@@ -245,62 +285,75 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
     mixing = [] if self_only else mixes_queries(h)
     if mixing and no_layout is not None and convention == "auto":
         no_layout = None
-        report.convention = "none (masks not tested: the queries' outputs mix)"
+        report.convention = Tx("header.none-mixing")
     causal_findings: list[Finding] | None = None
     if self_only or causal:
         behaves = causality(h)
         if behaves is not None:
-            report.causality = ("behaves as causal: later positions do not change earlier "
-                                "outputs" if behaves else
-                                "bidirectional: later positions change earlier outputs")
+            report.causality = Tx("header.behaves-causal" if behaves
+                                 else "header.bidirectional")
             causal_findings = []
             if causal:
-                report.causality += " (declared causal)"
+                report.causality += Tx("header.declared")
                 if not behaves:
                     causal_findings.append(causal_leak(h))
     unregistered = h.unregistered() if is_module else []
     if is_module:
-        add(unregistered, "registration: every trained tensor is a registered parameter")
+        add(unregistered, Tx("probe.registration"))
     if no_layout is not None:
-        add([no_layout], "masks: the mask layouts tried")
+        add([no_layout], Tx("probe.mask-layouts"))
     if causal_findings is not None:
-        add(causal_findings, "causality: do changes at positions 3, 4 move outputs 0..2?")
-    add(h.shapes(), "shapes: Tq == Tk" if self_only else "shapes: Tq == Tk, Tq < Tk, Tq > Tk")
+        add(causal_findings, Tx("probe.causality"))
+    add(h.shapes(), Tx("probe.shapes-self" if self_only else "probe.shapes"))
     if h.broken:
         return
     if not self_only:
-        add(mixing, "queries independent: does changing query 4 move outputs 0..3?")
-    add(h.large_logits(), "logits ~1e3 and ~1e4 (inputs scaled by 30 and 100)")
+        add(mixing, Tx("probe.queries"))
+    add(h.large_logits(), Tx("probe.logits"))
     if mixing:
         # Tokens mixed by the heads' split or merge also leak masked keys and averaged
         # rows: the mask probes would blame the mask for the same bug.
-        report.cases.append("masks: not tested, the queries' outputs mix (mixes-queries)")
+        report.cases.append(Tx("probe.masks-mixing"))
     elif conv != "none":
         try:
             found = mask_probes(h)
         except Exception as err:
-            found = [_failed_call(err, "calling the module with a mask",
-                                  "declare how it reads its mask with --convention "
-                                  "(none if it takes no attention mask)")]
-        add(found, "masked keys change nothing; a query with no allowed key")
+            found = [_failed_call(err, Tx("mha.calling-with-mask"), Tx("mha.fix-mask"))]
+        add(found, Tx("probe.masks"))
     if not is_module:  # a NumPy class: no dtype moves, autograd or state_dict to check
         h.m = built.obj
-        add(dropout(h), "the same call twice gives the same output")
+        add(dropout(h), Tx("probe.same-call"))
         return
     # .half()/.double() and state_dict miss unregistered tensors and plain tensor
     # attributes: what follows from those is not reported twice.
     lost = bool(unregistered)
     if not lost:
         found = state_dict(h)
-        add(found, "state_dict round trip into a fresh module")
+        add(found, Tx("probe.state-dict"))
         lost = bool(found)
     if not lost:
         for dtype in ("float16", "bfloat16"):
-            add(half_precision(h, dtype), f"{dtype} copy of the module")
-    add(gradients(h, finite_differences=not lost),
-        "gradients: every parameter gets one; float64 central differences")
+            add(half_precision(h, dtype), Tx("probe.half", dtype=dtype))
+    add(gradients(h, finite_differences=not lost), Tx("probe.gradients"))
     h.m = built.obj
-    add(dropout(h), "eval(): dropout off (dropout set to 0.5 where the module has it)")
+    add(dropout(h), Tx("probe.dropout"))
+
+
+def _raised_building(raised: BuildRaised, spec: str | None) -> Finding:
+    """``call-failed`` for a constructor that raised: the call, the line that failed, the
+    factory to write, and a reproducer that makes the same call."""
+    err = raised.error
+    where = failing_line(err)
+    file = (spec or "my_file.py:x").rsplit(":", 1)[0]
+    error = f"{type(err).__name__}: {first_line(err)}"
+    fix = Tx("mha.fix-factory-written", factory=raised.factory, file=file)
+    what = Tx("mha.building-as", expr=raised.expr)
+    return Finding(
+        "call-failed", Tx("mha.raised-at", what=what, error=error, where=where, fix=fix)
+        if where else Tx("mha.raised", what=what, error=error, fix=fix),
+        Tx("measured.raised", name=type(err).__name__),
+        reproducer="\n".join(["from attnkit.check import load_target", *raised.loads,
+                              f"m = {raised.expr}  # raises {type(err).__name__}"]))
 
 
 def _tried(factory: Any) -> str:

@@ -11,7 +11,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.report import Finding
+from ..catalogue import T as Tx
+from ..core.overflow import overflow_cause
+from ..core.report import Finding, first_line
 
 __all__ = ["dropout", "dropout_knobs", "gradients", "half_precision", "state_dict"]
 
@@ -58,22 +60,22 @@ def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
     try:
         (out * cot).sum().backward()
     except Exception as err:
-        return [Finding("gradient", f"backward raises ({type(err).__name__}: {err})",
-                        type(err).__name__)]
+        return [Finding("gradient", Tx("judge.backward-raises",
+                                      error=f"{type(err).__name__}: {first_line(err)}"),
+                        Tx("measured.raised", name=type(err).__name__))]
     found = []
     none = [n for n, p in m.named_parameters() if p.requires_grad and p.grad is None]
     if none:
-        msg = (f"registered parameter(s) {', '.join(none[:4])} never get a gradient: they do "
-               f"not take part in the output (unused, or detached); they never train")
-        found.append(Finding("no-gradient", msg, f"{len(none)} parameter(s) with grad None",
+        msg = Tx("mha.no-gradient", names=", ".join(none[:4]))
+        found.append(Finding("no-gradient", msg, Tx("measured.grad-none-count", n=len(none)),
                              reproducer=h.repro([
                                  f"out = run({h.args_text('x')})", "out.sum().backward()",
                                  f"p = m.get_parameter({none[0]!r})",
-                                 f"assert p.grad is not None, {msg!r}"])))
+                                 f"assert p.grad is not None, {str(msg)!r}"])))
     grads = [g for g in [x.grad for x in xs] + [p.grad for p in m.parameters()] if g is not None]
     if any(not torch.isfinite(g).all() for g in grads):
-        found.append(Finding("gradient", "gradients hold NaN/inf for finite inputs",
-                             "non-finite gradient"))
+        found.append(Finding("gradient", Tx("mha.grad-non-finite"),
+                             Tx("measured.grad-non-finite")))
         return found
     if not finite_differences or found:
         return found
@@ -111,11 +113,9 @@ def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
     numeric = (loss(1.0) - loss(-1.0)) / (2 * eps)
     rel = abs(analytic - numeric) / max(abs(numeric), 1e-6)
     if rel > 1e-2:
-        found.append(Finding(
-            "gradient", "the module's gradients disagree with central differences of its own "
-            "forward (in float64): a hand-written backward is wrong",
-            f"directional derivative {analytic:.6g} by autograd, {numeric:.6g} by central "
-            f"differences (relative error {rel:.2e} > 1e-2)"))
+        found.append(Finding("gradient", Tx("mha.grad-differences"),
+                             Tx("measured.directional", analytic=analytic, numeric=numeric,
+                               rel=rel)))
     return found
 
 
@@ -129,9 +129,9 @@ def state_dict(h: Any) -> list[Finding]:
     try:
         m2.load_state_dict(m1.state_dict())
     except Exception as err:
-        return [Finding("state-dict", f"a fresh module cannot load this one's state_dict "
-                        f"({type(err).__name__}: {str(err).splitlines()[0][:150]})",
-                        type(err).__name__)]
+        return [Finding("state-dict", Tx("mha.state-dict-load",
+                                        error=f"{type(err).__name__}: {first_line(err, 150)}"),
+                        Tx("measured.raised", name=type(err).__name__))]
     for m in (m1, m2):
         m.eval()
         dropout_knobs(m, 0.0)
@@ -143,11 +143,10 @@ def state_dict(h: Any) -> list[Finding]:
     extra = [f"{path + '.' if path else ''}{attr}" for path, mod in m1.named_modules()
              for attr, v in vars(mod).items() if isinstance(v, torch.Tensor) and v.is_leaf
              and not attr.startswith("_") and f"{path + '.' if path else ''}{attr}" not in saved]
-    hint = (f": tensors kept as plain attributes ({', '.join(extra[:4])}) are not saved; "
-            f"register them with register_buffer (.to() and .half() miss them too)"
-            if extra else "")
-    msg = f"a fresh module loaded with this one's state_dict gives other outputs{hint}"
-    return [Finding("state-dict", msg, f"max difference {float((a - b).detach().abs().max()):.3g}",
+    msg = (Tx("mha.state-dict-plain", names=", ".join(extra[:4])) if extra
+           else Tx("mha.state-dict"))
+    return [Finding("state-dict", msg, Tx("measured.max-difference",
+                                         value=float((a - b).detach().abs().max())),
                     reproducer=h.repro([
                         "with torch.no_grad():",
                         "    for p in m.parameters():",
@@ -157,7 +156,7 @@ def state_dict(h: Any) -> list[Finding]:
                         "m.eval(), m2.eval()",
                         f"a, b = run({h.args_text('x')}), m2({h.args_text('x')})",
                         "b = b[0] if isinstance(b, tuple) else b",
-                        f"assert torch.allclose(a, b), {msg!r}"]))]
+                        f"assert torch.allclose(a, b), {str(msg)!r}"]))]
 
 
 def dropout(h: Any) -> list[Finding]:
@@ -178,18 +177,16 @@ def dropout(h: Any) -> list[Finding]:
     c = h.call(h.eval(m0), *x)
     if torch.equal(a, b) and torch.allclose(a, c, atol=1e-6):
         return []
-    msg = ("after eval() the module still drops attention weights at random: pass "
-           "training=self.training to F.dropout (or use an nn.Dropout submodule)")
+    msg = Tx("mha.dropout-in-eval")
     code = "dropout-in-eval"
     if h.numpy:  # no eval() to call: randomness in every call
         code = "nondeterministic"
-        msg = ("two identical calls give different outputs: dropout is on: pass dropout 0, or "
-               "draw random numbers (dropout, weights drawn per call) only in training")
+        msg = Tx("mha.nondeterministic")
     return [Finding(code, msg,
-                    f"two eval() calls differ by {float((a - b).detach().abs().max()):.3g}",
+                    Tx("measured.eval-differ", value=float((a - b).detach().abs().max())),
                     reproducer=h.repro(knobs + ([] if h.numpy else ["m.eval()"]) + [
                         f"a, b = run({h.args_text('x')}), run({h.args_text('x')})",
-                        f"assert torch.equal(a, b), {msg!r}"], dropout=True))]
+                        f"assert torch.equal(a, b), {str(msg)!r}"], dropout=True))]
 
 
 def half_precision(h: Any, dtype: str) -> list[Finding]:
@@ -205,9 +202,9 @@ def half_precision(h: Any, dtype: str) -> list[Finding]:
     kw = dict(keep=keep, lens=torch.tensor([0, T])) if has_mask else {}
     try:
         out = h.call(m16, x, **kw)
-        problem = None if torch.isfinite(out).all() else "NaN/inf in the output"
+        problem = None if torch.isfinite(out).all() else Tx("measured.nan-in-output")
     except Exception as err:
-        problem = f"{type(err).__name__}: {str(err).splitlines()[0][:150] if str(err) else ''}"
+        problem = f"{type(err).__name__}: {first_line(err, 150)}"
     if problem is None:
         return []
     try:
@@ -225,9 +222,9 @@ def half_precision(h: Any, dtype: str) -> list[Finding]:
                                   "keep[0] = False  # query 0 may attend no key"],
                                  f"[0, {T}]")
         body, call = kl, f"out = run({h.args_text('x')}, {kwt})"
-    return [Finding("float16-overflow", f"the module fails in {dtype} where float32 is "
-                    f"fine ({problem}); a -1e9 fill does not fit in float16: use -inf or "
-                    f"torch.finfo(dtype).min and softmax in float32", problem,
+    return [Finding("float16-overflow", Tx("mha.half", dtype=dtype, problem=problem,
+                                           cause=overflow_cause(h.m, dtype, str(problem), m16)),
+                    Tx("measured.raised", name=problem),
                     reproducer=h.repro(body + [
                         call, "print(out[0, :2])", f"assert torch.isfinite(out).all(), "
                         f"'NaN/inf in {dtype} where float32 is finite'"],

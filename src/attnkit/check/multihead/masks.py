@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import torch
 
+from ..catalogue import T as Tx
+from ..core.overflow import fill_words
 from ..core.report import Finding
 from .probe import B, E, Harness, NoMaskLayout, T, _rand
 
-__all__ = ["mask_polarity", "mask_probes"]
+__all__ = ["mask_polarity", "mask_probes", "per_example_masks"]
 
 
 def mask_polarity(h: Harness) -> str | None:
@@ -86,8 +88,7 @@ def mask_probes(h: Harness) -> list[Finding]:
                  f" {kwt})"]
     rows_text = ("[:, 2:]" if early else "[:, :3]") if h.self_only else ""
     if not torch.allclose(a[:, rows], b[:, rows], atol=1e-5):
-        code, msg = "inaccurate", "values at masked keys change the output: the mask is " \
-            "ignored or misapplied"
+        code, msg = "inaccurate", Tx("mha.mask-ignored")
         # The other reading is tested on rows that cannot see the changed keys; a causal
         # h-attention module's early rows see none of them, whatever it reads.
         if h.convention != "valid_lens" and not (h.self_only and h.behaves_causal):
@@ -96,16 +97,22 @@ def mask_probes(h: Harness) -> list[Finding]:
             rows2 = masked_cols if h.self_only else slice(None)
             a2 = h.call(m, xq, kv, keep=keep)
             b2 = h.call(m, c_ if h.self_only else x, c_, keep=keep)
-            if torch.allclose(a2[:, rows2], b2[:, rows2], atol=1e-5):
+            # The other reading explains it only if the flipped mask hides the masked keys
+            # too: a mask that only switches behaviour on (any mask -> causal) does not.
+            a3 = h.call(m, xq, kv, keep=~keep)
+            b3 = h.call(m, bq, bumped, keep=~keep)
+            if torch.allclose(a2[:, rows2], b2[:, rows2], atol=1e-5) and torch.allclose(
+                    a3[:, rows], b3[:, rows], atol=1e-5):
                 code = "mask-polarity"
-                msg = (f"the module reads the mask the other way round from the "
-                       f"'{h.convention}' convention: it attends exactly the keys the "
-                       f"mask excludes")
+                msg = Tx("mha.polarity", convention=h.convention)
         change = float((a - b)[:, rows].detach().abs().max())
-        return [Finding(code, msg, f"max change {change:.3g}",
+        return [Finding(code, msg, Tx("measured.max-change", value=change),
                         reproducer=h.repro(body + [
                             f"assert torch.allclose(a{rows_text}, b{rows_text}, atol=1e-5), "
-                            f"{msg!r}"]))]
+                            f"{str(msg)!r}"]))]
+    paired = per_example_masks(h)  # before empty rows: mixed pairs make those odd too
+    if paired:
+        return paired
     # A query with no allowed key: query 0 (or, with valid_lens, all of batch row 0).
     keep = torch.ones(T, T, dtype=torch.bool)
     keep[0] = False
@@ -125,17 +132,68 @@ def mask_probes(h: Harness) -> list[Finding]:
                  f"b = run({h.args_text('bumped' if h.self_only else 'x', 'bumped')},"
                  f" {kwt})", f"print(a{sel}, b{sel})"]
     if not torch.isfinite(a[row]).all():
-        msg = "a query with no allowed key gives NaN: guard empty rows so they give 0"
-        return [Finding("nan-or-inf", msg, "NaN on the fully masked row",
+        msg = Tx("mha.empty-row-nan")
+        return [Finding("nan-or-inf", msg, Tx("measured.nan-empty-row"),
                         reproducer=h.repro(body + [
-                            f"assert torch.isfinite(a{sel}).all(), {msg!r}"]))]
+                            f"assert torch.isfinite(a{sel}).all(), {str(msg)!r}"]))]
     if not torch.allclose(a[row], b[row], atol=1e-5):
-        why = ("an additive finfo.min mask leaves a uniform row, as transformers' eager "
-               "attention does" if h.convention == "additive"
-               else "a -1e9 fill leaves a uniform row")
-        msg = (f"a query with no allowed key still averages the values ({why}); attnkit, "
-               f"SDPA and flash-attn give attention output 0")
-        return [Finding("fully-masked-row", msg, "its output moves with the values",
+        why = (Tx("mha.uniform-additive") if h.convention == "additive"
+               else Tx("mha.uniform-fill", fill=fill_words(h.m)))
+        msg = Tx("mha.empty-row-averages", why=why)
+        return [Finding("fully-masked-row", msg, Tx("measured.moves-with-values"),
                         reproducer=h.repro(body + [
-                            f"assert torch.allclose(a{sel}, b{sel}), {msg!r}"]))]
+                            f"assert torch.allclose(a{sel}, b{sel}), {str(msg)!r}"]))]
     return []
+
+
+# A different mask per example: example 0 may attend keys 0 and 1, example 1 keys 0..3.
+_PER_EXAMPLE = {"btt": "keep", "b1tt": "keep[:, None]", "bt": "keep[:, -1]",
+                "b1t": "keep[:, -1, None]", "b11t": "keep[:, -1, None, None]"}
+
+
+def per_example_masks(h: Harness) -> list[Finding]:
+    """Masks that differ per example: values at keys masked for an example change none of
+    its outputs (a mask repeated over heads in the wrong order pairs masks with other
+    examples). Queries 0 and 1 are watched: for self-attention their tokens do not
+    change, and no key they may attend does."""
+    if h.convention != "valid_lens" and h.layout not in _PER_EXAMPLE:
+        return []  # (Tq, Tk): one mask for every example
+    x, kv = _rand(B, T, E), _rand(B, T, E, seed=1)
+    keep = torch.ones(B, T, T, dtype=torch.bool)
+    keep[0, :, 2:] = False
+    keep[1, :, 4:] = False
+    lens = torch.tensor([2, 4])
+    bumped = kv + 2 * _rand(B, T, E, seed=9) * (~keep[:, 0, :, None])  # masked keys only
+    m = h.eval(h.m)
+    a = h.call(m, kv if h.self_only else x, kv, keep=keep, lens=lens)
+    b = h.call(m, bumped if h.self_only else x, bumped, keep=keep, lens=lens)
+    if torch.allclose(a[:, :2], b[:, :2], atol=1e-5):
+        return []
+    if h.convention == "valid_lens":
+        lines, kwt = ["valid_lens = torch.tensor([2, 4])"], f"{h.mask_name}=valid_lens"
+    else:
+        shaped = _PER_EXAMPLE[h.layout or "btt"]
+        lines = [f"keep = torch.ones({B}, {T}, {T}, dtype=torch.bool)",
+                 "keep[0, :, 2:] = False  # example 0 may attend keys 0 and 1",
+                 "keep[1, :, 4:] = False  # example 1 keys 0..3"]
+        if h.convention == "additive":
+            lines.append(f"mask = torch.zeros({shaped}.shape).masked_fill(~{shaped}, "
+                         f"torch.finfo(torch.float32).min)  # additive: 0 = may attend")
+        else:
+            flip = "~" if h.convention == "masked" else ""
+            lines.append(f"mask = {flip}{shaped}  # True = "
+                         + ("masked" if flip else "may attend"))
+        kwt = f"{h.mask_name}=mask"
+    msg = Tx("mha.per-example")
+    change = float((a - b)[:, :2].detach().abs().max())
+    kvq = "kv" if h.self_only else "x"
+    body = lines + [f"kv = torch.randn({B}, {T}, {E})",
+                    "bumped = kv.clone()", "bumped[0, 2:] += 2.0  # keys example 0 masks",
+                    "bumped[1, 4:] += 2.0  # the key example 1 masks",
+                    f"a = run({h.args_text(kvq, 'kv')}, {kwt})",
+                    f"b = run({h.args_text('bumped' if h.self_only else 'x', 'bumped')}, "
+                    f"{kwt})",
+                    f"assert torch.allclose(a[:, :2], b[:, :2], atol=1e-5), {str(msg)!r}"]
+    return [Finding("inaccurate", msg, Tx("measured.max-change-01", value=change),
+                    Tx("probe.per-example"),
+                    reproducer=h.repro(body))]

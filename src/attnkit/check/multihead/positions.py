@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from ..catalogue import T as Tx
 from ..core.report import Finding
 from .probe import B, E, Harness, T, _rand
 
@@ -32,14 +33,12 @@ def causality(h: Harness) -> bool | None:
 def causal_leak(h: Harness) -> Finding:
     """The error finding for a module declared causal whose early outputs see later
     positions."""
-    msg = ("declared causal, the module lets position i see later positions: changing "
-           "x at positions 3 and 4 changes the outputs at 0..2 (apply the causal mask, "
-           "e.g. scores.masked_fill(~torch.tril(...), -inf), before the softmax)")
-    return Finding("causal-leak", msg, "outputs at positions 0..2 moved",
+    msg = Tx("mha.causal-leak")
+    return Finding("causal-leak", msg, Tx("measured.early-moved"),
                    reproducer=h.repro([
         "y = x.clone()", "y[:, 3:] += 1.0  # change only the later positions",
         f"a, b = run({h.args_text('x')}), run({h.args_text('y')})",
-        f"assert torch.allclose(a[:, :3], b[:, :3], atol=1e-5), {msg!r}"]))
+        f"assert torch.allclose(a[:, :3], b[:, :3], atol=1e-5), {str(msg)!r}"]))
 
 
 def mixes_queries(h: Harness) -> list[Finding]:
@@ -69,16 +68,12 @@ def mixes_queries(h: Harness) -> list[Finding]:
         return []
     moved = [i for i in range(T - 1)
              if not torch.allclose(a[:, i], b[:, i], rtol=1e-5, atol=1e-5)]
-    msg = (f"changing query {T - 1} alone changes the outputs of queries {moved}: a "
-           f"query's output must depend only on its own query and the keys/values. The "
-           f"heads are split or merged so that tokens mix: split with "
-           f"x.view(B, T, H, Dk).transpose(1, 2), not x.view(B, H, T, Dk); merge with "
-           f"out.transpose(1, 2).contiguous().view(B, T, E), not out.view(B, T, E)")
+    msg = Tx("mha.mixes-queries", query=T - 1, moved=str(moved))
     short = ("changing one query changed other queries' outputs: heads split/merged "
              "without transpose(1, 2)")
     return [Finding("mixes-queries", msg,
-                    f"outputs of queries {moved} moved, max change "
-                    f"{float((a - b)[:, rows].abs().max()):.3g}",
+                    Tx("measured.queries-moved", moved=str(moved),
+                      value=float((a - b)[:, rows].abs().max())),
                     reproducer=h.repro([
                         f"kv = torch.randn({B}, {T}, {E}, "
                         f"generator=torch.Generator().manual_seed(1))",

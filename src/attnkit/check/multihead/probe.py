@@ -16,7 +16,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core.report import Finding
+from ..catalogue import T as Tx
+from ..catalogue import Text, join
+from ..core.report import Finding, first_line
+from ..core.where import failing_line
 from ..meet.build import Built, safe_copy
 from .gradients import dropout_knobs
 
@@ -64,7 +67,7 @@ class Harness:
         self.mask_optional = True  # forward's mask has a default
         self.convention = "none"
         self.layout: str | None = None
-        self.tried_layouts: list[str] = []
+        self.tried_layouts: list[Text] = []
         self.prefer_key_only = False  # a key padding mask by its name: (B, Tk) first
         self.behaves_causal: bool | None = None  # found by causality()
         self.mutation: Finding | None = None
@@ -114,6 +117,8 @@ class Harness:
         if layout in KEY_ONLY:
             if lens is not None and lens.shape[0] == Bn:
                 per_key = torch.arange(Tk)[None, :] < lens[:, None]
+            elif keep is not None and keep.dim() == 3:  # one mask per example
+                per_key = keep[:, -1]
             elif keep is not None:
                 per_key = keep[-1].expand(Bn, Tk)  # the probes' masks are the same per query
             else:
@@ -122,8 +127,9 @@ class Harness:
         elif keep is None:
             return {}
         else:
-            m = {"tt": keep, "btt": keep.expand(Bn, *keep.shape),
-                 "b1tt": keep[None, None]}[layout]
+            per_example = keep.dim() == 3  # (B, Tq, Tk): a mask per example
+            m = {"tt": keep, "btt": keep if per_example else keep.expand(Bn, *keep.shape),
+                 "b1tt": keep[:, None] if per_example else keep[None, None]}[layout]
         if self.convention == "additive":  # in the inputs' dtype, as a model builds it
             fill = torch.finfo(dtype).min if dtype.is_floating_point else -1e30
             return {self.mask_name: torch.zeros(m.shape, dtype=dtype).masked_fill(~m, fill)}
@@ -164,8 +170,8 @@ class Harness:
                 what = (["query", "key", "value"] if not self.self_only else ["x"])[i] \
                     if i < len(xs) else self.mask_name
                 self.mutation = Finding(
-                    "mutates-input", f"the module writes into its input {what} (an in-place "
-                    f"op on it): the caller's tensor changes", f"{what} differs after the call",
+                    "mutates-input", Tx("mha.mutates", name=what),
+                    Tx("measured.differs-after", name=what),
                     reproducer=self.repro([
                         "before = x.clone()", "run(x)" if self.self_only else "run(x, x, x)",
                         "assert torch.equal(x, before), 'the module wrote into its input'"]))
@@ -210,19 +216,32 @@ class Harness:
         :class:`NoMaskLayout` when none fits."""
         self.tried_layouts = []
         layouts = ("btt", "tt", "b1tt")
-        for layout in (KEY_ONLY + layouts) if self.prefer_key_only else (layouts + KEY_ONLY):
-            self.layout = layout
-            try:
-                out = self.call(m, xq, xkv, keep=keep, lens=lens)
-            except Exception as err:
-                self.tried_layouts.append(f"{SHAPES[layout]}: {type(err).__name__}: "
-                                          f"{(str(err).splitlines() or [''])[0][:100]}")
-                continue
-            if tuple(out.shape) == (xq.shape[0], xq.shape[1], E):
-                return layout
-            self.tried_layouts.append(f"{SHAPES[layout]}: output shape {tuple(out.shape)}")
+        # Without a batch_first attribute, a module that needs its mask cannot show its
+        # layout without one (find_batch_first): (T, B, E) is tried too.
+        orders = [self.batch_first] + ([not self.batch_first]
+                                       if not hasattr(m, "batch_first") else [])
+        for batch_first in orders:
+            self.batch_first = batch_first
+            for layout in (KEY_ONLY + layouts) if self.prefer_key_only else (layouts + KEY_ONLY):
+                self.layout = layout
+                try:
+                    out = self.call(m, xq, xkv, keep=keep, lens=lens)
+                except Exception as err:
+                    where = failing_line(err)
+                    label = SHAPES[layout] if batch_first else Tx("try.seq-first",
+                                                                  layout=SHAPES[layout])
+                    error = f"{type(err).__name__}: {first_line(err, 100)}"
+                    self.tried_layouts.append(
+                        Tx("try.raised-at", label=label, error=error, where=where) if where
+                        else Tx("try.raised", label=label, error=error))
+                    continue
+                if tuple(out.shape) == (xq.shape[0], xq.shape[1], E):
+                    return layout
+                self.tried_layouts.append(Tx("try.output-shape-only", label=SHAPES[layout],
+                                             shape=tuple(out.shape)))
+        self.batch_first = orders[0]
         self.layout = None
-        raise NoMaskLayout("; ".join(self.tried_layouts))
+        raise NoMaskLayout(join(self.tried_layouts))
 
     # -- reproducer text ------------------------------------------------------------------
     def repro(self, body: list[str], dtype: str | None = None, dropout: bool = False) -> str:
@@ -305,13 +324,14 @@ class Harness:
         note = "True = masked" if self.convention == "masked" else "True = may attend"
         return keep_lines + [f"mask = {flip}  # {note}"], f"{self.mask_name}=mask"
 
-    def call_words(self) -> str:
+    def call_words(self) -> Text:
         """How the module is called, in words (for the report)."""
         inputs = ("x" if self.self_only else ", ".join(
             f"{n}=" for n in self.input_names) if self.input_names else "query, key, value")
         mask = (f", {self.mask_name}=..." if self.mask_name and self.convention != "none"
                 else "")
-        return f"m({inputs}{mask}) on {'(B, T, E)' if self.batch_first else '(T, B, E)'} inputs"
+        return Tx("mha.call-words", call=f"m({inputs}{mask})",
+                  layout="(B, T, E)" if self.batch_first else "(T, B, E)")
 
     def args_text(self, x: str, kv: str | None = None) -> str:
         return x if self.self_only else f"{x}, {kv or x}, {kv or x}"
@@ -342,11 +362,9 @@ class Harness:
         first = missing[0]
         return [Finding(
             "unregistered-parameter",
-            f"self.{holders[0]} holds tensors the module does not register ({len(missing)}, "
-            f"e.g. {first}): .parameters() (so the optimizer), .to()/.half() and state_dict() "
-            f"never see them; keep modules in nn.ModuleList/nn.ModuleDict and tensors in "
-            f"nn.Parameter/nn.ParameterList", f"{len(missing)} unregistered: "
-            + ", ".join(missing[:6]) + (" ..." if len(missing) > 6 else ""),
+            Tx("mha.unregistered", holder=f"self.{holders[0]}", n=len(missing), first=first),
+            Tx("measured.unregistered", n=len(missing), names=", ".join(missing[:6])
+               + (" ..." if len(missing) > 6 else "")),
             reproducer=self.repro([
                 "registered = {id(p) for p in m.parameters()}",
                 f"p = m.{first}",
@@ -361,23 +379,22 @@ class Harness:
                 out = self.call(self.eval(self.m), xq, xkv)
             except Exception as err:
                 self.broken = Tq == Tk
-                first = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:150]}"
-                msg = f"the module raises on query {(B, Tq, E)}, key/value {(B, Tk, E)}: {first}"
+                first = f"{type(err).__name__}: {first_line(err, 150)}"
+                msg = Tx("mha.raises-on", query=(B, Tq, E), kv=(B, Tk, E), error=first)
                 code = "shape"
                 if self.broken:  # not even the plainest call: the check could not call it
-                    code, msg = "call-failed", (
-                        f"the module could not be called as {self.call_words()}: {first}; "
-                        f"declare the mask with --convention, or wrap the module in a factory "
-                        f"whose forward takes (query, key, value) or (x)")
-                found.append(Finding(code, msg, type(err).__name__, reproducer=self.repro([
+                    code, msg = "call-failed", Tx("mha.not-callable-as",
+                                                  call=self.call_words(), error=first)
+                found.append(Finding(code, msg, Tx("measured.raised", name=type(err).__name__),
+                                     reproducer=self.repro([
                     f"kv = torch.randn({B}, {Tk}, {E})" if Tk != T or Tq != T else "kv = x",
                     f"q = torch.randn({B}, {Tq}, {E})" if Tq != T else "q = x",
                     f"out = run({self.args_text('q', 'kv')})"])))
                 break
             if tuple(out.shape) != (B, Tq, E):
                 self.broken = Tq == Tk
-                found.append(Finding("shape", f"output shape {tuple(out.shape)}, expected "
-                                     f"{(B, Tq, E)} (query length Tq = {Tq}, key length {Tk})",
+                found.append(Finding("shape", Tx("mha.output-shape", shape=tuple(out.shape),
+                                                 want=(B, Tq, E), Tq=Tq, Tk=Tk),
                                      reproducer=self.repro([
                                          f"q, kv = torch.randn({B}, {Tq}, {E}), "
                                          f"torch.randn({B}, {Tk}, {E})",
@@ -392,11 +409,9 @@ class Harness:
             out = self.call(self.eval(self.m), c * x)
             if not torch.isfinite(out).all():
                 return [Finding(
-                    "nan-or-inf", "the module gives NaN/inf for finite inputs whose scores reach "
-                    "~1e3-1e4: a softmax without the max trick overflows exp(); subtract "
-                    "the row maximum first (torch.softmax does)",
-                    f"{int((~torch.isfinite(out)).sum())} of {out.numel()} outputs non-finite "
-                    f"at inputs x {c:g}",
+                    "nan-or-inf", Tx("mha.no-max-trick"),
+                    Tx("measured.non-finite-at", n=int((~torch.isfinite(out)).sum()),
+                       size=out.numel(), scale=f"{c:g}"),
                     reproducer=self.repro([f"out = run({self.args_text(f'{c:g} * x')})",
                                            "print(out[0, 0])",
                                            "assert torch.isfinite(out).all(), "

@@ -1,0 +1,16 @@
+"""English: the words of every code and every sentence of a report (templates with named
+fields, ``str.format``), one folder per language: the same keys as every other (tested)."""
+
+from __future__ import annotations
+
+from .block import TEXTS as _BLOCK
+from .checks import TEXTS as _CHECKS
+from .codes import CODES
+from .model import TEXTS as _MODEL
+from .multihead import TEXTS as _MULTIHEAD
+
+__all__ = ["CODES", "STYLE", "TEXTS"]
+
+STYLE = "table"
+
+TEXTS: dict[str, str] = {**_CHECKS, **_MULTIHEAD, **_BLOCK, **_MODEL}

@@ -1,0 +1,17 @@
+"""中文：每个代码的说明和报告里的每一句话（带命名字段的模板，``str.format``），与
+:mod:`.en` 的键一一对应（有测试）。术语依照《动手学深度学习》中文版：查询、键、值，注意力汇聚，
+掩蔽softmax，有效长度，缩放点积注意力，多头注意力，暂退法（dropout）。"""
+
+from __future__ import annotations
+
+from .block import TEXTS as _BLOCK
+from .checks import TEXTS as _CHECKS
+from .codes import CODES
+from .model import TEXTS as _MODEL
+from .multihead import TEXTS as _MULTIHEAD
+
+__all__ = ["CODES", "STYLE", "TEXTS"]
+
+STYLE = "blocks"
+
+TEXTS: dict[str, str] = {**_CHECKS, **_MULTIHEAD, **_BLOCK, **_MODEL}

@@ -1,0 +1,125 @@
+"""中文: the sentences of the model checks."""
+
+from __future__ import annotations
+
+TEXTS: dict[str, str] = {}
+
+# -- 模型检查的报告（model/report.py） --------------------------------------------------------
+TEXTS.update({
+    "model.title": "attnkit 检查模型：{model}",
+    "model.inputs": "{dtype}，{inputs}；用时 {seconds:.1f} 秒",
+    "model.ran": "已运行",
+    "model.masks": "；掩码：",
+    "model.not checked": "  [警告] 未检查：这个实现没有任何一次注意力调用被判定",
+    "model.layer": "层",
+    "model.calls": "调用",
+    "model.worst": "最大误差 / 规则",
+    "model.first failure": "首个出错位置",
+    "model.empty rows": "无可关注键的行",
+    "model.verdict": "结论",
+    "model.vs": "与 {first} 之差：注意力输出 / 隐状态",
+    "model.hidden": "与 {first} 相比，隐状态的最大差异为 {diff:.1e}，位于 {name}",
+    "model.first failing": "自身注意力最先出错的层：{layer}",
+    "model.measured": "实测",
+    "model.detail": "详情",
+    "model.at": "位置",
+    "model.reproducer": "复现 {code} 的代码（输入保存在 {path}）：",
+    "model.verdict line": "{verdict}：{errors} 个错误，{warnings} 个警告",
+    "model.OK": "通过",
+    "model.FAILED": "未通过",
+    "model.nothing judged": "没有判定任何一次注意力调用：这不算通过",
+    "model.made here": "本层产生",
+    "model.inherited": "继承自前面的层",
+})
+TEXTS.update({
+    "model.note": "{name} 没有被检查（判定了 {calls} 次调用）：{status}",
+    "model.no-eager": "{module} 没有定义 eager_attention_forward",
+    "model.refused": "被拒绝：{why}",
+    "model.no-interface": "这个模型的注意力不经过 transformers 的 AttentionInterface",
+    "model.check-failed": "未判定：attnkit 的检查在第 {step} 步出错（{error}）；请报告这个问题",
+    "model.stopped": "在第 {step} 步停止：{error}（其后的层没有运行）",
+    "model.layer-step": "{layer}（第 {step} 步）",
+    "model.at-prefill": "第 {step} 步（预填充）",
+    "model.at-decoding": "第 {step} 步（解码）",
+    "model.at-path": "第 {step} 步（{path}）",
+    "model.described-tensors": "{tensors}，随机生成",
+    "model.at-layer": "层 {layer}",
+    "model.at-batch": "批量第 {i} 行",
+    "model.at-head": "头 {i}",
+    "model.at-query": "查询 {i}",
+    "model.at-key": "键 {i}",
+    "model.described": "批量大小 {batch}，长度 {length}，{padding}",
+    "model.padding-left": "左侧填充",
+    "model.padding-right": "右侧填充",
+    "model.padding-none": "不填充",
+    "model.described-given": "批量大小 {batch}，长度 {length}，调用者给的输入",
+    "model.decoding": "，{n} 个解码步",
+    "model.prefill-only": "，仅预填充",
+    "model.mutates": "注意力函数原地写入了它的参数 {names}：模型的缓存或投影在它底下被改掉了",
+    "model.shape": "注意力函数返回了 {shape}，transformers 期望 (B, Tq, H, Dv) = {want}",
+    "model.shape-transposed": "注意力函数返回了 {shape}，transformers 期望 (B, Tq, H, Dv) = "
+                              "{want}（(B, H, Tq, Dv) 的输出忘了转置？）",
+    "model.mask-lets": "这次调用收到的掩码让批量第 {batch} 行的查询 {query}（位置 {q_pos}）看到了"
+                       "键 {key}（位置 {k_pos}），它是{why}，模型的配置和填充方式本应排除它",
+    "model.mask-hides": "这次调用收到的掩码对批量第 {batch} 行的查询 {query}（位置 {q_pos}）隐藏了"
+                        "键 {key}（位置 {k_pos}），它是一个真实的键；模型的配置和填充方式允许"
+                        "关注它",
+    "model.failure-key": "第 {step} 步，批量第 {batch} 行，查询 {query}，键 {key}",
+    "model.failure-head": "第 {step} 步，批量第 {batch} 行，头 {head}，查询 {query}",
+    "model.failure-raised": "第 {step} 步：报错",
+    "measured.pairs-differ": "{n} 个（行，查询）对不一致",
+    "measured.rows": "{n} 行",
+    "model.non-finite": "参考实现给出有限值的地方，注意力输出里出现了 NaN/inf",
+    "model.non-finite-kv": "参考实现给出有限值的地方，注意力输出里出现了 NaN/inf（在掩码排除的 "
+                           "{n} 个键上，k/v 含有 NaN/inf，例如来自前面某层没有可关注键的行："
+                           "它们以 0 * NaN 的形式进入了输出）",
+    "model.half-non-finite": "在 {dtype} 下出现 NaN/inf，而同样的调用在 float32 下是有限值"
+                             "（-1e9 这样的填充值超出了半精度的范围，或者 exp 上溢）：请用 -inf "
+                             "或 torch.finfo(dtype).min 填充，并让 softmax 的统计量保持 float32",
+    "model.causal-leak": "注意力函数让查询看到了它收到的掩码所禁止的后续键（它忽略了掩码中的因果部分，"
+                         "或者根本没有构造因果掩码）：一个词元的输出依赖于它之后的词元",
+    "model.padding-ignored": "真实的查询把权重分给了填充位置上的键：注意力函数没有用上它收到的掩码中的"
+                             "填充部分（它自己构造了因果掩码，或者丢掉了 attention_mask）",
+    "model.polarity": "注意力函数按相反的含义读取它收到的掩码：它关注的恰好是掩码排除的那些键",
+    "model.top-left": "在 Tq = {Tq} != Tk = {Tk} 的调用上（带 KV 缓存的一步），注意力函数把因果"
+                      "掩码按左上角对齐（查询 i 看到键 j <= i）：模型要的是右下角对齐"
+                      "（j <= i + Tk - Tq），所以解码时看到的键不对",
+    "model.window": "注意力函数忽略了这一层 {window} 的滑动窗口（它关注了 {window} 个位置以前的"
+                    "键，而它收到的掩码排除了这些键）",
+    "model.scale": "注意力分数{scaled}（模型传入的是 scaling={scale:.4g}）",
+    "model.beyond-rule": "注意力输出与参考实现的差距，超过了同精度 {dtype} 朴素实现误差的 2 倍",
+    "model.half-raises": "注意力函数在 {dtype} 下报错，在 float32 下不报错（{error}）：-1e9 这样"
+                         "的常数超出了半精度的范围；请改用 -inf 或 torch.finfo(dtype).min",
+    "model.raised": "注意力函数在第 {step} 步、层 {layer} 报错 {error}：{line}（q {q}，k {k}，"
+                    "{dtype}）；其后的层没有运行",
+    "model.empty-nan": "没有可关注键的查询（填充位置）得到了 NaN：它会经由填充的词元传到后面的层；"
+                       "attnkit、SDPA 和 flash-attn 输出 0",
+    "why.empty-slot": "一个空的缓存位置",
+    "why.padded": "一个填充的键",
+    "why.own-mask": "这一层自己的掩码代码排除的键",
+    "why.future": "一个未来的键",
+    "why.window": "滑动窗口 {window} 以外的键",
+    "why.chunk": "另一个大小为 {chunk} 的分块中的键",
+    "why.document": "另一个打包文档中的键",
+    "why.other": "模型不允许关注的键",
+    "why.real": "它应当看到的真实的键",
+})
+TEXTS.update({
+    "mask.none": "没有掩码",
+    "mask.is-causal": "（is_causal）",
+    "mask.window": "（sliding_window={window}）",
+    "mask.structured": "attnkit 的结构化掩码",
+    "mask.block": "FlexAttention 的 BlockMask",
+    "mask.bool": "布尔掩码",
+    "mask.additive": "加性浮点掩码",
+})
+TEXTS.update({
+    "model.embeddings": "嵌入",
+    "model.after-layer": "第 {i} 层之后",
+    "model.side-encoder": "编码器{what}",
+    "model.side-decoder": "解码器{what}",
+})
+TEXTS.update({
+    "model.layer not checked": "  [警告] 未检查：{layer}：{why}",
+    "model.layers not checked": "{n} 个注意力层未检查：结论只涵盖其余各层",
+})

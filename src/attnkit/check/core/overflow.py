@@ -1,0 +1,109 @@
+"""Why code fails in half precision where float32 is fine, read off the code itself, so
+that ``float16-overflow`` names the cause it has: a constant that float16 cannot hold (and
+where it is written), a dtype helper with no entry for the dtype, a float32 tensor kept on
+a module as a plain attribute (``.half()`` converts parameters and buffers only). Never a
+constant the code does not contain.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from typing import Any
+
+from ..catalogue import T, Text
+
+__all__ = ["fill_words", "overflow_cause"]
+
+FLOAT16_MAX = 65504.0
+
+
+def _sources(obj: Any) -> list[tuple[str, int]]:
+    """``(source, first line)`` of the function, or of every method of a module's class
+    but its constructor."""
+    obj = inspect.unwrap(getattr(obj, "__func__", obj))
+    if inspect.isroutine(obj):
+        routines = [obj]
+    else:
+        cls = obj if inspect.isclass(obj) else type(obj)
+        routines = [f for name, f in inspect.getmembers(cls, inspect.isfunction)
+                    if name != "__init__" and f.__module__ == cls.__module__]
+    found = []
+    for f in routines:
+        try:
+            lines, start = inspect.getsourcelines(f)
+        except (OSError, TypeError):
+            continue
+        found.append(("".join(lines), start))
+    return found
+
+
+def _constants(obj: Any) -> list[tuple[str, str]]:
+    """``(constant as written, its line)`` of numbers float16 cannot hold."""
+    found: list[tuple[str, str]] = []
+    for source, _ in _sources(obj):
+        text = textwrap.dedent(source)
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        lines = text.splitlines()
+        for node in ast.walk(tree):
+            value = node
+            if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+                value = node.operand
+            if isinstance(value, ast.Constant) and isinstance(value.value, (int, float)) \
+                    and not isinstance(value.value, bool) and abs(value.value) > FLOAT16_MAX:
+                written = ast.get_source_segment(text, node) or repr(value.value)
+                line = lines[node.lineno - 1].strip()
+                if (written, line) not in found and not any(written in w for w, _ in found):
+                    found.append((written, line))
+    return [(w, ln) for w, ln in found if not any(w != o and w in o for o, _ in found)]
+
+
+def _float32_attributes(module: Any) -> list[str]:
+    """Names of plain tensor attributes a half-precision copy of ``module`` still keeps in
+    float32 (not parameters, not buffers: ``.half()`` does not see them)."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    names = []
+    for path, sub in getattr(module, "named_modules", list)():
+        for attr, value in vars(sub).items():
+            if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+                names.append(f"{path}.{attr}" if path else attr)
+    return names
+
+
+def overflow_cause(obj: Any, dtype: str, problem: str, half_copy: Any = None) -> Text:
+    """The cause of a half-precision failure and its fix, in words.
+
+    Args:
+        obj: the checked function or module.
+        dtype: ``"float16"`` or ``"bfloat16"``.
+        problem: what went wrong (the exception's text, or "NaN/inf in the output").
+        half_copy: for a module, its copy in ``dtype`` (float32 attributes left on it).
+
+    Returns:
+        One sentence naming the cause the code has, and what to do.
+    """
+    if dtype in problem or "BFloat16" in problem or "Half" in problem and "expected" in problem:
+        if half_copy is None or not _float32_attributes(half_copy):
+            return T("overflow.helper", dtype=dtype)
+    attrs = _float32_attributes(half_copy) if half_copy is not None else []
+    if attrs:
+        return T("overflow.attribute", attr=f"self.{attrs[0]}",
+                 name=repr(attrs[0].split(".")[-1]))
+    constants = _constants(obj)
+    if dtype == "float16" and constants:
+        written, line = constants[0]
+        return T("overflow.constant", constant=written, line=repr(line))
+    return T("overflow.range", dtype=dtype)
+
+
+def fill_words(obj: Any) -> Text:
+    """"a large negative fill" and the one the code has, if it has one (``-1e9 here``)."""
+    big = [w for w, _ in _constants(obj) if w.startswith("-")]
+    return T("overflow.fill-here", value=big[0]) if big else T("overflow.fill")

@@ -1,0 +1,316 @@
+"""``check_model`` on any PyTorch model: every call of ``scaled_dot_product_attention``,
+``flex_attention`` and ``nn.MultiheadAttention`` it makes, judged against the float64
+oracle on what it received, one call at a time.
+
+::
+
+    from attnkit.check import check_model
+    report = check_model(my_gpt, (tokens,))                       # torch's own SDPA
+    report = check_model(my_gpt, (tokens,), implementation=my_sdpa)  # yours, in every layer
+    print(report)          # a table by layer, findings, a reproducer that fails
+    assert report.ok, report.codes
+
+The model runs once, in eval mode without gradients, under
+:class:`~.torch_calls.CallRecorder`; each call is judged as it happens and dropped
+(:mod:`.any_judge`), so memory holds one layer's inputs. With ``implementation``, a
+function with SDPA's signature runs in place of the model's SDPA calls (every one, or those
+of the layers a mapping names) and is what is judged. Every module that looks like
+attention (walking the model) is listed; one no judged call accounts for is "not checked"
+with the reason (:mod:`.accounting`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..core.report import CODES, ERROR
+from .accounting import NOT_CHECKED, not_checked
+from .any_judge import judge_call
+from .any_repro import any_reproducer
+from .report import ImplementationResult, LayerRow, ModelFinding, ModelReport
+from .session import first_line
+from .torch_calls import AttentionCall, CallRecorder, attention_modules
+
+__all__ = ["check_any_model", "check_sdpa_calls", "elsewhere", "implementation_label",
+           "refused"]
+
+
+class _Stopped(Exception):
+    """Raised through the model after a call that raised was recorded."""
+
+
+class _CheckFailed(Exception):
+    """Judging a call failed: a gap in attnkit's check, never the model's fault."""
+
+
+def implementation_label(implementation: Any) -> str:
+    """``"torch"`` (the model's own calls), the function's name, or ``"name in layers"``."""
+    if implementation is None:
+        return "torch"
+    if callable(implementation):
+        return getattr(implementation, "__qualname__", type(implementation).__name__)
+    return "; ".join(f"{getattr(fn, '__qualname__', fn)} in {pattern}"
+                     for pattern, fn in implementation.items())
+
+
+def _arguments(inputs: Any) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` to call the model with: a dict is keyword arguments, a tuple or
+    list positional ones, anything else the one positional argument."""
+    if isinstance(inputs, dict):
+        return (), dict(inputs)
+    if isinstance(inputs, (tuple, list)):
+        return tuple(inputs), {}
+    return (inputs,), {}
+
+
+def _to_device(x: Any, device: Any) -> Any:
+    """``x`` with every tensor (in tuples, lists and dicts too) on ``device``."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, dict):
+        return {n: _to_device(v, device) for n, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(_to_device(v, device) for v in x)
+    return x
+
+
+def _describe(inputs: Any) -> str:
+    import torch
+
+    args, kwargs = _arguments(inputs)
+    parts = [f"{tuple(x.shape)} {str(x.dtype).replace('torch.', '')}"
+             if isinstance(x, torch.Tensor) else type(x).__name__ for x in args]
+    parts += [f"{n}={tuple(x.shape)}" if isinstance(x, torch.Tensor) else
+              f"{n}={type(x).__name__}" for n, x in kwargs.items()]
+    return "inputs " + ", ".join(parts) if parts else "no inputs"
+
+
+class _Run:
+    """One run: the rows by layer, the findings, the first failing call's reproducer."""
+
+    def __init__(self, result: ImplementationResult, save_to: str | Path | None) -> None:
+        self.result = result
+        self.rows: dict[str, LayerRow] = {}
+        self.save_to = save_to
+        self.stopped = ""  # the error of the call that raised
+        self.judged = 0  # calls compared with the oracle (or found wrong)
+
+    def row(self, layer: str) -> LayerRow:
+        row = self.rows.get(layer)
+        if row is None:
+            row = self.rows[layer] = LayerRow(layer or "(model)")
+            self.result.layers.append(row)
+        return row
+
+    def on_call(self, call: AttentionCall) -> None:
+        row = self.row(call.layer)
+        row.calls += 1
+        try:
+            judged = judge_call(call)
+        except Exception as err:  # attnkit's own failure: say so, never blame the model
+            raise _CheckFailed(f"{type(err).__name__}: {first_line(err)}") from err
+        if call.mutated:
+            self.find(row, call, judged, "mutates-input",
+                      f"the attention function writes into its argument(s) "
+                      f"{', '.join(call.mutated)} (an in-place op)")
+        if judged.note and not judged.code:
+            row.note = row.note or judged.note
+        else:
+            self.judged += 1
+        row.empty_rows += judged.empty_rows
+        if judged.bound and (row.bound == 0.0 or judged.error / judged.bound > row._ratio):
+            row.worst_error, row.bound = judged.error, judged.bound
+            row._ratio = judged.error / judged.bound
+        if judged.code:
+            self.find(row, call, judged, judged.code, judged.message)
+        if call.error is not None:
+            self.stopped = f"{type(call.error).__name__}: {first_line(call.error)}"
+            if call.kind != "mha":  # a module hook cannot stop the forward: it is raising
+                raise _Stopped(self.stopped)
+
+    def find(self, row: LayerRow, call: AttentionCall, judged: Any, code: str,
+             message: str) -> None:
+        at = judged.at if code == judged.code else {}
+        where = ", ".join([f"layer {row.layer}", f"call {call.index}"] +
+                          [f"{n} {x}" for n, x in at.items()])
+        # inside a model a top-left/bottom-right mix-up changes what it computes: an error,
+        # as ModelFinding.severity has it
+        error = CODES[code][0] == ERROR or code == "causal-alignment"
+        if error and row.verdict == "ok":
+            row.verdict = code
+            row.first_failure = ", ".join(f"{n} {x}" for n, x in at.items()) or \
+                f"call {call.index}"
+            if self.result.first_failing_layer is None:
+                self.result.first_failing_layer = row.layer
+        if any(f.code == code for f in self.result.findings):
+            return
+        f = ModelFinding(code, message, judged.measured if code == judged.code else "",
+                         where, "", self.result.name, None, row.layer, at.get("batch"),
+                         at.get("head"), at.get("query"))
+        if error and not self.result.reproducer and code != "mutates-input":
+            try:
+                if self.save_to is None:  # one new folder per check, made when needed
+                    self.save_to = tempfile.mkdtemp(prefix="attnkit-check-")
+                path, f.reproducer = any_reproducer(Path(self.save_to), f, call, judged)
+                self.result.reproducer = str(path)
+            except Exception as err:  # a reproducer must never hide the finding
+                f.reproducer = f"# the reproducer could not be saved: {first_line(err)}"
+        self.result.findings.append(f)
+        order = list(CODES)
+        self.result.findings.sort(key=lambda x: (x.severity != ERROR, order.index(x.code)))
+
+
+def refused(label: str, why: str, dtype: str = "", inputs: str = "") -> ModelReport:
+    """A report of a check that did not run: one implementation, status ``refused: why``
+    (one line that says what to do)."""
+    report = ModelReport(label, dtype, inputs)
+    report.implementations.append(ImplementationResult("torch", status=f"refused: {why}"))
+    return report
+
+
+def _nothing_judged(label: str, result: ImplementationResult, missing: dict) -> str:
+    """Why a run judged no call, in one line that says what to do."""
+    notes = [row.note for row in result.layers if row.calls and row.note]
+    if notes:
+        return f"no attention call could be judged: {notes[0]}"
+    if missing:
+        return (f"no attention call was made: {len(missing)} module(s) look like attention "
+                f"({next(iter(missing))}: {next(iter(missing.values()))})")
+    return (f"{label} made no call of scaled_dot_product_attention, flex_attention or "
+            f"nn.MultiheadAttention and has no attention module: nothing to check")
+
+
+def check_any_model(model: Any, inputs: Any, *, implementation: Any = None,
+                    save_to: str | Path | None = None, label: str | None = None) -> ModelReport:
+    """Run ``model`` once on ``inputs`` and judge every attention call it makes.
+
+    Args:
+        model: any ``torch.nn.Module``.
+        inputs: what to call it with: a tensor, a tuple or list of positional arguments,
+            or a dict of keyword arguments.
+        implementation: None (judge the model's calls as they run), a function with the
+            signature of ``F.scaled_dot_product_attention`` to run in place of every SDPA
+            call, or ``{layer pattern: function}`` for some layers only (``fnmatch``
+            patterns of module names, ``"blocks.1.attn"``, ``"blocks.*.attn"``).
+        save_to: folder for the reproducers' ``.pt`` files (default: a temporary folder,
+            made only when there is a finding).
+        label: the model's name in the report (default: its class name).
+
+    Returns:
+        A :class:`~.report.ModelReport` with one implementation: a row per layer
+        that made calls, then one per attention module not checked; ``ok`` is False when
+        a finding is an error or nothing was judged (``status`` says why in one line).
+    """
+    import torch
+
+    label = label or type(model).__name__
+    if not isinstance(model, torch.nn.Module):
+        return refused(label, f"a {type(model).__name__} is not a torch.nn.Module: pass a "
+                               f"model, a local model folder or a FILE.py:build_model")
+    if inputs is None:
+        return refused(label, f"{label} is not a transformers model and no inputs were "
+                               f"given: pass inputs (a tensor, a tuple of them or a dict "
+                               f"of keyword arguments), or --inputs FILE.pt")
+    params = next(iter(model.parameters()), None)
+    dtype = "" if params is None else str(params.dtype).replace("torch.", "")
+    report = ModelReport(label, dtype, _describe(inputs) + ", one forward")
+    result = ImplementationResult(implementation_label(implementation))
+    report.implementations.append(result)
+    run = _Run(result, save_to)
+    if params is not None:  # inputs read from a file sit on the CPU: the model's device
+        inputs = _to_device(inputs, params.device)
+    args, kwargs = _arguments(inputs)
+    t0 = time.perf_counter()
+    training = model.training
+    model.eval()
+    recorder = CallRecorder(model, run.on_call, implementation)
+    try:
+        with torch.no_grad(), recorder:
+            model(*args, **kwargs)
+    except _CheckFailed as err:
+        result.status = f"not judged: attnkit's check failed ({err}); please report it"
+    except _Stopped as err:
+        result.status = f"stopped: an attention call raised {err}; the layers after it " \
+                        f"did not run"
+    except Exception as err:  # the model itself did not run on these inputs
+        if run.stopped:
+            result.status = f"stopped: an attention call raised {run.stopped}; the " \
+                            f"layers after it did not run"
+        else:
+            result.status = (f"refused: {label} raised {type(err).__name__}: "
+                             f"{first_line(err)} (do the inputs fit its forward?)")
+    finally:
+        model.train(training)
+    missing = not_checked(attention_modules(model), recorder.callers, recorder.ran,
+                          **({"not_ran": "the run stopped before it (an attention call "
+                                         "raised)"} if result.status != "ran" else {}))
+    for name, why in missing.items():
+        result.layers.append(LayerRow(name, verdict=NOT_CHECKED, note=why))
+    order = {name or "(model)": i for i, (name, _) in enumerate(model.named_modules())}
+    result.layers.sort(key=lambda row: order.get(row.layer, len(order)))  # the model's order
+    if result.status == "ran" and not run.judged:
+        result.status = "refused: " + _nothing_judged(label, result, missing)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def check_sdpa_calls(model: Any, inputs: dict, implementation: Any,
+                     save_to: str | Path | None = None, label: str | None = None) -> ModelReport:
+    """A transformers model run once with ``attn_implementation="sdpa"`` (put back after),
+    ``implementation`` in place of its SDPA calls, each call judged
+    (:func:`check_any_model`)."""
+    import warnings
+
+    before = model.config._attn_implementation
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            model.set_attn_implementation("sdpa")
+        except (ValueError, ImportError, KeyError) as err:
+            return refused(label or type(model).__name__,
+                            f"--implementation replaces SDPA calls, and this model refuses "
+                            f"sdpa: {first_line(err)}")
+    try:
+        return check_any_model(model, dict(inputs), implementation=implementation,
+                               save_to=save_to, label=label)
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.set_attn_implementation(before)
+
+
+def elsewhere(model: Any, inputs: Any, implementation: Any, implementations: Any,
+              generate: int, sample: int | None, save_to: str | Path | None,
+              random_inputs: dict) -> ModelReport | None:
+    """The report of ``check_model`` when it is not the transformers check: any other
+    ``nn.Module`` (judged call by call; the transformers-only arguments refused in one
+    line), or ``implementation`` given (on a transformers model or path: run with sdpa,
+    random inputs from ``random_inputs`` when ``inputs`` is None). None: the transformers
+    check runs."""
+    path = isinstance(model, (str, Path))
+    transformers = path or (hasattr(model, "set_attn_implementation")
+                            and hasattr(getattr(model, "config", None), "_attn_implementation"))
+    if not transformers:
+        if implementations is not None or generate or sample is not None:
+            return refused(type(model).__name__, "implementations=, generate= and sample= "
+                           "apply to transformers models; this one runs its own forward "
+                           "once, every call judged whole: pass implementation=fn to judge "
+                           "your attention function")
+        return check_any_model(model, inputs, implementation=implementation, save_to=save_to)
+    if implementation is None:
+        return None
+    from .load import check_inputs, load_model, make_inputs, require_transformers
+
+    require_transformers()
+    label = str(model) if path else None
+    if path:
+        model = load_model(str(model))
+    if inputs is None:
+        inputs = make_inputs(model, **random_inputs)
+    check_inputs(model, inputs)
+    return check_sdpa_calls(model, inputs, implementation, save_to, label)
