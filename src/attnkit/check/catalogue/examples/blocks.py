@@ -34,7 +34,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
 ''', 'assert check_block(Block).codes == ["post-norm"]\n'),
         _HEAD + _PRE_NORM + _OK),
     "residual": (
-        _block('''        x = self.attn(self.norm1(x), causal=True)[0]  # replaces x: no residual add
+        _block('''        x = self.attn(self.norm1(x), causal=True)[0]  # replaces x, not added
         return x + self.mlp(self.norm2(x))
 ''', 'assert check_block(Block).codes == ["residual"]\n'),
         _HEAD + _PRE_NORM + _OK),
