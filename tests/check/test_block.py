@@ -91,8 +91,9 @@ def test_wrong_shape_and_a_raising_constructor_are_findings_not_tracebacks():
     assert report.codes == ["call-failed"] and "no block today" in report.findings[0].message
 
 
-def test_a_block_report_is_judged_as_a_module_and_written_in_chinese():
-    # A block takes the multi-head severities of the catalogue; and each sentence of its
+def test_a_post_norm_block_with_rmsnorm_is_named_as_a_module_error_in_chinese_too():
+    # RMSNorm leaves rows of mean square 1, not mean 0 (it was called residual). A block
+    # takes the multi-head severities of the catalogue; and each sentence of its
     # report is a catalogue template (the conftest reads every report in Chinese too).
     class PostNorm(LlamaStyle):
         def forward(self, x):
