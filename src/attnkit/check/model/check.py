@@ -299,6 +299,44 @@ def _bar(total: int, enabled: bool | None) -> Any:
                 disable=not enabled, leave=False)
 
 
+def _implementations(implementations: Sequence[str] | None, generate: int,
+                     sample: int | None) -> list[str]:
+    """The implementations to run (the default ones for None), the arguments checked."""
+    if generate < 0:
+        raise ValueError(T("load.generate", got=generate))
+    if sample is not None and sample < 1:
+        raise ValueError(T("load.sample", got=sample))
+    impls = list(DEFAULT_IMPLEMENTATIONS if implementations is None else implementations)
+    if not impls:
+        raise ValueError(T("load.no-implementations"))
+    known_implementations(impls)
+    return impls
+
+
+def _inputs(model: Any, inputs: dict | None, generate: int, batch: int, length: int,
+            padding: str, seed: int) -> tuple[dict, Text]:
+    """``(inputs, how the report describes them)``: the caller's, checked against the
+    model, or random ones (``batch`` x ``length`` tokens with ``padding``, or the images
+    and sounds the config calls for)."""
+    from .load import check_inputs, make_inputs
+
+    if inputs is None:
+        inputs = make_inputs(model, batch=batch, length=length, padding=padding, seed=seed)
+        described = T("model.described", batch=batch, length=length,
+                      padding=T(f"model.padding-{padding}"))
+        if "input_ids" not in inputs:
+            described = T("model.described-tensors", tensors=", ".join(
+                f"{n} {tuple(x.shape)}" for n, x in inputs.items() if n != "decoder_input_ids"))
+    else:
+        check_inputs(model, inputs)
+        ids = inputs["input_ids"]
+        described = T("model.described-given", batch=ids.shape[0], length=ids.shape[1])
+    if inputs.get("position_ids") is not None and inputs.get("attention_mask") is None \
+            and generate:
+        raise ValueError(T("load.packed-decoding"))
+    return inputs, described
+
+
 def check_model(model: Any, inputs: dict | None = None, *,
                 implementations: Sequence[str] | None = None, generate: int = 0,
                 sample: int | None = None, save_to: str | Path | None = None,
@@ -353,7 +391,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
             vocabulary), a path that does not load, an unknown implementation.
     """
     from .any_model import elsewhere
-    from .load import check_inputs, load_model, make_inputs, require_transformers
+    from .load import load_model, require_transformers
 
     other = elsewhere(model, inputs, implementation, implementations, generate, sample,
                       save_to, dict(batch=batch, length=length, padding=padding, seed=seed))
@@ -365,29 +403,8 @@ def check_model(model: Any, inputs: dict | None = None, *,
     if isinstance(model, (str, Path)):
         label = str(model)
         model = load_model(str(model))
-    if generate < 0:
-        raise ValueError(T("load.generate", got=generate))
-    if sample is not None and sample < 1:
-        raise ValueError(T("load.sample", got=sample))
-    impls = list(DEFAULT_IMPLEMENTATIONS if implementations is None else implementations)
-    if not impls:
-        raise ValueError(T("load.no-implementations"))
-    known_implementations(impls)
-    described = None
-    if inputs is None:
-        inputs = make_inputs(model, batch=batch, length=length, padding=padding, seed=seed)
-        described = T("model.described", batch=batch, length=length,
-                      padding=T(f"model.padding-{padding}"))
-        if "input_ids" not in inputs:
-            described = T("model.described-tensors", tensors=", ".join(
-                f"{n} {tuple(x.shape)}" for n, x in inputs.items() if n != "decoder_input_ids"))
-    else:
-        check_inputs(model, inputs)
-        ids = inputs["input_ids"]
-        described = T("model.described-given", batch=ids.shape[0], length=ids.shape[1])
-    if inputs.get("position_ids") is not None and inputs.get("attention_mask") is None \
-            and generate:
-        raise ValueError(T("load.packed-decoding"))
+    impls = _implementations(implementations, generate, sample)
+    inputs, described = _inputs(model, inputs, generate, batch, length, padding, seed)
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     report = ModelReport(label or type(model).__name__, dtype,
                          described + (T("model.decoding", n=generate) if generate

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ImportError as err:  # the transformers extra is missing: the install line
         print(f"attnkit check model: error: {err}", file=sys.stderr)
         return 2
-    except ValueError as err:
+    except ValueError as err:  # one line, in the report's language where the catalogue has it
         refuse(err.args[0] if err.args else str(err))
     print(report.to_json(lang) if args.json else report.text(lang))
     return 0 if report.ok else 1
@@ -139,7 +139,7 @@ def _run_any(args: argparse.Namespace) -> Any:
         model = model.to(getattr(torch, args.dtype))
         inputs = cast_inputs(inputs, getattr(torch, args.dtype))
     if inputs is None:
-        raise ValueError(T("cmd.no-inputs", model=args.model))
+        raise ValueError(T("cmd.no-inputs", spec=repr(args.model), model=args.model))
     return check_any_model(model, inputs, implementation=implementation,
                            save_to=args.save, label=args.model)
 

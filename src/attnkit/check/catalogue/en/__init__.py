@@ -3,6 +3,8 @@ fields, ``str.format``), one folder per language: the same keys as every other (
 
 from __future__ import annotations
 
+from .anymodel import TEXTS as _ANYMODEL
+from .block import TEXTS as _BLOCK
 from .checks import TEXTS as _CHECKS
 from .codes import CODES
 from .model import TEXTS as _MODEL
@@ -13,4 +15,4 @@ __all__ = ["CODES", "STYLE", "TEXTS"]
 
 STYLE = "table"
 
-TEXTS: dict[str, str] = {**_CHECKS, **_MULTIHEAD, **_ORACLE, **_MODEL}
+TEXTS: dict[str, str] = {**_CHECKS, **_MULTIHEAD, **_ORACLE, **_BLOCK, **_MODEL, **_ANYMODEL}

@@ -211,9 +211,4 @@ TEXTS.update({
                          "--tiny FAMILY, not both",
     "cmd.no-implementations": "--implementations is empty",
     "cmd.layers": "--layers needs --implementation FILE.py:FN",
-    "cmd.transformers-only": "--generate, --sample and --implementations apply to "
-                             "transformers models; a FILE.py model runs its own forward once "
-                             "(use --implementation FILE.py:FN for your attention function)",
-    "cmd.no-inputs": "MODEL {model!r} gives no inputs: pass --inputs FILE.pt (or "
-                     ".safetensors), or return (model, inputs) from {model}",
 })

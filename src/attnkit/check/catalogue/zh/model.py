@@ -187,9 +187,4 @@ TEXTS.update({
                          "FAMILY，二者只能选一个",
     "cmd.no-implementations": "--implementations 是空的",
     "cmd.layers": "--layers 需要和 --implementation FILE.py:FN 一起用",
-    "cmd.transformers-only": "--generate、--sample 和 --implementations 只适用于 transformers "
-                             "模型；FILE.py 模型只运行一次它自己的前向计算（你的注意力函数请用 "
-                             "--implementation FILE.py:FN 传入）",
-    "cmd.no-inputs": "MODEL {model!r} 没有给出输入：请传 --inputs FILE.pt（或 .safetensors），"
-                     "或者让 {model} 返回 (model, inputs)",
 })
