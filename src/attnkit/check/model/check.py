@@ -218,7 +218,7 @@ class _Check(CallJudge, Comparison, Steps):
                                                       measured)
                 s.result.reproducer = str(path)
             except Exception as err:  # a reproducer must never hide the finding
-                f.reproducer = f"# the reproducer could not be saved: {first_line(err)}"
+                f.reproducer = T("model.reproducer-unsaved", error=first_line(err))
         s.result.findings.append(f)
         order = list(CATALOGUE)
         s.result.findings.sort(key=lambda x: (x.severity != ERROR, order.index(x.code)))
@@ -232,7 +232,7 @@ class _Check(CallJudge, Comparison, Steps):
         before = model.config._attn_implementation
         missing = cannot_load(model, impl)
         if missing is not None:
-            session.result.status = f"refused: {missing}"
+            session.result.status = T("model.refused", why=missing)
             session.result.unloaded = True
             return session.result
         try:
@@ -303,12 +303,12 @@ def _implementations(implementations: Sequence[str] | None, generate: int,
                      sample: int | None) -> list[str]:
     """The implementations to run (the default ones for None), the arguments checked."""
     if generate < 0:
-        raise ValueError(f"generate must be >= 0, got {generate}")
+        raise ValueError(T("load.generate", got=generate))
     if sample is not None and sample < 1:
-        raise ValueError(f"sample must be >= 1 or None, got {sample}")
+        raise ValueError(T("load.sample", got=sample))
     impls = list(DEFAULT_IMPLEMENTATIONS if implementations is None else implementations)
     if not impls:
-        raise ValueError("implementations is empty")
+        raise ValueError(T("load.no-implementations"))
     known_implementations(impls)
     return impls
 
@@ -333,8 +333,7 @@ def _inputs(model: Any, inputs: dict | None, generate: int, batch: int, length: 
         described = T("model.described-given", batch=ids.shape[0], length=ids.shape[1])
     if inputs.get("position_ids") is not None and inputs.get("attention_mask") is None \
             and generate:
-        raise ValueError("packed inputs (position_ids without attention_mask) are checked "
-                         "in the prefill only: pass generate=0")
+        raise ValueError(T("load.packed-decoding"))
     return inputs, described
 
 
