@@ -158,6 +158,9 @@ def _block_env() -> dict[str, str]:
     # A block decides for itself whether Triton runs interpreted; the suite's own setting
     # (tests/conftest.py turns the interpreter on without a GPU) must not decide for it.
     env.pop("TRITON_INTERPRET", None)
+    # Chapter 9 trains a GPT for minutes; here a tiny one for a few steps (its notebook's
+    # stored outputs are the full run).
+    env["ATTNKIT_LEARN_QUICK"] = "1"
     return env
 
 

@@ -31,6 +31,7 @@ def run_without(module: str, code: str) -> subprocess.CompletedProcess:
     [
         ("torch", "import attnkit.torch", "torch"),
         ("torch", "import attnkit.distributed", "torch"),
+        ("torch", "import attnkit.gpt", "torch"),
         ("torch", "from attnkit.torch import MultiHeadAttention", "torch"),
         # attnkit.triton imports without Triton (is_available() must be askable); the
         # kernels say what is missing when first reached.

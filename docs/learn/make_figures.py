@@ -650,6 +650,55 @@ def trained() -> Figure:
     return fig
 
 
+# -- 9. a GPT trained on the course -------------------------------------------------------------
+
+
+@figure("09_gpt.png")
+def gpt_trained() -> Figure:
+    import torch
+
+    import attnkit.gpt as gpt
+
+    # The chapter's run (ATTNKIT_LEARN_QUICK=1: its tiny run, as in the tests), and the two
+    # habits the chapter measures, on the same 20 windows of the text.
+    run = gpt.course_model("en", quick=os.environ.get("ATTNKIT_LEARN_QUICK") == "1")
+    model, tok, text = run.model, run.tokenizer, run.text
+    T = model.config.context
+    starts = torch.randint(0, len(text) - T, (20,), generator=torch.Generator().manual_seed(0))
+    windows = [text[s:s + T] for s in starts.tolist()]
+    w = torch.stack([model.attention_weights(tok.encode(x)) for x in windows])[..., 16:, :]
+    back = torch.arange(16, T)[:, None] - torch.arange(T)[None, :]
+    space = torch.tensor([[c in " \n" for c in x] for x in windows])
+    near = (w * ((back >= 0) & (back < 6))).sum(-1).mean((0, -1))            # (L, H)
+    on_space = (w * space[:, None, None, None, :]).sum(-1).mean((0, -1))     # (L, H)
+    picks = [(divmod(int(near.argmax()), near.shape[1]), "on the last six", near),
+             (divmod(int(on_space.argmax()), near.shape[1]), "on spaces", on_space)]
+    line = next(s for s in text.splitlines() if len(s) > 60)[:24]
+    weights = model.attention_weights(tok.encode(line)).numpy()             # (L, H, t, t)
+    chars = [c if c != " " else "\u2423" for c in line]
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    ax0, ax1, ax2 = fig.subplots(1, 3, width_ratios=[1.3, 1, 1])
+    ax0.plot(run.losses, lw=0.5)
+    n = min(100, len(run.losses))
+    last = float(np.mean(run.losses[-n:]))
+    ax0.axhline(last, color="k", ls=":", lw=1)
+    ax0.set_ylim(0, None)
+    ax0.set_xlabel("step", fontsize=LABEL)
+    ax0.set_ylabel("cross-entropy (nats per character)", fontsize=LABEL)
+    ax0.set_title(f"training: {len(run.losses)} steps, last {n} at {last:.2f}", fontsize=TITLE)
+    keep = np.tril(np.ones((len(line), len(line)), bool))
+    for ax, ((layer, head), habit, value) in zip((ax1, ax2), picks):
+        image = heat(ax, weights[layer, head], keep,
+                     f"layer {layer} head {head}: {value[layer, head]:.2f} {habit}",
+                     chars, chars, vmax=1, xlabel="keys", ylabel="queries")
+    fig.colorbar(image, ax=[ax1, ax2], shrink=0.8, label="weight")
+    fig.get_layout_engine().set(rect=(0, 0.08, 1, 0.92))
+    caption(fig, "The chapter's GPT, trained on the course's chapters 0-8, on the first 24 "
+            "characters of the course. The numbers in the titles are averages over 20 windows "
+            "of the text (the chapter's table). Hatched: the future, never attended.")
+    return fig
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(HERE / "img"), help="folder for the PNGs")

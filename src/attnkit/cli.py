@@ -162,18 +162,22 @@ def cmd_train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         _flag_error(parser, str(err))
     _check_out(args.out, parser)
     try:
+        from tqdm import tqdm
+
         from attnkit import seq2seq
-        from attnkit.progress import Progress
     except ImportError as err:
         return _missing("attnkit train", "torch", err)
     print(f"training {config.task} (length {config.length}) with {config.model} attention: "
           f"{config.steps} steps of {config.batch_size}, seed {config.seed}, "
-          f"{config.threads} thread{'s' if config.threads > 1 else ''}")
-    bar = Progress(config.steps)
-    try:
-        result = seq2seq.train(config, progress=bar.update)
-    finally:
-        bar.close()
+          f"{config.threads} thread{'s' if config.threads > 1 else ''}", flush=True)
+    # tqdm on stderr: redrawn in place on a terminal; stdout keeps only the results.
+    with tqdm(total=config.steps, desc="train", unit="step", file=sys.stderr,
+              mininterval=0.5) as bar:
+        def progress(step: int, loss: float) -> None:
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            bar.update(step - bar.n)
+
+        result = seq2seq.train(config, progress=progress)
     print(f"trained in {result.seconds:.1f} s ({config.steps / result.seconds:.1f} steps/s), "
           f"final loss {result.losses[-1]:.4f}")
     src = " ".join(map(str, result.eval_src[0].tolist()))

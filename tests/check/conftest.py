@@ -5,8 +5,8 @@ And every report a check test makes is also read in Chinese when the test ends: 
 fields its sentences quote as written (names, figures, the first line of an error) blanked
 out, no English sentence may be left (a sentence a check wrote without the catalogue, or a
 Chinese template that kept English words). A test whose report is made by hand from English
-words, or comes from a check whose sentences are not in the catalogue yet (``check_model``
-on any PyTorch model), says so with ``@pytest.mark.english_report``.
+words, or comes from a check whose sentences are not in the catalogue yet, says so with
+``@pytest.mark.english_report`` (no test needs it today).
 """
 
 from __future__ import annotations

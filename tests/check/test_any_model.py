@@ -21,10 +21,6 @@ import lookalikes as L  # noqa: E402
 
 from attnkit.check import check_model  # noqa: E402
 
-# check_model on any PyTorch model (model/any_*.py) still writes its sentences in
-# English, outside the catalogue: its reports are not read in Chinese yet.
-pytestmark = pytest.mark.english_report
-
 DTYPES = ("float32", "bfloat16", "float16")
 
 # model -> (build, inputs, the layers it has, the layer a fault is planted in)
@@ -149,7 +145,7 @@ def test_flex_attention_calls_are_judged_with_their_mask_and_score_mods(dtype: s
 
 def test_a_flex_output_that_is_not_what_its_mods_compute_is_found() -> None:
     pytest.importorskip("torch.nn.attention.flex_attention")
-    from attnkit.check.model.any_judge import judge_call
+    from attnkit.check.model.any_model import judge_call
     from attnkit.check.model.torch_calls import CallRecorder
 
     torch.manual_seed(0)
@@ -280,10 +276,6 @@ def _bottom_right(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
     (_bottom_right, "causal-top-left", "causal-alignment"),
 ])
 def test_common_kernel_bugs_get_their_own_code(fn, case: str, code: str) -> None:
-    from attnkit.check import CODES
-
-    if code not in CODES:  # the code lands with the catalogue; until then its old name
-        code = "mask-mismatch"
     report = check_model(_SDPA(), _sdpa_inputs(case, "float32"), implementation=fn)
     assert report.codes == [code] and not report.ok, report.text()
     assert report.implementations[0].layers[0].verdict == code
@@ -344,3 +336,11 @@ def test_a_flex_finding_saves_its_tensors_and_says_what_to_call(tmp_path: Path) 
     assert "flex_attention(d['q'], d['k'], d['v'], score_mod=..." in f.reproducer
     saved = torch.load(next(tmp_path.glob("*.pt")), weights_only=True)
     assert set(saved) == {"q", "k", "v"}
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float16"))
+def test_a_model_without_weights_takes_its_dtype_from_its_inputs(dtype: str) -> None:
+    report = check_model(_SDPA(), _sdpa_inputs("plain", dtype))
+    assert report.ok and report.dtype == dtype, report.text()
+    header = report.text().splitlines()[1].strip()
+    assert header.startswith(f"{dtype}, inputs"), header

@@ -22,10 +22,6 @@ import lookalikes as L  # noqa: E402
 from attnkit.check import check_model  # noqa: E402
 from attnkit.cli import main  # noqa: E402
 
-# check_model on any PyTorch model (model/any_*.py) still writes its sentences in
-# English, outside the catalogue: its reports are not read in Chinese yet.
-pytestmark = pytest.mark.english_report
-
 LOOKALIKES = str(HERE / "lookalikes.py")
 
 

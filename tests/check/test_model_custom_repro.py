@@ -23,10 +23,6 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # noqa
 from attnkit.check import check_model  # noqa: E402
 from attnkit.check.model.load import tiny_model  # noqa: E402
 
-# check_model on any PyTorch model (model/any_*.py) still writes its sentences in
-# English, outside the catalogue: its reports are not read in Chinese yet.
-pytestmark = pytest.mark.english_report
-
 
 def test_a_custom_kernel_reading_module_sinks_has_a_reproducer_that_runs(tmp_path) -> None:
     AttentionInterface.register("custom-sinks-unscaled", sinks_from_module_unscaled)

@@ -1,7 +1,7 @@
 """The `attnkit` command: demo, trace, help, option spellings and argument errors, end to end.
 
-Also here: tests/cli/test_bench.py (`attnkit bench`), test_progress.py (the progress bar),
-test_trace.py (the shape trace), test_train.py (`attnkit train`, needs torch).
+Also here: tests/cli/test_bench.py (`attnkit bench`), test_trace.py (the shape trace),
+test_train.py (`attnkit train`, needs torch).
 """
 
 from __future__ import annotations

@@ -170,6 +170,7 @@ def test_the_scratch_folder_is_ignored_by_git():
 def _kernel_env() -> dict[str, str]:
     env = notebooks.kernel_env()
     env["MPLBACKEND"] = "Agg"  # a figure shows only if it shows itself (no inline backend)
+    env["ATTNKIT_LEARN_QUICK"] = "1"  # as in test_docs.py: chapter 9 trains a tiny GPT here
     return env
 
 

@@ -16,6 +16,7 @@ has a stable code (:data:`CODES`), a one-line diagnosis, the measured error agai
 
 from __future__ import annotations
 
+from .block.check import check_block
 from .catalogue import get_language, set_language
 from .core.report import CODES, Finding, Report
 from .function.check import check_attention, check_masked_softmax, check_softmax
@@ -50,6 +51,7 @@ __all__ = [
     "Report",
     "TargetLoadError",
     "check_attention",
+    "check_block",
     "check_masked_softmax",
     "check_model",
     "check_multi_head",

@@ -10,40 +10,15 @@ Adding a language is one folder like :mod:`.en` (the same keys, a ``STYLE``) and
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from .codes import CATALOGUE, ERROR, KINDS, WARNING, Code, severity
 from .lang import LANGUAGES, check_language, get_language, set_language
+from .lookup import code_words, style, words
 from .text import T, Text, first_line, join, render
 
 __all__ = ["CATALOGUE", "ERROR", "KINDS", "LANGUAGES", "WARNING", "Code", "T", "Text",
            "check_language", "code_words", "doc_link", "first_line", "get_language", "join",
            "render",
-           "set_language", "severity", "words"]
-
-
-def _module(lang: str) -> Any:
-    return importlib.import_module(f"{__name__}.{check_language(lang)}")
-
-
-def words(lang: str) -> dict[str, str]:
-    """Every template of ``lang`` by key (report frame, sentences of the checks)."""
-    return _module(lang).TEXTS
-
-
-def code_words(code: str, lang: str) -> dict[str, str]:
-    """What ``lang`` says about ``code``: ``title``, ``what`` (is wrong), ``why`` (it
-    matters) and ``fix``."""
-    if code not in CATALOGUE:
-        raise KeyError(f"unknown finding code {code!r}")
-    return _module(lang).CODES[code]
-
-
-def style(lang: str) -> str:
-    """How ``lang`` lays a text report out: ``"table"`` (a row per finding) or ``"blocks"``
-    (a block per finding, for scripts whose characters take two columns)."""
-    return _module(lang).STYLE
+           "set_language", "severity", "style", "words"]
 
 
 def doc_link(code: str) -> str:

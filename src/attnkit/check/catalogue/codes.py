@@ -24,7 +24,9 @@ class Code:
     Attributes:
         name: the stable code (scripts match on it).
         function, multihead, model: its severity in a function check (softmax,
-            masked softmax, attention), a multi-head check, a model check: ``"error"``
+            masked softmax, attention), a multi-head check (and a block check:
+            ``check_block`` judges a module, so a ``"block"`` report takes the multi-head
+            severities), a model check: ``"error"``
             for a defect the user must fix, ``"warning"`` for a convention peers
             disagree on.
     """
@@ -60,6 +62,12 @@ _ALL = (
     Code("causal-leak"),
     Code("padding-ignored"),
     Code("mixes-queries"),
+    # Found by check_block only (a "block" report takes the multi-head column). A post-norm
+    # block is not a bug in itself (the original Transformer is one), but check_block asks
+    # for pre-norm, and a block that is not what was asked is an error there; the other
+    # kinds never find either code, so their column is the same, not a verdict.
+    Code("post-norm"),
+    Code("residual"),
     # Peers disagree: attnkit, SDPA (2.5+) and flash-attn give 0, JAX and d2l a uniform row.
     Code("fully-masked-row", WARNING, WARNING, WARNING),
     # A convention for a lone function (SDPA and JAX align is_causal top-left), a defect

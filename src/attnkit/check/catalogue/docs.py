@@ -18,7 +18,8 @@ _INTRO = """# attnkit check: the codes
 
 Every finding of `attnkit check` carries one of these codes; the text report links each
 finding to its section here. An **error** is a defect to fix; a **warning** names a
-convention that peers disagree on. Each section ends with a wrong example, shown failing
+convention that peers disagree on. A block check (`check_block`) judges a module, so its
+findings take the multi-head column. Each section ends with a wrong example, shown failing
 the check, and its fix, shown passing it: both run in the docs test. The tour of the
 checker: [check.md](check.md).
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .lookup import words
+
 __all__ = ["T", "Text", "first_line", "join", "render"]
 
 
@@ -71,8 +73,6 @@ def _field(value: Any, lang: str, literal: Callable[[str], str] | None) -> Any:
     if isinstance(value, Text):
         return value.render(lang, literal)
     if isinstance(value, list):
-        from . import words
-
         return words(lang)["sep.list"].join(str(_field(v, lang, literal)) for v in value)
     if literal is not None and isinstance(value, str):
         return literal(value)
@@ -83,8 +83,6 @@ def render_key(key: str, fields: dict[str, Any], lang: str,
                literal: Callable[[str], str] | None = None) -> str:
     """The template ``key`` of ``lang`` filled with ``fields`` (English when ``lang`` lacks
     it: a report is always printed; tests check that every language has every key)."""
-    from . import words
-
     if key == "+":
         return "".join(render(p, lang, literal) for p in fields["parts"])
     if key == "join":

@@ -72,7 +72,9 @@ class Report:
     """The result of one check.
 
     Attributes:
-        check: ``"softmax"``, ``"masked-softmax"``, ``"attention"`` or ``"multi-head"``.
+        check: ``"softmax"``, ``"masked-softmax"``, ``"attention"``, ``"multi-head"`` or
+            ``"block"`` (judged as a module: a block's findings take the multi-head
+            severities of the catalogue).
         target: the name of what was checked.
         framework: ``"numpy"`` or ``"torch"``.
         convention: the calling convention used (``"valid_lens"``, ``"masked"``,
@@ -126,7 +128,7 @@ class Report:
     def add(self, finding: Finding) -> None:
         """Keep the first finding of each code (the cases run smallest first)."""
         if finding.code not in self.codes:
-            if self.check == "multi-head":
+            if self.check in ("multi-head", "block"):  # a block is judged as a module
                 finding.kind = "multi-head"
             self.findings.append(finding)
             order = list(CODES)

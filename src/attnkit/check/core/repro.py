@@ -48,40 +48,51 @@ def _oracle_text(run: Any, case: Any, keep_expr: str = "keep", scale: str = "",
 
 
 def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
-    """The reproducer of ``verdict``, found on ``case`` by ``run`` (a ``functions._Run``)."""
-    t, fw = run.t, run.fw
-    code, d = verdict.code, verdict.detail
-    grads = code == "gradient"
+    """The reproducer of ``verdict``, found on ``case`` by ``run`` (a ``functions._Run``):
+    the case's inputs, then the lines that show the finding (:func:`_gradient_lines` for a
+    ``gradient``, else :func:`_output_lines`)."""
+    t = run.t
+    grads = verdict.code == "gradient"
     imp, oracle = _oracle_text(run, case, grads=grads and t.check == "attention")
     # The cotangent is drawn last, so leaving it out changes no other input.
     lines = t.header(imp) + run.setup(replace(case, grads=grads)).splitlines()
     lines += t.convert_lines(case.dtype, grad=grads)
     arrays = run.arrays(case)
+    show = _gradient_lines if grads else _output_lines
+    return "\n".join(lines + show(run, case, verdict, oracle, arrays))
+
+
+def _gradient_lines(run: Any, case: Any, verdict: Any, oracle: str, arrays: Any) -> list[str]:
+    """Backward through fn and the gradient the finding names against the oracle's (or
+    fn's output with no ``grad_fn``)."""
+    t, d = run.t, verdict.detail
+    want = oracle + (".out" if t.check == "attention" else "")
+    lines = t.got_lines(arrays, case.causal, case.dtype)[:-1]
+    cot = "d_out" if t.check == "attention" else "d_y"
+    if d.get("grad") is None:
+        return lines + [f"assert out.grad_fn is not None, {verdict.message!r}",
+                        f"out.backward(torch.from_numpy({cot}).to(out.dtype))"]
+    name = d["grad"]
+    lines.append(f"out.backward(torch.from_numpy({cot}).to(out.dtype))")
+    if t.check == "attention":
+        lines.append(f"want = {oracle}.d{name}  # the float64 oracle's gradient")
+    else:
+        lines += [f"y = {want}",
+                  "want = y * (d_y - (y * d_y).sum(-1, keepdims=True))  # softmax backward"]
+    return lines + [f"got = {name.upper()}.grad.double().numpy()",
+                    "err = np.abs(got - want).max()",
+                    f"print('max error of d{name}:', err)",
+                    f"assert err <= {d.get('bound', 1e-5):.3g}, {verdict.message!r}"]
+
+
+def _output_lines(run: Any, case: Any, verdict: Any, oracle: str, arrays: Any) -> list[str]:
+    """fn's output against the oracle's, with the assertion that fits the finding."""
+    t, fw = run.t, run.fw
+    code, d = verdict.code, verdict.detail
     big = [n.upper() for n in t.inputs]
     equal = "torch.equal" if fw.name == "torch" else "np.array_equal"
-    if grads:
-        want = oracle + (".out" if t.check == "attention" else "")
-        lines += t.got_lines(arrays, case.causal, case.dtype)[:-1]
-        if d.get("grad") is None:
-            cot = "d_out" if t.check == "attention" else "d_y"
-            lines += [f"assert out.grad_fn is not None, {verdict.message!r}",
-                      f"out.backward(torch.from_numpy({cot}).to(out.dtype))"]
-            return "\n".join(lines)
-        name = d["grad"]
-        cot = "d_out" if t.check == "attention" else "d_y"
-        lines.append(f"out.backward(torch.from_numpy({cot}).to(out.dtype))")
-        if t.check == "attention":
-            lines.append(f"want = {oracle}.d{name}  # the float64 oracle's gradient")
-        else:
-            lines += [f"y = {want}",
-                      "want = y * (d_y - (y * d_y).sum(-1, keepdims=True))  # softmax backward"]
-        lines += [f"got = {name.upper()}.grad.double().numpy()",
-                  "err = np.abs(got - want).max()",
-                  f"print('max error of d{name}:', err)",
-                  f"assert err <= {d.get('bound', 1e-5):.3g}, {verdict.message!r}"]
-        return "\n".join(lines)
     tail = ".out" if t.check == "attention" else ""
-    lines.append(f"want = {oracle}{tail}  # the float64 oracle")
+    lines = [f"want = {oracle}{tail}  # the float64 oracle"]
     if code == "mutates-input":
         lines.append(f"before = [a.{'clone' if fw.name == 'torch' else 'copy'}() "
                      f"for a in ({', '.join(big)}{',' if len(big) == 1 else ''})]")
@@ -105,27 +116,32 @@ def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
                   "print(got[empty])",
                   f"assert np.abs(got[empty]).max() <= 1e-6, {verdict.message!r}"]
     else:
-        bound = d.get("bound", 1e-5)
-        if code == "wrong-scale":
-            _, alt = _oracle_text(run, case, scale=repr(d["scale"]))
-            lines.append(f"print('error with scale={d['scale']:.4g}:', "
-                         f"np.abs(got - {alt}{tail}).max())")
-        elif code == "mask-polarity" and case.mask:
-            _, alt = _oracle_text(run, case, keep_expr="~keep")
-            lines.append(f"print('error with the mask inverted:', np.abs(got - {alt}{tail}).max())")
-        elif code == "causal-leak" and "moved" not in d:
-            _, alt = _oracle_text(run, case, keep_expr="no-causal")
-            lines.append(f"print('error against attention with no causal mask:', "
-                         f"np.abs(got - {alt}{tail}).max())")
-        elif code == "causal-alignment":
-            _, alt = _oracle_text(run, case, keep_expr="top-left" if t.causal
-                                  else "np.tril(np.ones_like(keep))")
-            lines.append(f"print('error against top-left causal:', "
-                         f"np.abs(got - {alt}{tail}).max())")
+        lines += _reading_lines(run, case, code, d, tail)
         lines += ["err = np.abs(got - want).max()",
                   "print('max error against the oracle:', err)",
                   "if got.size <= 64:  # small enough to read: where they differ",
                   "    print('fn:    ', np.round(got, 4).tolist())",
                   "    print('oracle:', np.round(want, 4).tolist())",
-                  f"assert err <= {bound:.3g}, {verdict.message!r}"]
-    return "\n".join(lines)
+                  f"assert err <= {d.get('bound', 1e-5):.3g}, {verdict.message!r}"]
+    return lines
+
+
+def _reading_lines(run: Any, case: Any, code: str, d: dict, tail: str) -> list[str]:
+    """The line that prints fn's error against the other reading that explains the finding
+    (another scale, the mask inverted, no causal mask, top-left causal), if any."""
+    t = run.t
+    if code == "wrong-scale":
+        _, alt = _oracle_text(run, case, scale=repr(d["scale"]))
+        return [f"print('error with scale={d['scale']:.4g}:', np.abs(got - {alt}{tail}).max())"]
+    if code == "mask-polarity" and case.mask:
+        _, alt = _oracle_text(run, case, keep_expr="~keep")
+        return [f"print('error with the mask inverted:', np.abs(got - {alt}{tail}).max())"]
+    if code == "causal-leak" and "moved" not in d:
+        _, alt = _oracle_text(run, case, keep_expr="no-causal")
+        return [f"print('error against attention with no causal mask:', "
+                f"np.abs(got - {alt}{tail}).max())"]
+    if code == "causal-alignment":
+        _, alt = _oracle_text(run, case, keep_expr="top-left" if t.causal
+                              else "np.tril(np.ones_like(keep))")
+        return [f"print('error against top-left causal:', np.abs(got - {alt}{tail}).max())"]
+    return []

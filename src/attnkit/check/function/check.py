@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -23,12 +24,13 @@ from ..core.cases import Case, attention_cases, case_title, masked_softmax_cases
 from ..core.judge import Run
 from ..core.report import Finding, Report, first_line
 from ..core.repro import function_reproducer
+from ..core.spine import follow
 from ..meet.adapt import CONVENTIONS, Call, origin_of, read_call, target_spec, unwrap
 from ..meet.build import BuildError, build_callable
 from .detect import behaves_causal, mask_convention, mask_layout
 from .failed import find_target
 
-__all__ = ["check_attention", "check_masked_softmax", "check_softmax"]
+__all__ = ["FunctionCheck", "check_attention", "check_masked_softmax", "check_softmax"]
 
 
 _FILLED = {"scale": "1/sqrt(Dk)", "module": T("header.stand-in"), "zero": "0.0",
@@ -49,7 +51,8 @@ def _check(fn: Any, check: str, convention: str, causal: bool = False,
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
-            _check_quietly(fn, check, convention, causal, report, spec, name, per_query_lens)
+            follow(FunctionCheck(fn, check, convention, causal, report, spec, name,
+                                 per_query_lens))
         except ValueError as err:
             if any(w in str(err) for w in ("takes no mask argument", "causal=True declares",
                                            "per_query_lens=True")):
@@ -129,90 +132,145 @@ def _header(report: Report, target: Any, call: Call, conv: str, how: str, check:
                          else T("header.one-sequence"))
 
 
-def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: Report,
-                   spec: str | None, name: str, per_query_lens: bool = False) -> None:
-    load = ""
-    if not callable(fn):
-        report.add(Finding("call-failed", T("call.not-callable", target=report.target,
-                                            type=type(fn).__name__),
-                           T("measured.not-callable")))
-        return
-    try:
-        built = build_callable(fn, spec)
-    except BuildError as err:
-        report.add(Finding("call-failed", T("call.class-not-built", name=name, why=err.text),
-                           T("measured.not-built")))
-        return
-    except (Exception, SystemExit) as err:
-        report.add(Finding("call-failed", T("call.class-raised", name=name,
-                                            error=f"{type(err).__name__}: {first_line(err)}"),
-                           T("measured.raised", name=type(err).__name__)))
-        return
-    if built is not None:
-        report.origin = join([x for x in (report.origin, built.how) if x])
-        load = "\n".join(built.load_lines + [f"fn = {built.expr}"]) if built.expr else ""
-        fn = built.obj
-    n_inputs = 3 if check == "attention" else 1
-    call = read_call(fn, n_inputs)
-    guessed = call.guessed
-    how = "declared"
-    conv = convention
-    if convention == "auto":
-        conv, how = guessed, "from the signature"
-        if check == "softmax":
-            conv = "none"
-    if check == "masked-softmax" and conv == "none":
-        raise ValueError("check_masked_softmax: fn takes no mask argument; "
-                         "pass convention='valid_lens', 'masked', 'keep' or 'additive'")
-    if causal and conv == "sdpa":
-        raise ValueError("causal=True declares a function that masks the future itself; the "
-                         "sdpa convention passes is_causal=True in its causal cases already")
-    if per_query_lens and conv not in ("valid_lens", None):
-        raise ValueError(f"per_query_lens=True passes d2l's valid_lens (B, Tq), but fn's mask "
-                         f"argument reads as {conv!r}: pass convention='valid_lens' if it "
-                         f"takes lengths")
-    target, call, notes, failure = find_target(fn, check, conv, call, spec, name, causal,
-                                               load)
-    if target is None:
-        report.add(failure)
-        return
-    if failure is not None:  # a warning: fn takes one sequence, not a batch
-        report.add(failure)
-    run = Run(target)
-    mask_layout(run, conv, call)
-    if conv is None:
-        found = mask_convention(run)
-        conv, how = (found, "from behaviour") if found else ("keep", "assumed")
-        target.convention = conv
-    _header(report, target, call, conv, how, check, causal, notes)
-    torch_fn = target.framework.name == "torch"
-    if check == "attention":
-        mask = None if conv == "none" else ("lens" if conv == "valid_lens" else "mask")
-        cases = attention_cases(target.heads, mask, conv == "sdpa", torch_fn, per_query_lens)
-    elif check == "softmax":
-        cases = softmax_cases(torch_fn)
-    else:
-        cases = masked_softmax_cases(conv == "valid_lens", torch_fn, per_query_lens)
-    if target.mask_keys:
-        cases = [replace(c, per_key=True) if c.mask in ("random", "empty") else c
-                 for c in cases]
-    random = _nondeterministic(run, fn, cases[0])
-    if random is not None:  # every comparison below would be noise
-        report.cases.append(cases[0].label(check != "attention"))
-        report.add(random)
-        return
-    if check == "attention" and not causal and conv != "sdpa" and behaves_causal(run):
-        target.causal = target.causal_found = True  # a convention: named, judged as it is
-        report.causality = T("header.behaves-causal-judged")
-    for case in cases:
-        report.cases.append(case.label(check != "attention"))
+class FunctionCheck:
+    """A softmax, masked softmax or attention function along the spine
+    (:mod:`attnkit.check.core.spine`): prepare (build it, read its call, find the
+    convention and layout, write the header), cases, judge (each verdict on the smallest
+    case that still shows it), reproduce.
+
+    Args:
+        fn: the user's function (or class, or factory).
+        check: ``"softmax"``, ``"masked-softmax"`` or ``"attention"``.
+        convention: a name of :data:`CONVENTIONS` (``"auto"``: from the signature).
+        causal: declared causal.
+        report: the report written into.
+        spec: where ``fn`` can be loaded from (the reproducers import it), or None.
+        name: ``fn``'s name in sentences.
+        per_query_lens: d2l's ``valid_lens`` of shape ``(B, Tq)``.
+    """
+
+    def __init__(self, fn: Any, check: str, convention: str, causal: bool, report: Report,
+                 spec: str | None, name: str, per_query_lens: bool = False) -> None:
+        self.fn, self.check, self.convention, self.causal = fn, check, convention, causal
+        self.report, self.spec, self.name = report, spec, name
+        self.per_query_lens = per_query_lens
+        self.load = ""  # the lines that build fn in a reproducer
+        self.conv: str | None = convention
+        self.target: Any = None
+        self.run: Any = None
+
+    # -- prepare: meet the user's code ------------------------------------------------------
+    def _build(self) -> bool:
+        """``fn`` built (a class, a factory): False when it cannot be (said in the report)."""
+        report, fn, name = self.report, self.fn, self.name
+        if not callable(fn):
+            report.add(Finding("call-failed", T("call.not-callable", target=report.target,
+                                                type=type(fn).__name__),
+                               T("measured.not-callable")))
+            return False
+        try:
+            built = build_callable(fn, self.spec)
+        except BuildError as err:
+            report.add(Finding("call-failed", T("call.class-not-built", name=name,
+                                                why=err.text),
+                               T("measured.not-built")))
+            return False
+        except (Exception, SystemExit) as err:
+            report.add(Finding("call-failed", T("call.class-raised", name=name,
+                                                error=f"{type(err).__name__}: "
+                                                      f"{first_line(err)}"),
+                               T("measured.raised", name=type(err).__name__)))
+            return False
+        if built is not None:
+            report.origin = join([x for x in (report.origin, built.how) if x])
+            self.load = "\n".join(built.load_lines + [f"fn = {built.expr}"]) \
+                if built.expr else ""
+            self.fn = built.obj
+        return True
+
+    def _convention(self, guessed: str | None) -> tuple[str | None, str]:
+        """``(convention, how it was found)``; raises ValueError where it cannot fit the
+        check (a bad argument, not a finding)."""
+        check, conv, how = self.check, self.convention, "declared"
+        if conv == "auto":
+            conv, how = guessed, "from the signature"
+            if check == "softmax":
+                conv = "none"
+        if check == "masked-softmax" and conv == "none":
+            raise ValueError("check_masked_softmax: fn takes no mask argument; "
+                             "pass convention='valid_lens', 'masked', 'keep' or 'additive'")
+        if self.causal and conv == "sdpa":
+            raise ValueError("causal=True declares a function that masks the future itself; "
+                             "the sdpa convention passes is_causal=True in its causal cases "
+                             "already")
+        if self.per_query_lens and conv not in ("valid_lens", None):
+            raise ValueError(f"per_query_lens=True passes d2l's valid_lens (B, Tq), but fn's "
+                             f"mask argument reads as {conv!r}: pass convention='valid_lens' "
+                             f"if it takes lengths")
+        return conv, how
+
+    def prepare(self) -> bool:
+        if not self._build():
+            return False
+        call = read_call(self.fn, 3 if self.check == "attention" else 1)
+        conv, how = self._convention(call.guessed)
+        target, call, notes, failure = find_target(self.fn, self.check, conv, call, self.spec,
+                                                   self.name, self.causal, self.load)
+        if target is None:
+            self.report.add(failure)
+            return False
+        if failure is not None:  # a warning: fn takes one sequence, not a batch
+            self.report.add(failure)
+        run = Run(target)
+        mask_layout(run, conv, call)
+        if conv is None:
+            found = mask_convention(run)
+            conv, how = (found, "from behaviour") if found else ("keep", "assumed")
+            target.convention = conv
+        _header(self.report, target, call, conv, how, self.check, self.causal, notes)
+        self.conv, self.target, self.run = conv, target, run
+        return True
+
+    # -- cases --------------------------------------------------------------------------------
+    def cases(self) -> list[Case]:
+        """The cases of the check, for this target; [] when two identical calls differ
+        (every comparison would be noise). A function that masks the future by itself is
+        judged as causal (a convention, named in the header)."""
+        check, conv, target, run = self.check, self.conv, self.target, self.run
+        torch_fn = target.framework.name == "torch"
+        if check == "attention":
+            mask = None if conv == "none" else ("lens" if conv == "valid_lens" else "mask")
+            cases = attention_cases(target.heads, mask, conv == "sdpa", torch_fn,
+                                    self.per_query_lens)
+        elif check == "softmax":
+            cases = softmax_cases(torch_fn)
+        else:
+            cases = masked_softmax_cases(conv == "valid_lens", torch_fn, self.per_query_lens)
+        if target.mask_keys:
+            cases = [replace(c, per_key=True) if c.mask in ("random", "empty") else c
+                     for c in cases]
+        random = _nondeterministic(run, self.fn, cases[0])
+        if random is not None:
+            self.report.cases.append(cases[0].label(check != "attention"))
+            self.report.add(random)
+            self.run = None  # nothing was judged: finish() has nothing to add
+            return []
+        if check == "attention" and not self.causal and conv != "sdpa" and behaves_causal(run):
+            target.causal = target.causal_found = True  # a convention: named, judged as it is
+            self.report.causality = T("header.behaves-causal-judged")
+        return cases
+
+    # -- judge and reproduce --------------------------------------------------------------------
+    def judge(self, case: Case) -> Iterator[Finding]:
+        report, run, plain = self.report, self.run, self.check != "attention"
+        report.cases.append(case.label(plain))
         only_2d = (case.mask or "").startswith("lens-2d") and report.ok
         for verdict in run.judge(case):
             if verdict.code in report.codes:
                 continue
-            small = case.smaller()
             used, v = case, verdict
-            if small != case:
+            small = case.smaller()
+            if small != case:  # the smallest case that still shows it
                 for sv in run.judge(small):
                     if sv.code == verdict.code and same_reading(sv.message, verdict.message):
                         used, v = small, sv
@@ -221,11 +279,17 @@ def _check_quietly(fn: Any, check: str, convention: str, causal: bool, report: R
             if only_2d and v.code in ("shape", "inaccurate"):
                 # every (B,) case passed: the function reads lengths per batch row only
                 message = T("call.per-query-lens", message=message)
-            report.add(Finding(v.code, message, v.measured, used.label(check != "attention"),
-                               function_reproducer(run, used, v)))
-    if run.unmasked:  # causal by behaviour on the probe, over every key on these cases
-        names = [case_title(n) for n in dict.fromkeys(run.unmasked) if n != "probe"]
-        report.causality += T("header.attends-every-key", names=join(names, "list"))
+            yield Finding(v.code, message, v.measured, used.label(plain),
+                          self.reproduce(used, v))
+
+    def reproduce(self, case: Case, verdict: Any) -> str:
+        return function_reproducer(self.run, case, verdict)
+
+    def finish(self) -> None:
+        # causal by behaviour on the probe, over every key on these cases
+        if self.run is not None and self.run.unmasked:
+            names = [case_title(n) for n in dict.fromkeys(self.run.unmasked) if n != "probe"]
+            self.report.causality += T("header.attends-every-key", names=join(names, "list"))
 
 
 def check_softmax(fn: Any, convention: str = "auto") -> Report:

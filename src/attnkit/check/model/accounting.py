@@ -8,14 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..catalogue import T
+
 __all__ = ["NOT_CHECKED", "account", "not_checked"]
 
 NOT_CHECKED = "not checked"
 
-_INLINE = ("it ran but made no call of torch.nn.functional.scaled_dot_product_attention, "
-           "flex_attention or nn.MultiheadAttention: attention computed inline cannot be "
-           "judged on what it received (call F.scaled_dot_product_attention, or pass the "
-           "function as --implementation)")
+_INLINE = T("any.inline")
 
 
 def _related(a: str, b: str) -> bool:
@@ -27,7 +26,7 @@ def _related(a: str, b: str) -> bool:
 
 def not_checked(found: Mapping[str, str], judged: Iterable[str], ran: Mapping[str, int],
                 inline: str = _INLINE,
-                not_ran: str = "it did not run on these inputs") -> dict[str, str]:
+                not_ran: str = T("any.not-ran")) -> dict[str, str]:
     """The attention modules no judged call accounts for, with why.
 
     Args:
@@ -53,8 +52,7 @@ def not_checked(found: Mapping[str, str], judged: Iterable[str], ran: Mapping[st
     return out
 
 
-_NO_INTERFACE = ("no call of it reached transformers' AttentionInterface (its forward "
-                 "computes attention itself, or it did not run on these inputs)")
+_NO_INTERFACE = T("any.no-interface")
 
 
 def account(check: Any, session: Any) -> None:
@@ -70,7 +68,7 @@ def account(check: Any, session: Any) -> None:
     found = attention_modules(check.model)
     stopped = result.status.startswith("stopped")
     missing = not_checked(found, session.rows, {name: 1 for name in found},
-                          inline="the run stopped before it" if stopped else _NO_INTERFACE)
+                          inline=T("any.stopped-before") if stopped else _NO_INTERFACE)
     for name, why in missing.items():
         row = session.rows[name] = LayerRow(name, verdict=NOT_CHECKED, note=why)
         result.layers.append(row)

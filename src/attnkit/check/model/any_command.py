@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..catalogue import T
 from ..meet.targets import TargetLoadError, load_target
 from .session import first_line
 
@@ -29,10 +30,11 @@ def _load(spec: str, what: str) -> Any:
     try:
         return load_target(spec)
     except (ValueError, ImportError) as err:
-        raise ValueError(f"{what} {spec!r}: {first_line(err)}") from None
+        raise ValueError(T("cmd.load", what=what, spec=repr(spec),
+                           error=first_line(err))) from None
     except TargetLoadError as err:
-        raise ValueError(f"{what} {spec!r}: its file raised while it was imported: "
-                         f"{first_line(err)}") from None
+        raise ValueError(T("cmd.import-raised", what=what, spec=repr(spec),
+                           error=first_line(err))) from None
 
 
 def load_any_model(spec: str, seed: int = 0) -> tuple[Any, Any]:
@@ -48,20 +50,18 @@ def load_any_model(spec: str, seed: int = 0) -> tuple[Any, Any]:
     obj = _load(spec, "MODEL")
     if not isinstance(obj, torch.nn.Module):
         if not callable(obj):
-            raise ValueError(f"MODEL {spec!r} is a {type(obj).__name__}: name an nn.Module, "
-                             f"or a function or class that builds one with no arguments")
+            raise ValueError(T("cmd.not-callable", spec=repr(spec), type=type(obj).__name__))
         torch.manual_seed(seed)
         try:
             obj = obj()
         except Exception as err:  # the user's factory may raise anything
-            raise ValueError(f"MODEL {spec!r}: calling it with no arguments raised "
-                             f"{type(err).__name__}: {first_line(err)}") from None
+            raise ValueError(T("cmd.factory-raised", spec=repr(spec),
+                               error=f"{type(err).__name__}: {first_line(err)}")) from None
     inputs = None
     if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], torch.nn.Module):
         obj, inputs = obj
     if not isinstance(obj, torch.nn.Module):
-        raise ValueError(f"MODEL {spec!r} gave a {type(obj).__name__}, not an nn.Module (or "
-                         f"a (module, inputs) pair)")
+        raise ValueError(T("cmd.not-module", spec=repr(spec), type=type(obj).__name__))
     return obj, inputs
 
 
@@ -69,8 +69,7 @@ def load_implementation(spec: str) -> Any:
     """The attention function of ``--implementation FILE.py:fn`` (SDPA's signature)."""
     fn = _load(spec, "--implementation")
     if not callable(fn):
-        raise ValueError(f"--implementation {spec!r} is a {type(fn).__name__}, not a function "
-                         f"with the signature of F.scaled_dot_product_attention")
+        raise ValueError(T("cmd.not-function", spec=repr(spec), type=type(fn).__name__))
     return fn
 
 
@@ -87,10 +86,9 @@ def read_inputs(path: str) -> Any:
 
     p = Path(path)
     if p.suffix not in (".pt", ".pth", ".safetensors"):
-        raise ValueError(f"--inputs {path!r} must be a .pt or .safetensors file (saved with "
-                         f"torch.save or safetensors.torch.save_file)")
+        raise ValueError(T("cmd.suffix", path=repr(path)))
     if not p.is_file():
-        raise ValueError(f"--inputs {path!r}: no such file")
+        raise ValueError(T("cmd.no-file", path=repr(path)))
     try:
         if p.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -98,12 +96,10 @@ def read_inputs(path: str) -> Any:
             return load_file(str(p))
         return torch.load(p, map_location="cpu", weights_only=True)
     except ImportError:
-        raise ValueError(f"--inputs {path!r}: reading .safetensors needs `pip install "
-                         f"safetensors`") from None
+        raise ValueError(T("cmd.safetensors", path=repr(path))) from None
     except Exception as err:  # a file that is not what it says, or holds objects
-        raise ValueError(f"--inputs {path!r} does not read with torch.load(weights_only=True) "
-                         f"/ safetensors (tensors and plain containers only, no code): "
-                         f"{type(err).__name__}: {first_line(err)}") from None
+        raise ValueError(T("cmd.unreadable", path=repr(path),
+                           error=f"{type(err).__name__}: {first_line(err)}")) from None
 
 
 def cast_inputs(inputs: Any, dtype: Any) -> Any:

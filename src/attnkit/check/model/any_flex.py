@@ -11,37 +11,16 @@ while it records, ``flex_attention`` runs its operator directly instead of compi
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from ...testing import reference_attention
+from ..catalogue import T
 from .any_judge import Judged, _dtype, _explain, _np, _rule
 
-__all__ = ["eager_flex", "judge_flex"]
-
-
-@contextlib.contextmanager
-def eager_flex() -> Iterator[None]:
-    """``flex_attention`` runs its operator eagerly (not compiled) inside the block."""
-    try:
-        import torch.nn.attention.flex_attention as fa
-    except ImportError:  # a torch without flex_attention: nothing to switch
-        yield
-        return
-    name = "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG"
-    before = getattr(fa, name, None)
-    if before is None:
-        yield
-        return
-    setattr(fa, name, True)
-    try:
-        yield
-    finally:
-        setattr(fa, name, before)
+__all__ = ["judge_flex"]
 
 
 def _grid(B: int, H: int, L: int, S: int) -> tuple[Any, Any, Any, Any]:
@@ -79,14 +58,11 @@ def judge_flex(call: Any) -> Judged:
             keep = keep & mask_mod(*_grid(B, H, L, S)).expand(B, H, L, S).bool()
         scores64 = _scores(q, k, float(scale), score_mod, torch.float64)
     except Exception as err:  # a mod that does not broadcast over the grid
-        return Judged(note=f"a flex_attention call whose score_mod/mask_mod does not "
-                           f"evaluate on a (batch, head, query, key) grid "
-                           f"({type(err).__name__}): not compared with the oracle")
+        return Judged(note=T("any.flex-grid", error=type(err).__name__))
     dtype = _dtype(q)
     out = call.output
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, H, L, v.shape[-1]):
-        return Judged(note="a flex_attention call with an output of another shape than "
-                           "(B, H, L, Ev): not compared with the oracle")
+        return Judged(note=T("any.flex-shape"))
     keep_np = keep.numpy()
     G = H // k.shape[1]
     cache: dict[float, tuple[np.ndarray, np.ndarray]] = {}
@@ -107,8 +83,7 @@ def judge_flex(call: Any) -> Judged:
     if j.code is None:
         return j
     alts = [] if math.isclose(float(scale), 1.0) else [
-        ("wrong-scale", f"the scores are not scaled (the call asks for scale "
-                        f"{float(scale):.4g})", keep_np, 1.0)]
+        ("wrong-scale", T("any.flex-not-scaled", scale=float(scale)), keep_np, 1.0)]
     j = _explain(j, call, got, keep_np, alts, oracle)
     if dtype not in ("float16", "bfloat16") and j.code == "float16-overflow":
         j.code = "nan-or-inf"

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from ...testing import max_mean_error, reference_attention
+from ..catalogue import T
 from ..core.oracle import Baseline, bound_of, rule_error
-from ..core.report import CODES
 
-__all__ = ["Judged", "call_arguments", "judge_call", "twin_finite"]
+__all__ = ["Judged", "call_arguments", "judge_raised", "judge_sdpa", "twin_finite"]
 
 _HALF = ("float16", "bfloat16")
 
@@ -122,21 +122,19 @@ def _sdpa_oracle(c: dict, keep: Any, scale: float) -> tuple[np.ndarray, np.ndarr
     return ref, base
 
 
-def _judge_sdpa(call: Any) -> Judged:
+def judge_sdpa(call: Any) -> Judged:
     import torch
 
     a = call.arguments
     if float(a.get("dropout_p") or 0.0) > 0:
-        return Judged(note=f"dropout_p={a['dropout_p']} (random by design): call the model "
-                           f"in eval mode with dropout_p=0.0 there")
+        return Judged(note=T("any.dropout", p=a["dropout_p"]))
     c = sdpa_case(a)
     q, v = c["q"], c["v"]
     out = call.output
     want = tuple(a["query"].shape[:-1]) + (v.shape[-1],)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        return Judged("shape", f"the attention function returned {shape}; SDPA returns "
-                               f"{want} (query's shape with value's last dim)", "")
+        return Judged("shape", T("any.sdpa-shape", shape=shape, want=want), "")
     got = _np(_four(out))
     keep = c["keep"].numpy()
     j = _rule(got, keep, lambda kp, s: _sdpa_oracle(c, kp, s), c["scale"])
@@ -148,33 +146,25 @@ def _judge_sdpa(call: Any) -> Judged:
     no_causal = keep | np.triu(np.ones((L, S), dtype=bool), 1)
     mask = a.get("attn_mask")
     if not math.isclose(c["scale"], 1.0):
-        alts.append(("wrong-scale", f"the scores are not scaled (the call asks for scale "
-                                    f"{c['scale']:.4g}): a dropped 1/sqrt(d)", keep, 1.0))
+        alts.append(("wrong-scale", T("any.not-scaled", scale=c["scale"]), keep, 1.0))
     if a.get("is_causal"):
-        alts.append(("causal-leak", "the call has is_causal=True, but a query attends keys "
-                                    "after it (the causal mask is ignored)",
+        alts.append(("causal-leak", T("any.causal-ignored"),
                      no_causal & _mask_keep(mask, keep.shape), c["scale"]))
     causal_part = np.tril(np.ones((L, S), dtype=bool)) if a.get("is_causal") else \
         np.ones((L, S), dtype=bool)
     if isinstance(mask, torch.Tensor):
         if mask.dtype == torch.bool:
-            alts.append(("mask-polarity", "the function reads the bool attn_mask the other "
-                                          "way round: SDPA's True means 'may attend'",
+            alts.append(("mask-polarity", T("any.polarity"),
                          causal_part & ~_mask_keep(mask, keep.shape), c["scale"]))
         hidden = ~_mask_keep(mask, keep.shape)
         if hidden.any() and not (hidden & np.tril(np.ones((L, S), dtype=bool))).any():
-            ignored, words = "causal-leak", ("the attn_mask it receives is causal (it hides "
-                                             "the keys after each query) and the function "
-                                             "ignores it: a query attends later keys")
+            ignored, words = "causal-leak", T("any.causal-mask-ignored")
         else:
-            ignored = "padding-ignored" if "padding-ignored" in CODES else "mask-mismatch"
-            words = "the function ignores the attn_mask it receives (masked keys get weight)"
+            ignored, words = "padding-ignored", T("any.mask-ignored")
         alts.append((ignored, words, np.broadcast_to(causal_part, keep.shape), c["scale"]))
     if a.get("is_causal") and L != S:
         br = np.tril(np.ones((L, S), dtype=bool), S - L)
-        alts.append(("causal-alignment", f"is_causal with Tq = {L} != Tk = {S} aligned "
-                                         f"bottom-right; SDPA's is_causal is top-left "
-                                         f"(query i sees keys j <= i)",
+        alts.append(("causal-alignment", T("any.top-left", Tq=L, Tk=S),
                      br & _mask_keep(mask, keep.shape), c["scale"]))
     return _explain(j, call, got, keep, alts, lambda kp, s: _sdpa_oracle(c, kp, s))
 
@@ -198,8 +188,7 @@ def _rule(got: np.ndarray, keep: np.ndarray, oracle: Any, scale: float) -> Judge
     rows = keep.any(-1)  # (B, H, Tq)
     empty = int((~rows).any(1).sum()) if rows.ndim == 3 else int((~rows).sum())
     if not rows.any():
-        return Judged(empty_rows=empty, note="every query's keys are masked: nothing to "
-                                             "compare with the oracle")
+        return Judged(empty_rows=empty, note=T("any.all-masked"))
     ref, base = oracle(keep, scale)
     g, r, b = got[rows], ref[rows], base[rows]
     ok = np.isfinite(g)
@@ -231,8 +220,7 @@ def _explain(j: Judged, call: Any, got: np.ndarray, keep: np.ndarray,
             if dtype in _HALF and twin_finite(call):
                 j.code, j.message = "float16-overflow", _overflow_words(dtype)
             else:
-                j.code, j.message = "nan-or-inf", ("the attention output has NaN/inf where "
-                                                   "the oracle is finite")
+                j.code, j.message = "nan-or-inf", T("model.non-finite")
             return j
     for code, words, alt_keep, alt_scale in alts:
         alt_keep = np.broadcast_to(alt_keep, keep.shape)
@@ -245,16 +233,12 @@ def _explain(j: Judged, call: Any, got: np.ndarray, keep: np.ndarray,
         if rule_error(got[alt_rows], r2[alt_rows], b2[alt_rows], 2.0, "alt") is None:
             j.code, j.message = code, words
             return j
-    dtype_words = "float64" if dtype == "float64" else dtype
-    j.message = f"the attention output is further from the oracle than 2x the error of " \
-                f"plain {dtype_words} math"
+    j.message = T("model.beyond-rule", dtype=dtype)
     return j
 
 
 def _overflow_words(dtype: str) -> str:
-    return (f"NaN/inf (or an error) in {dtype} where the same call in float32 is finite: a "
-            f"fill like -1e9 does not fit half precision; fill with -inf or "
-            f"torch.finfo(dtype).min and keep softmax statistics in float32")
+    return T("any.half", dtype=dtype)
 
 
 def _float32(x: Any) -> Any:
@@ -311,23 +295,11 @@ def judge_raised(call: Any) -> Judged:
     text = (str(err).strip().splitlines() or [""])[0][:200]
     dtype = _dtype(call.arguments.get("query"))
     if dtype in _HALF and twin_finite(call):
-        return Judged("float16-overflow", _overflow_words(dtype) +
-                      f" (it raised {type(err).__name__}: {text})", type(err).__name__)
-    return Judged("call-failed", f"the attention call raised {type(err).__name__}: {text} "
-                                 f"(query {tuple(call.arguments['query'].shape)}, {dtype})",
+        return Judged("float16-overflow", T("any.half-raised", cause=_overflow_words(dtype),
+                                            error=f"{type(err).__name__}: {text}"),
+                      type(err).__name__)
+    return Judged("call-failed", T("any.raised", error=f"{type(err).__name__}: {text}",
+                                   shape=tuple(call.arguments["query"].shape), dtype=dtype),
                   type(err).__name__)
 
 
-def judge_call(call: Any) -> Judged:
-    """Judge one :class:`~.torch_calls.AttentionCall`."""
-    if call.error is not None:
-        return judge_raised(call)
-    if call.kind == "sdpa":
-        return _judge_sdpa(call)
-    if call.kind == "mha":
-        from .any_mha import judge_mha
-
-        return judge_mha(call)
-    from .any_flex import judge_flex
-
-    return judge_flex(call)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ...testing import reference_attention
+from ..catalogue import T
 from ..core.oracle import Baseline
 from .any_judge import Judged, _explain, _np, _rule
 
@@ -132,8 +133,8 @@ def judge_mha(call: Any) -> Judged:
         got = _batch_first(m, out.detach().cpu())
     if got is None or tuple(got.shape) != want:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        return Judged("shape", f"nn.MultiheadAttention returned {shape}; its query "
-                               f"{tuple(a['query'].shape)} calls for (N, L, E) = {want}", "")
+        return Judged("shape", T("any.mha-shape", shape=shape,
+                                 query=tuple(a["query"].shape), want=want), "")
     kw = {n: a.get(n) for n in ("key_padding_mask", "attn_mask")}
 
     scale = 1.0 / math.sqrt(m.embed_dim // m.num_heads)
@@ -157,6 +158,5 @@ def judge_mha(call: Any) -> Judged:
     j.scale = scale
     if j.code is None:
         return j
-    alts = [("wrong-scale", "the scores are not scaled by 1/sqrt(head_dim) "
-                            f"({scale:.4g})", keep, 1.0)]
+    alts = [("wrong-scale", T("any.mha-not-scaled", scale=scale), keep, 1.0)]
     return _explain(j, call, g, keep, alts, lambda kp, s: oracle(kp, s))

@@ -26,9 +26,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..catalogue import T, Text, join
 from ..core.report import CODES, ERROR
+from . import any_flex
 from .accounting import NOT_CHECKED, not_checked
-from .any_judge import judge_call
+from .any_judge import Judged, judge_raised, judge_sdpa
+from .any_mha import judge_mha
 from .any_repro import any_reproducer
 from .report import ImplementationResult, LayerRow, ModelFinding, ModelReport
 from .session import first_line
@@ -44,6 +47,17 @@ class _Stopped(Exception):
 
 class _CheckFailed(Exception):
     """Judging a call failed: a gap in attnkit's check, never the model's fault."""
+
+
+def judge_call(call: Any) -> Judged:
+    """Judge one :class:`~.torch_calls.AttentionCall`."""
+    if call.error is not None:
+        return judge_raised(call)
+    if call.kind == "sdpa":
+        return judge_sdpa(call)
+    if call.kind == "mha":
+        return judge_mha(call)
+    return any_flex.judge_flex(call)  # looked up per call: tests may replace it
 
 
 def implementation_label(implementation: Any) -> str:
@@ -87,7 +101,22 @@ def _describe(inputs: Any) -> str:
              if isinstance(x, torch.Tensor) else type(x).__name__ for x in args]
     parts += [f"{n}={tuple(x.shape)}" if isinstance(x, torch.Tensor) else
               f"{n}={type(x).__name__}" for n, x in kwargs.items()]
-    return "inputs " + ", ".join(parts) if parts else "no inputs"
+    return T("any.inputs", parts=", ".join(parts)) if parts else T("any.no-inputs")
+
+
+def _dtype_of(model: Any, inputs: Any) -> str:
+    """The model's dtype: its first parameter's, or, for a model without weights (a
+    function of its inputs), its first floating-point input's (``""``: none)."""
+    import torch
+
+    params = next(iter(model.parameters()), None)
+    if params is not None:
+        return str(params.dtype).replace("torch.", "")
+    args, kwargs = _arguments(inputs)
+    for x in [*args, *kwargs.values()]:
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            return str(x.dtype).replace("torch.", "")
+    return ""
 
 
 class _Run:
@@ -116,8 +145,7 @@ class _Run:
             raise _CheckFailed(f"{type(err).__name__}: {first_line(err)}") from err
         if call.mutated:
             self.find(row, call, judged, "mutates-input",
-                      f"the attention function writes into its argument(s) "
-                      f"{', '.join(call.mutated)} (an in-place op)")
+                      T("any.mutates", names=", ".join(call.mutated)))
         if judged.note and not judged.code:
             row.note = row.note or judged.note
         else:
@@ -136,15 +164,16 @@ class _Run:
     def find(self, row: LayerRow, call: AttentionCall, judged: Any, code: str,
              message: str) -> None:
         at = judged.at if code == judged.code else {}
-        where = ", ".join([f"layer {row.layer}", f"call {call.index}"] +
-                          [f"{n} {x}" for n, x in at.items()])
+        places = [T(f"model.at-{n}", i=x) for n, x in at.items()]
+        where = join([T("model.at-layer", layer=row.layer), T("any.at-call", i=call.index)]
+                     + places, "list")
         # inside a model a top-left/bottom-right mix-up changes what it computes: an error,
         # as ModelFinding.severity has it
         error = CODES[code][0] == ERROR or code == "causal-alignment"
         if error and row.verdict == "ok":
             row.verdict = code
-            row.first_failure = ", ".join(f"{n} {x}" for n, x in at.items()) or \
-                f"call {call.index}"
+            row.first_failure = join(places, "list") if places else \
+                T("any.at-call", i=call.index)
             if self.result.first_failing_layer is None:
                 self.result.first_failing_layer = row.layer
         if any(f.code == code for f in self.result.findings):
@@ -159,7 +188,7 @@ class _Run:
                 path, f.reproducer = any_reproducer(Path(self.save_to), f, call, judged)
                 self.result.reproducer = str(path)
             except Exception as err:  # a reproducer must never hide the finding
-                f.reproducer = f"# the reproducer could not be saved: {first_line(err)}"
+                f.reproducer = T("any.no-reproducer", error=first_line(err))
         self.result.findings.append(f)
         order = list(CODES)
         self.result.findings.sort(key=lambda x: (x.severity != ERROR, order.index(x.code)))
@@ -169,20 +198,20 @@ def refused(label: str, why: str, dtype: str = "", inputs: str = "") -> ModelRep
     """A report of a check that did not run: one implementation, status ``refused: why``
     (one line that says what to do)."""
     report = ModelReport(label, dtype, inputs)
-    report.implementations.append(ImplementationResult("torch", status=f"refused: {why}"))
+    report.implementations.append(ImplementationResult("torch",
+                                                       status=T("model.refused", why=why)))
     return report
 
 
-def _nothing_judged(label: str, result: ImplementationResult, missing: dict) -> str:
+def _nothing_judged(label: str, result: ImplementationResult, missing: dict) -> Text:
     """Why a run judged no call, in one line that says what to do."""
     notes = [row.note for row in result.layers if row.calls and row.note]
     if notes:
-        return f"no attention call could be judged: {notes[0]}"
+        return T("any.none-judged", note=notes[0])
     if missing:
-        return (f"no attention call was made: {len(missing)} module(s) look like attention "
-                f"({next(iter(missing))}: {next(iter(missing.values()))})")
-    return (f"{label} made no call of scaled_dot_product_attention, flex_attention or "
-            f"nn.MultiheadAttention and has no attention module: nothing to check")
+        return T("any.none-made", n=len(missing), name=next(iter(missing)),
+                 why=next(iter(missing.values())))
+    return T("any.no-attention", label=label)
 
 
 def check_any_model(model: Any, inputs: Any, *, implementation: Any = None,
@@ -210,15 +239,12 @@ def check_any_model(model: Any, inputs: Any, *, implementation: Any = None,
 
     label = label or type(model).__name__
     if not isinstance(model, torch.nn.Module):
-        return refused(label, f"a {type(model).__name__} is not a torch.nn.Module: pass a "
-                               f"model, a local model folder or a FILE.py:build_model")
+        return refused(label, T("any.not-module", type=type(model).__name__))
     if inputs is None:
-        return refused(label, f"{label} is not a transformers model and no inputs were "
-                               f"given: pass inputs (a tensor, a tuple of them or a dict "
-                               f"of keyword arguments), or --inputs FILE.pt")
+        return refused(label, T("any.no-inputs-given", label=label))
     params = next(iter(model.parameters()), None)
-    dtype = "" if params is None else str(params.dtype).replace("torch.", "")
-    report = ModelReport(label, dtype, _describe(inputs) + ", one forward")
+    dtype = _dtype_of(model, inputs)
+    report = ModelReport(label, dtype, T("any.one-forward", inputs=_describe(inputs)))
     result = ImplementationResult(implementation_label(implementation))
     report.implementations.append(result)
     run = _Run(result, save_to)
@@ -233,28 +259,27 @@ def check_any_model(model: Any, inputs: Any, *, implementation: Any = None,
         with torch.no_grad(), recorder:
             model(*args, **kwargs)
     except _CheckFailed as err:
-        result.status = f"not judged: attnkit's check failed ({err}); please report it"
+        result.status = T("any.check-failed", error=str(err))
     except _Stopped as err:
-        result.status = f"stopped: an attention call raised {err}; the layers after it " \
-                        f"did not run"
+        result.status = T("any.stopped", error=str(err))
     except Exception as err:  # the model itself did not run on these inputs
         if run.stopped:
-            result.status = f"stopped: an attention call raised {run.stopped}; the " \
-                            f"layers after it did not run"
+            result.status = T("any.stopped", error=run.stopped)
         else:
-            result.status = (f"refused: {label} raised {type(err).__name__}: "
-                             f"{first_line(err)} (do the inputs fit its forward?)")
+            result.status = T("model.refused", why=T(
+                "any.model-raised", label=label,
+                error=f"{type(err).__name__}: {first_line(err)}"))
     finally:
         model.train(training)
     missing = not_checked(attention_modules(model), recorder.callers, recorder.ran,
-                          **({"not_ran": "the run stopped before it (an attention call "
-                                         "raised)"} if result.status != "ran" else {}))
+                          **({"not_ran": T("any.not-ran-stopped")}
+                             if result.status != "ran" else {}))
     for name, why in missing.items():
         result.layers.append(LayerRow(name, verdict=NOT_CHECKED, note=why))
     order = {name or "(model)": i for i, (name, _) in enumerate(model.named_modules())}
     result.layers.sort(key=lambda row: order.get(row.layer, len(order)))  # the model's order
     if result.status == "ran" and not run.judged:
-        result.status = "refused: " + _nothing_judged(label, result, missing)
+        result.status = T("model.refused", why=_nothing_judged(label, result, missing))
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -273,8 +298,7 @@ def check_sdpa_calls(model: Any, inputs: dict, implementation: Any,
             model.set_attn_implementation("sdpa")
         except (ValueError, ImportError, KeyError) as err:
             return refused(label or type(model).__name__,
-                            f"--implementation replaces SDPA calls, and this model refuses "
-                            f"sdpa: {first_line(err)}")
+                            T("any.refuses-sdpa", error=first_line(err)))
     try:
         return check_any_model(model, dict(inputs), implementation=implementation,
                                save_to=save_to, label=label)
@@ -297,10 +321,7 @@ def elsewhere(model: Any, inputs: Any, implementation: Any, implementations: Any
                             and hasattr(getattr(model, "config", None), "_attn_implementation"))
     if not transformers:
         if implementations is not None or generate or sample is not None:
-            return refused(type(model).__name__, "implementations=, generate= and sample= "
-                           "apply to transformers models; this one runs its own forward "
-                           "once, every call judged whole: pass implementation=fn to judge "
-                           "your attention function")
+            return refused(type(model).__name__, T("any.transformers-only"))
         return check_any_model(model, inputs, implementation=implementation, save_to=save_to)
     if implementation is None:
         return None

@@ -218,7 +218,7 @@ class _Check(CallJudge, Comparison, Steps):
                                                       measured)
                 s.result.reproducer = str(path)
             except Exception as err:  # a reproducer must never hide the finding
-                f.reproducer = f"# the reproducer could not be saved: {first_line(err)}"
+                f.reproducer = T("model.reproducer-unsaved", error=first_line(err))
         s.result.findings.append(f)
         order = list(CATALOGUE)
         s.result.findings.sort(key=lambda x: (x.severity != ERROR, order.index(x.code)))
@@ -232,7 +232,7 @@ class _Check(CallJudge, Comparison, Steps):
         before = model.config._attn_implementation
         missing = cannot_load(model, impl)
         if missing is not None:
-            session.result.status = f"refused: {missing}"
+            session.result.status = T("model.refused", why=missing)
             session.result.unloaded = True
             return session.result
         try:
@@ -299,6 +299,44 @@ def _bar(total: int, enabled: bool | None) -> Any:
                 disable=not enabled, leave=False)
 
 
+def _implementations(implementations: Sequence[str] | None, generate: int,
+                     sample: int | None) -> list[str]:
+    """The implementations to run (the default ones for None), the arguments checked."""
+    if generate < 0:
+        raise ValueError(T("load.generate", got=generate))
+    if sample is not None and sample < 1:
+        raise ValueError(T("load.sample", got=sample))
+    impls = list(DEFAULT_IMPLEMENTATIONS if implementations is None else implementations)
+    if not impls:
+        raise ValueError(T("load.no-implementations"))
+    known_implementations(impls)
+    return impls
+
+
+def _inputs(model: Any, inputs: dict | None, generate: int, batch: int, length: int,
+            padding: str, seed: int) -> tuple[dict, Text]:
+    """``(inputs, how the report describes them)``: the caller's, checked against the
+    model, or random ones (``batch`` x ``length`` tokens with ``padding``, or the images
+    and sounds the config calls for)."""
+    from .load import check_inputs, make_inputs
+
+    if inputs is None:
+        inputs = make_inputs(model, batch=batch, length=length, padding=padding, seed=seed)
+        described = T("model.described", batch=batch, length=length,
+                      padding=T(f"model.padding-{padding}"))
+        if "input_ids" not in inputs:
+            described = T("model.described-tensors", tensors=", ".join(
+                f"{n} {tuple(x.shape)}" for n, x in inputs.items() if n != "decoder_input_ids"))
+    else:
+        check_inputs(model, inputs)
+        ids = inputs["input_ids"]
+        described = T("model.described-given", batch=ids.shape[0], length=ids.shape[1])
+    if inputs.get("position_ids") is not None and inputs.get("attention_mask") is None \
+            and generate:
+        raise ValueError(T("load.packed-decoding"))
+    return inputs, described
+
+
 def check_model(model: Any, inputs: dict | None = None, *,
                 implementations: Sequence[str] | None = None, generate: int = 0,
                 sample: int | None = None, save_to: str | Path | None = None,
@@ -353,7 +391,7 @@ def check_model(model: Any, inputs: dict | None = None, *,
             vocabulary), a path that does not load, an unknown implementation.
     """
     from .any_model import elsewhere
-    from .load import check_inputs, load_model, make_inputs, require_transformers
+    from .load import load_model, require_transformers
 
     other = elsewhere(model, inputs, implementation, implementations, generate, sample,
                       save_to, dict(batch=batch, length=length, padding=padding, seed=seed))
@@ -365,30 +403,8 @@ def check_model(model: Any, inputs: dict | None = None, *,
     if isinstance(model, (str, Path)):
         label = str(model)
         model = load_model(str(model))
-    if generate < 0:
-        raise ValueError(f"generate must be >= 0, got {generate}")
-    if sample is not None and sample < 1:
-        raise ValueError(f"sample must be >= 1 or None, got {sample}")
-    impls = list(DEFAULT_IMPLEMENTATIONS if implementations is None else implementations)
-    if not impls:
-        raise ValueError("implementations is empty")
-    known_implementations(impls)
-    described = None
-    if inputs is None:
-        inputs = make_inputs(model, batch=batch, length=length, padding=padding, seed=seed)
-        described = T("model.described", batch=batch, length=length,
-                      padding=T(f"model.padding-{padding}"))
-        if "input_ids" not in inputs:
-            described = T("model.described-tensors", tensors=", ".join(
-                f"{n} {tuple(x.shape)}" for n, x in inputs.items() if n != "decoder_input_ids"))
-    else:
-        check_inputs(model, inputs)
-        ids = inputs["input_ids"]
-        described = T("model.described-given", batch=ids.shape[0], length=ids.shape[1])
-    if inputs.get("position_ids") is not None and inputs.get("attention_mask") is None \
-            and generate:
-        raise ValueError("packed inputs (position_ids without attention_mask) are checked "
-                         "in the prefill only: pass generate=0")
+    impls = _implementations(implementations, generate, sample)
+    inputs, described = _inputs(model, inputs, generate, batch, length, padding, seed)
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     report = ModelReport(label or type(model).__name__, dtype,
                          described + (T("model.decoding", n=generate) if generate

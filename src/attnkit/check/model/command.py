@@ -7,9 +7,9 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
-from ..catalogue import get_language
+from ..catalogue import T, get_language, render
 from .any_command import (
     cast_inputs,
     is_target_spec,
@@ -87,30 +87,31 @@ def add_arguments(p: argparse.ArgumentParser, positive_int: Callable[[str], int]
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Load or build the model, check it, print the table (or JSON); the exit status."""
+    lang = args.lang or get_language()
+
+    def refuse(text: Any) -> NoReturn:  # a usage error, in the report's language
+        parser.error(render(text, lang))
+
     if (args.model is None) == (args.tiny is None):
-        parser.error("give MODEL (a local folder, a config.json or FILE.py:NAME) or --tiny "
-                     "FAMILY, not both")
+        refuse(T("cmd.model-or-tiny"))
     impls = [n.strip() for n in args.implementations.split(",") if n.strip()]
     if not impls:
-        parser.error("--implementations is empty")
+        refuse(T("cmd.no-implementations"))
     os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded, whatever the shell says
     if args.layers and not args.implementation:
-        parser.error("--layers needs --implementation FILE.py:FN")
+        refuse(T("cmd.layers"))
     try:
         if args.model is not None and is_target_spec(args.model):
             if args.generate or args.sample or args.implementations != "eager,sdpa,attnkit":
-                parser.error("--generate, --sample and --implementations apply to "
-                             "transformers models; a FILE.py model runs its own forward once "
-                             "(use --implementation FILE.py:FN for your attention function)")
+                refuse(T("cmd.transformers-only"))
             report = _run_any(args)
         else:
             report = _run_transformers(args, impls)
     except ImportError as err:  # the transformers extra is missing: the install line
         print(f"attnkit check model: error: {err}", file=sys.stderr)
         return 2
-    except ValueError as err:
-        parser.error(str(err))
-    lang = args.lang or get_language()
+    except ValueError as err:  # one line, in the report's language where the catalogue has it
+        refuse(err.args[0] if err.args else str(err))
     print(report.to_json(lang) if args.json else report.text(lang))
     return 0 if report.ok else 1
 
@@ -138,8 +139,7 @@ def _run_any(args: argparse.Namespace) -> Any:
         model = model.to(getattr(torch, args.dtype))
         inputs = cast_inputs(inputs, getattr(torch, args.dtype))
     if inputs is None:
-        raise ValueError(f"MODEL {args.model!r} gives no inputs: pass --inputs FILE.pt (or "
-                         f".safetensors), or return (model, inputs) from {args.model}")
+        raise ValueError(T("cmd.no-inputs", spec=repr(args.model), model=args.model))
     return check_any_model(model, inputs, implementation=implementation,
                            save_to=args.save, label=args.model)
 

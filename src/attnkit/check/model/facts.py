@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..catalogue import T, Text, join
 from .masks import CallPlace, expected_keep, received_keep
 
 __all__ = ["PROBE_NAME", "describe", "read_facts", "read_structure"]
@@ -96,7 +97,7 @@ def read_structure(check: Any, inputs: dict, extra_tokens: int) -> dict[str, tor
     return differs
 
 
-def describe(name: str, keep: torch.Tensor, place: CallPlace) -> str:
+def describe(name: str, keep: torch.Tensor, place: CallPlace) -> Text:
     """One sentence: what layer ``name``'s own mask ``keep`` ``(B, L, L)`` does that its
     config did not say (``place``: the config's view of the same call)."""
     L = keep.shape[-1]
@@ -106,23 +107,19 @@ def describe(name: str, keep: torch.Tensor, place: CallPlace) -> str:
     future = bool((any_row & (j > i)).any())
     words = []
     if not future and not place.causal:
-        words.append("causal, which the model's code builds itself (its attention module "
-                     "says is_causal=False)")
+        words.append(T("fact.causal-own"))
     if future and place.causal:
-        words.append("bidirectional (its config or module says causal)")
+        words.append(T("fact.bidirectional"))
     ahead = int(((j - i) * any_row).max())
     back = int(((i - j) * any_row).max())
     if future and ahead < L - 1 and back < L - 1:
-        words.append(f"a two-sided window: each query sees {back} key(s) before it and "
-                     f"{ahead} after it")
+        words.append(T("fact.two-sided", back=back, ahead=ahead))
     elif not future and back < L - 1 and place.window is None:
-        words.append(f"a sliding window of {back + 1} key(s)")
+        words.append(T("fact.window", n=back + 1))
     if place.q_doc is not None and bool((keep & (place.q_doc[:, :, None] !=
                                                  place.k_doc[:, None, :])).any()):
-        words.append("it attends across packed documents (the model does not split them: "
-                     "packing them is the caller's choice)")
-    what = "; ".join(words) or "another mask than its config says"
-    return f"{name}: {what}; judged against the mask the model's own code builds"
+        words.append(T("fact.across-documents"))
+    return T("fact.own-mask", name=name, what=join(words) if words else T("fact.other-mask"))
 
 
 def read_facts(check: Any, report: Any, inputs: dict, generate: int) -> None:

@@ -178,7 +178,7 @@ class CallJudge:
                 self.find(s, row, "causal-alignment", T("model.top-left", Tq=Tq, Tk=Tk),
                           failure, where, call=call, **at)
                 return
-        if mask is not None and fits(~keep4):
+        if mask is not None and first_fit([polarity_reading(keep4)], fits):
             self.find(s, row, "mask-polarity", T("model.polarity"), failure, where,
                       call=call, **at)
             return

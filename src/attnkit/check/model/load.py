@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..catalogue import T
+
 __all__ = ["TINY_FAMILIES", "load_model", "make_inputs", "require_transformers", "tiny_model"]
 
 TINY_FAMILIES = ("llama", "mistral", "gemma2", "gpt_oss", "qwen2", "gpt2", "t5")
@@ -37,7 +39,7 @@ def _dtype(name: str) -> Any:
     import torch
 
     if name not in _DTYPES:
-        raise ValueError(f"dtype must be one of {_DTYPES}, got {name!r}")
+        raise ValueError(T("load.dtype", choices=_DTYPES, got=name))
     return getattr(torch, name)
 
 
@@ -73,7 +75,7 @@ def _tiny_config(family: str) -> tuple[Any, Any, dict]:
                             num_heads=4, relative_attention_num_buckets=8, dropout_rate=0.0,
                             decoder_start_token_id=0, pad_token_id=0, eos_token_id=None),
                 tf.AutoModelForSeq2SeqLM, {})
-    raise ValueError(f"--tiny must be one of {', '.join(TINY_FAMILIES)}, got {family!r}")
+    raise ValueError(T("load.tiny", choices=", ".join(TINY_FAMILIES), got=family))
 
 
 def tiny_model(family: str, dtype: str = "float32", seed: int = 0) -> Any:
@@ -119,30 +121,27 @@ def load_model(spec: str, dtype: str = "float32", seed: int = 0) -> Any:
     elif path.is_dir() and (path / "config.json").is_file():
         folder, config_file = path, path / "config.json"
     else:
-        raise ValueError(f"MODEL {spec!r} is not a local folder with a config.json nor a "
-                         f"config.json file (attnkit check model downloads nothing)")
+        raise ValueError(T("load.not-found", model=spec))
     try:
         raw = json.loads(config_file.read_text())
     except (OSError, ValueError) as err:
-        raise ValueError(f"MODEL {spec!r}: cannot read {config_file.name}: {err}") from None
+        raise ValueError(T("load.unreadable", model=spec, file=config_file.name,
+                           error=str(err))) from None
     if not isinstance(raw, dict) or "auto_map" in raw or "model_type" not in raw:
-        raise ValueError(f"MODEL {spec!r} needs trust_remote_code (its own Python code, or "
-                         f"no model_type transformers knows): attnkit check never runs it")
+        raise ValueError(T("load.remote-code", model=spec))
     torch_dtype = _dtype(dtype)
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     if raw["model_type"] not in CONFIG_MAPPING_NAMES:
-        raise ValueError(f"MODEL {spec!r}: transformers does not know model_type "
-                         f"{raw['model_type']!r}; reading it would mean running the model's "
-                         f"own code (trust_remote_code), which attnkit check never does")
+        raise ValueError(T("load.unknown-type", model=spec, type=raw["model_type"]))
     # Whatever transformers or safetensors raise on a config or weights that do not fit
     # (a width heads do not divide, a truncated file) is one line naming the model.
     try:
         config = tf.AutoConfig.for_model(**raw) if path.is_file() else \
             tf.AutoConfig.from_pretrained(str(folder), local_files_only=True)
     except Exception as err:
-        raise ValueError(f"MODEL {spec!r}: cannot read {config_file.name}: {_why(err)}") \
-            from None
+        raise ValueError(T("load.unreadable", model=spec, file=config_file.name,
+                           error=_why(err))) from None
     auto = _auto_class(tf, config)
     weights = list(folder.glob("*.safetensors")) + list(folder.glob("*.bin"))
     try:
@@ -157,9 +156,9 @@ def load_model(spec: str, dtype: str = "float32", seed: int = 0) -> Any:
                                     trust_remote_code=False, use_safetensors=safetensors,
                                     dtype=torch_dtype, attn_implementation="eager").eval()
     except Exception as err:
-        what = "build the model" if path.is_file() or not weights else "load the weights"
-        raise ValueError(f"MODEL {spec!r}: cannot {what}: {type(err).__name__}: "
-                         f"{_why(err)}") from None
+        key = "load.cannot-build" if path.is_file() or not weights else "load.cannot-load"
+        raise ValueError(T(key, model=spec, error=f"{type(err).__name__}: {_why(err)}")) \
+            from None
 
 
 def _why(err: BaseException) -> str:
@@ -182,9 +181,9 @@ def make_inputs(model: Any, batch: int = 2, length: int = 12, padding: str = "le
     import torch
 
     if padding not in ("left", "right", "none"):
-        raise ValueError(f"padding must be 'left', 'right' or 'none', got {padding!r}")
+        raise ValueError(T("load.padding", got=padding))
     if batch < 1 or length < 1:
-        raise ValueError(f"batch and length must be >= 1, got {batch} and {length}")
+        raise ValueError(T("load.sizes", batch=batch, length=length))
     config = model.config
     g = torch.Generator().manual_seed(seed)
     main = getattr(model, "main_input_name", "input_ids")
@@ -246,26 +245,27 @@ def check_inputs(model: Any, inputs: dict) -> None:
 
     if not isinstance(inputs, dict) or "input_ids" not in inputs:
         keys = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
-        raise ValueError(f"inputs need input_ids, got {keys}")
+        raise ValueError(T("load.no-input-ids", got=str(keys)))
     vocab = getattr(model.config.get_text_config(), "vocab_size", None)
 
     def ids_ok(name: str, batch: int | None) -> tuple[int, ...]:
         ids = inputs[name]
         if not isinstance(ids, torch.Tensor) or ids.ndim != 2:
             what = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
-            raise ValueError(f"{name} must be a (B, T) tensor, got {what}")
+            raise ValueError(T("load.ids-shape", name=name, got=str(what)))
         shape = tuple(ids.shape)
         if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-            raise ValueError(f"{name} must hold integer token ids, got {ids.dtype} {shape}")
+            raise ValueError(T("load.ids-dtype", name=name, dtype=str(ids.dtype),
+                                   shape=str(shape)))
         if min(shape) < 1:
-            raise ValueError(f"{name} must have batch and length >= 1, got {shape}")
+            raise ValueError(T("load.ids-empty", name=name, shape=str(shape)))
         if batch is not None and shape[0] != batch:
-            raise ValueError(f"{name} {shape} has another batch than input_ids "
-                             f"{tuple(inputs['input_ids'].shape)}")
+            raise ValueError(T("load.ids-batch", name=name, shape=str(shape),
+                               want=str(tuple(inputs["input_ids"].shape))))
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or (vocab and high >= vocab):
-            raise ValueError(f"{name} {shape} holds ids from {low} to {high}; the model's "
-                             f"vocabulary has ids 0 to {vocab - 1 if vocab else '?'}")
+            raise ValueError(T("load.ids-vocab", name=name, shape=str(shape), low=low,
+                               high=high, last=vocab - 1 if vocab else "?"))
         return shape
 
     shape = ids_ok("input_ids", None)
@@ -273,14 +273,14 @@ def check_inputs(model: Any, inputs: dict) -> None:
     if am is not None:
         got = tuple(am.shape) if isinstance(am, torch.Tensor) else type(am).__name__
         if got != shape:
-            raise ValueError(f"attention_mask {got} does not match input_ids {shape}")
+            raise ValueError(T("load.mask-shape", got=str(got), shape=str(shape)))
         if not bool(((am == 0) | (am == 1)).all()):
-            raise ValueError(f"attention_mask {got} must hold 0 (padding) and 1 (a real "
-                             f"token), got values {sorted(set(am.unique().tolist()))[:6]}")
+            raise ValueError(T("load.mask-values", got=str(got),
+                               values=str(sorted(set(am.unique().tolist()))[:6])))
     pos = inputs.get("position_ids")
     if pos is not None:
         got = tuple(pos.shape) if isinstance(pos, torch.Tensor) else type(pos).__name__
         if got not in (shape, (1, shape[1])):
-            raise ValueError(f"position_ids {got} does not match input_ids {shape}")
+            raise ValueError(T("load.positions-shape", got=str(got), shape=str(shape)))
     if inputs.get("decoder_input_ids") is not None:
         ids_ok("decoder_input_ids", shape[0])

@@ -13,9 +13,10 @@ import math
 import unicodedata
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..catalogue import T, check_language, code_words, get_language, render, style, words
+from ..catalogue.text import Text, join
 from ..core.report import Finding
 from ..render.json import finding_dict
 
@@ -176,13 +177,16 @@ class ModelReport:
         """Why the report is not a pass when no finding says it, in one line, else ""."""
         for r in self.implementations:
             if r.unloaded:
-                return f"{r.name} could not be loaded: {r.status.removeprefix('refused: ')}"
+                why = r.status.fields.get("why", r.status) if isinstance(r.status, Text) \
+                    else r.status.removeprefix("refused: ")
+                return T("model.unloaded", name=r.name, why=why)
         for r in self.implementations:
             if r.unchecked:
-                names = ", ".join(row.layer for row in r.unchecked[:3])
-                more = f" and {len(r.unchecked) - 3} more" if len(r.unchecked) > 3 else ""
-                return (f"{len(r.unchecked)} attention layer(s) not checked under {r.name}: "
-                        f"{names}{more}")
+                names: Any = join([row.layer for row in r.unchecked[:3]], "list")
+                if len(r.unchecked) > 3:
+                    names = T("model.and-more", names=names, n=len(r.unchecked) - 3)
+                return T("model.unchecked-under", n=len(r.unchecked), name=r.name,
+                         names=names)
         return ""
 
     @property
@@ -200,7 +204,8 @@ class ModelReport:
         d["inputs"] = render(self.inputs, lang)
         d["ok"] = self.ok
         d["judged"] = self.judged
-        d["reason"] = self.reason or None
+        d["reason"] = render(self.reason, lang) or None
+        d["notes"] = [render(n, lang) for n in self.notes]
         for r, item in zip(self.implementations, d["implementations"]):
             item["ok"], item["calls"] = r.ok, r.calls
             item["warning"] = render(r.note, lang) or None
@@ -246,7 +251,7 @@ class ModelReport:
         lines = [w["title"].format(model=self.model),
                  "  " + w["inputs"].format(dtype=self.dtype, inputs=inputs,
                                            seconds=self.seconds)]
-        lines += [f"  note: {n}" for n in self.notes]
+        lines += [w["fact line"].format(note=render(n, lang, literal)) for n in self.notes]
         first = self.implementations[0].name if self.implementations else ""
         for r in self.implementations:
             status = w["ran"] if r.status == "ran" else render(r.status, lang, literal)
@@ -294,7 +299,7 @@ class ModelReport:
                 for f in r.findings:
                     if f.reproducer:
                         lines += ["  " + w["reproducer"].format(code=f.code, path=r.reproducer)]
-                        lines += ["    " + x for x in f.reproducer.splitlines()]
+                        lines += ["    " + x for x in render(f.reproducer, lang).splitlines()]
                         break
         n_err = sum(f.is_error for r in self.implementations for f in r.findings)
         n_warn = sum(len(r.findings) + bool(r.note) + sum(bool(x.note) for x in r.layers)
@@ -309,7 +314,7 @@ class ModelReport:
             if unseen:
                 lines.append(w["layers not checked"].format(n=unseen))
         if any(r.unloaded for r in self.implementations):
-            lines.append(f"{w['FAILED']}: {self.reason}")
+            lines.append(w["failed because"].format(reason=render(self.reason, lang, literal)))
         return "\n".join(lines)
 
     def __str__(self) -> str:

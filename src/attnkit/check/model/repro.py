@@ -27,59 +27,15 @@ def model_reproducer(folder: Path, impl: str, f: Any, call: tuple,
     float64 oracle, and fails while the bug is there.
 
     ``call`` is ``(q, k, v), mask, kwargs, keep, expected, place, fn, module`` as the
-    check recorded it (``keep`` None for a call that raised).
+    check recorded it (``keep`` None for a call that raised). A ``mask-mismatch`` shows
+    the pair of masks (:func:`_mask_lines`); any other finding calls the implementation
+    again against the oracle.
     """
-    import torch
-
-    snap, mask, kwargs, keep4, want, place, fn, module = call
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = re.sub(r"[^A-Za-z0-9]+", "-", f"{impl}-step{f.step}-{f.layer}").strip("-")
-    path = folder / f"{stem}.pt"
-    q, k, v = snap
-    data: dict[str, Any] = {"q": q.cpu(), "k": k.cpu(), "v": v.cpu()}
-    if isinstance(mask, torch.Tensor):
-        received, _, _ = received_keep(mask, module, kwargs, q, k)
-        data["attention_mask"] = (received if type(mask).__name__ == "StructuredMask"
-                                  else mask.detach().cpu().clone())
-    data["kwargs"] = {n: (kwargs[n].detach().cpu() if isinstance(kwargs[n], torch.Tensor)
-                          else kwargs[n]) for n in _KWARGS_SAVED if n in kwargs}
-    data["scaling"] = kwargs.get("scaling")
-    data["is_causal"] = bool(getattr(module, "is_causal", True))
-    data["layer_idx"] = getattr(module, "layer_idx", None)
-    data["num_key_value_groups"] = q.shape[1] // k.shape[1]
-    data["module"] = module_state(module)
-    _, bias, _ = received_keep(mask, module, kwargs, q, k)
-    if bias is not None:
-        data["bias"] = bias.detach().cpu()
-    if keep4 is not None:
-        data["keep"] = keep4[:, :1] if bool((keep4 == keep4[:, :1]).all()) else keep4
-        data["expected"] = want[:, None]
-    torch.save(data, path)
-    if impl == "eager":
-        mod = type(module).__module__
-        load_fn = f"from {mod} import eager_attention_forward as fn"
-    elif impl in ("sdpa", "attnkit") or _ships_with(fn):
-        load_fn = f"fn = AttentionInterface()[{impl!r}]"
-    else:  # the user's own function: registered inside the reproducer, from its file
-        spec = file_spec(fn) or target_spec(fn)
-        load_fn = (f"fn = AttentionInterface()[{impl!r}]  # register your function first"
-                   if spec is None else
-                   f"from attnkit.check import load_target\n"
-                   f"fn = load_target({spec!r})\n"
-                   f"AttentionInterface.register({impl!r}, fn)  # as the model ran it")
+    keep4, fn, module = call[3], call[6], call[7]
+    path, data = _save_call(folder, impl, f, call)
+    load_fn = _load_fn(impl, fn, module)
     if f.code == "mask-mismatch" and "ignores" not in f.message:
-        # The mask this call received (as the check read it: True = may attend) against
-        # the one the config and padding call for, at the pair the finding names.
-        h = 0 if data["keep"].shape[1] == 1 else f.head
-        where = f"batch row {f.batch}, " + (f"head {f.head}, " if f.head is not None else "")
-        return path, "\n".join([
-            "import torch",
-            f"d = torch.load({str(path)!r}, weights_only=True)",
-            f"b, h, i, j = {f.batch}, {h}, {f.query}, {f.key}  # {where}query i, key j",
-            "received = bool(d['keep'][b, h, i, j])  # what the call's mask allows",
-            "expected = bool(d['expected'][b, 0, i, j])  # what config and padding allow",
-            "print('query i may see key j: received', received, '| expected', expected)",
-            f"assert received == expected, {f.message!r}"])
+        return path, _mask_lines(path, f, data)
     lines = ["import torch",
              "from transformers import AttentionInterface",
              "from attnkit.testing import reference_attention"]
@@ -108,6 +64,69 @@ def model_reproducer(folder: Path, impl: str, f: Any, call: tuple,
               "print('max error of that row against the oracle:', err)",
               f"assert err <= {_bound_text(measured)}, {f.code!r}"]
     return path, "\n".join(lines)
+
+
+def _save_call(folder: Path, impl: str, f: Any, call: tuple) -> tuple[Path, dict[str, Any]]:
+    """Save what the call behind ``f`` received (q, k, v, its mask, keyword arguments, the
+    module's settings, the mask the oracle used) to ``folder``: ``(path, what was saved)``."""
+    import torch
+
+    snap, mask, kwargs, keep4, want, _place, _fn, module = call
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = re.sub(r"[^A-Za-z0-9]+", "-", f"{impl}-step{f.step}-{f.layer}").strip("-")
+    path = folder / f"{stem}.pt"
+    q, k, v = snap
+    data: dict[str, Any] = {"q": q.cpu(), "k": k.cpu(), "v": v.cpu()}
+    if isinstance(mask, torch.Tensor):
+        received, _, _ = received_keep(mask, module, kwargs, q, k)
+        data["attention_mask"] = (received if type(mask).__name__ == "StructuredMask"
+                                  else mask.detach().cpu().clone())
+    data["kwargs"] = {n: (kwargs[n].detach().cpu() if isinstance(kwargs[n], torch.Tensor)
+                          else kwargs[n]) for n in _KWARGS_SAVED if n in kwargs}
+    data["scaling"] = kwargs.get("scaling")
+    data["is_causal"] = bool(getattr(module, "is_causal", True))
+    data["layer_idx"] = getattr(module, "layer_idx", None)
+    data["num_key_value_groups"] = q.shape[1] // k.shape[1]
+    data["module"] = module_state(module)
+    _, bias, _ = received_keep(mask, module, kwargs, q, k)
+    if bias is not None:
+        data["bias"] = bias.detach().cpu()
+    if keep4 is not None:
+        data["keep"] = keep4[:, :1] if bool((keep4 == keep4[:, :1]).all()) else keep4
+        data["expected"] = want[:, None]
+    torch.save(data, path)
+    return path, data
+
+
+def _load_fn(impl: str, fn: Any, module: Any) -> str:
+    """The line(s) that bind ``fn`` to the implementation in a reproducer."""
+    if impl == "eager":
+        mod = type(module).__module__
+        return f"from {mod} import eager_attention_forward as fn"
+    if impl in ("sdpa", "attnkit") or _ships_with(fn):
+        return f"fn = AttentionInterface()[{impl!r}]"
+    # the user's own function: registered inside the reproducer, from its file
+    spec = file_spec(fn) or target_spec(fn)
+    return (f"fn = AttentionInterface()[{impl!r}]  # register your function first"
+            if spec is None else
+            f"from attnkit.check import load_target\n"
+            f"fn = load_target({spec!r})\n"
+            f"AttentionInterface.register({impl!r}, fn)  # as the model ran it")
+
+
+def _mask_lines(path: Path, f: Any, data: dict[str, Any]) -> str:
+    """A ``mask-mismatch`` reproducer: the mask the call received against the one config
+    and padding call for, at the pair the finding names."""
+    h = 0 if data["keep"].shape[1] == 1 else f.head
+    where = f"batch row {f.batch}, " + (f"head {f.head}, " if f.head is not None else "")
+    return "\n".join([
+        "import torch",
+        f"d = torch.load({str(path)!r}, weights_only=True)",
+        f"b, h, i, j = {f.batch}, {h}, {f.query}, {f.key}  # {where}query i, key j",
+        "received = bool(d['keep'][b, h, i, j])  # what the call's mask allows",
+        "expected = bool(d['expected'][b, 0, i, j])  # what config and padding allow",
+        "print('query i may see key j: received', received, '| expected', expected)",
+        f"assert received == expected, {f.message!r}"])
 
 
 def module_state(module: Any) -> dict[str, Any]:

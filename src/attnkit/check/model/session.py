@@ -127,9 +127,8 @@ def register_wrapper(impl: str, session: Session) -> str:
                                          **kwargs)
 
     if impl != "eager" and impl not in AttentionInterface():
-        raise ValueError(f"attn_implementation {impl!r} is not registered with transformers' "
-                         f"AttentionInterface (known: eager, "
-                         f"{', '.join(AttentionInterface().valid_keys())})")
+        raise ValueError(T("load.unknown-implementation", name=impl, known=", ".join(
+            ["eager", *AttentionInterface().valid_keys()])))
     for iface in (AttentionInterface, AttentionMaskInterface):  # put back by unregister
         _BEFORE.setdefault((iface, name), iface._global_mapping.get(name, _NONE))
     AttentionInterface.register(name, wrapper)
@@ -167,6 +166,5 @@ def known_implementations(impls: list[str]) -> None:
                          if not n.startswith(WRAPPER_PREFIX)]
     unknown = [n for n in impls if n not in known]
     if unknown:
-        raise ValueError(f"implementations {unknown} are not registered with transformers' "
-                         f"AttentionInterface (known: {', '.join(known)}); register yours "
-                         f"with AttentionInterface.register(name, fn)")
+        raise ValueError(T("load.unknown-implementations", names=str(unknown),
+                           known=", ".join(known)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from ..catalogue import T
 from .session import first_line
 
 __all__ = ["Steps", "cannot_load"]
@@ -27,8 +28,7 @@ class Steps:
         tokens = (self.dec_total if self.enc_dec else self.total)
         if field is None or tokens <= config[field]:
             return ""
-        return (f"the input needs {tokens} positions (with its decoding steps), more than "
-                f"this model's {field} = {config[field]}: give a shorter --length")
+        return T("model.too-long", tokens=tokens, field=field, limit=config[field])
 
     def through_generate(self, s: Any) -> None:
         """``model.generate()`` with a dynamic and then a static cache, greedy, the
@@ -59,7 +59,7 @@ class Steps:
         try:
             for k, cache in enumerate(("dynamic", "static")):
                 state["n"], state["first"] = 0, (k + 1) * (self.generate + 1)
-                s.path = f"model.generate(), {cache} cache"
+                s.path = T("model.generate-path", cache=T(f"model.cache-{cache}"))
                 model.generate(input_ids=ids.to(device), attention_mask=None if am is None
                                else am.to(device), max_new_tokens=self.generate,
                                min_new_tokens=self.generate, do_sample=False,
@@ -100,8 +100,7 @@ class Steps:
         for step in range(1, self.generate + 1):
             s.step, s.call_index = step, 0
             if getattr(out, "logits", None) is None:
-                note = (f"decoding not applicable: {type(model).__name__} has no language-"
-                        f"model head (logits); the prefill was checked")
+                note = T("model.no-decoding", model=type(model).__name__)
                 if note not in self.notes:
                     self.notes.append(note)
                 return

@@ -14,15 +14,16 @@ dropped after it: memory holds one layer's inputs at a time, however deep the mo
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import inspect
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .any_flex import eager_flex
+from ..catalogue import T
 
 __all__ = ["SDPA_PARAMETERS", "AttentionCall", "CallRecorder", "attention_modules",
            "implementation_for"]
@@ -30,6 +31,26 @@ __all__ = ["SDPA_PARAMETERS", "AttentionCall", "CallRecorder", "attention_module
 # The parameters of torch.nn.functional.scaled_dot_product_attention, in order.
 SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
                    "enable_gqa")
+
+
+@contextlib.contextmanager
+def eager_flex() -> Iterator[None]:
+    """``flex_attention`` runs its operator eagerly (not compiled) inside the block."""
+    try:
+        import torch.nn.attention.flex_attention as fa
+    except ImportError:  # a torch without flex_attention: nothing to switch
+        yield
+        return
+    name = "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG"
+    before = getattr(fa, name, None)
+    if before is None:
+        yield
+        return
+    setattr(fa, name, True)
+    try:
+        yield
+    finally:
+        setattr(fa, name, before)
 
 
 @dataclass
@@ -82,8 +103,7 @@ def implementation_for(implementation: Any, layer: str) -> Callable | None:
             if layer == pattern or fnmatch.fnmatchcase(layer, pattern):
                 return fn
         return None
-    raise TypeError(f"implementation must be a function or a mapping of layer patterns to "
-                    f"functions, got {type(implementation).__name__}")
+    raise TypeError(T("any.bad-implementation", type=type(implementation).__name__))
 
 
 _NAMED = re.compile(r"(attn|attention)(_?\d+)?$", re.IGNORECASE)
@@ -117,7 +137,7 @@ def attention_modules(model: Any) -> dict[str, str]:
         if type(module).__module__.startswith("torch."):
             continue
         if _NAMED.search(name.rsplit(".", 1)[-1]) or _NAMED.search(type(module).__name__):
-            found[name] = "named like attention"
+            found[name] = T("any.named-like")
     # the innermost of a nest: an outer "attention" that holds another is a container
     return {n: why for n, why in found.items()
             if not any(o != n and o.startswith(n + ".") for o in found)}
@@ -195,7 +215,7 @@ class CallRecorder:
             error = None
             if output is None:  # always_call: the forward raised, and is raising
                 error = sys.exc_info()[1] or RuntimeError(
-                    f"{type(module).__name__}.forward raised")
+                    T("any.forward-raised", name=type(module).__name__))
             self._emit(AttentionCall("mha", name, self.count, arguments, _detached(out),
                                      error, type(module).forward, module))
 

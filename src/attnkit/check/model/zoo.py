@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..catalogue import T
+
 __all__ = ["ARCHITECTURES", "Architecture", "zoo_model"]
 
 # Sizes every config gets where it has the field (missing fields are left alone).
@@ -105,7 +107,7 @@ def _small_config(arch: Architecture) -> Any:
         cls = getattr(tf, arch.config)
     else:
         if arch.name not in CONFIG_MAPPING:
-            raise LookupError(f"transformers {tf.__version__} has no {arch.name}")
+            raise LookupError(T("load.no-architecture", version=tf.__version__, name=arch.name))
         cls = CONFIG_MAPPING[arch.name]
     default = cls()
     given = dict(arch.extra)

@@ -167,19 +167,35 @@ def _failed_call(err: BaseException, what: Text, fix: Text) -> Finding:
 
 def _check_multi_head(factory: Any, convention: str, causal: bool, report: Report,
                       spec: str | None, name: str) -> None:
-    import torch
     from torch import nn
 
-    from .gradients import (  # torch: imported here
-        dropout,
-        dropout_knobs,
-        gradients,
-        half_precision,
-        state_dict,
-    )
-    from .masks import mask_polarity, mask_probes
-    from .positions import causal_leak, causality, mixes_queries
-    from .probe import SHAPES, B, E, Harness, NoMaskLayout, T
+    from .probe import Harness
+
+    built = _build_target(factory, report, spec)
+    if built is None:
+        return
+    m = built.obj
+    report.framework = "torch" if isinstance(m, nn.Module) else "numpy"
+    self_only, call = _signature(m)
+    h = Harness(built, m, spec, name, self_only, call.mask_name, call.input_names)
+    h.mask_optional = call.mask_default
+    h.prefer_key_only = (call.mask_name or "").lower() in PADDING_NAMES
+    # Every probe but the dropout one runs on a fresh module with its dropout at 0, so that
+    # a dropout bug shows as dropout-in-eval only. Fresh modules are built again (or copied
+    # without the tensors a forward left on them), never deep-copied while in use.
+    from .gradients import dropout_knobs
+
+    h.m = h.fresh()
+    dropout_knobs(h.m, 0.0)
+    h.find_batch_first()
+    conv, how, no_layout = _convention(h, call, convention)
+    _header(report, h, m, call, conv, how, no_layout)
+    _probe(h, built, factory, report, call, causal, convention, no_layout)
+
+
+def _build_target(factory: Any, report: Report, spec: str | None) -> Any:
+    """The module built from ``factory`` (None, with the finding, when it cannot be)."""
+    from .probe import E  # torch: imported here
 
     origin = origin_of(factory)
     report.origin = origin
@@ -187,34 +203,32 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
         built = build_module(factory, E, 4, spec)
     except BuildError as err:
         report.add(Finding("call-failed", err.text, Tx("measured.not-built")))
-        return
+        return None
     except BuildRaised as raised:
         report.add(_raised_building(raised, spec))
-        return
+        return None
     except (Exception, SystemExit) as err:
         tried = _tried(factory)
         report.add(_failed_call(err, Tx("mha.building", tried=tried), Tx("mha.fix-factory")))
-        return
+        return None
     report.origin = join([x for x in (origin, built.how) if x])
-    m = built.obj
-    is_module = isinstance(m, nn.Module)
-    if not callable(m):
+    if not callable(built.obj):
         report.add(Finding("call-failed", Tx("mha.gives-not-callable", how=built.how,
-                                            type=type(m).__name__),
+                                            type=type(built.obj).__name__),
                            Tx("measured.not-callable")))
-        return
-    report.framework = "torch" if is_module else "numpy"
-    self_only, call = _signature(m)
+        return None
+    return built
+
+
+def _convention(h: Any, call: Any, convention: str) -> tuple[str, str, Finding | None]:
+    """The mask convention (declared, read off the signature or found by behaviour), how it
+    was chosen, and the finding when no mask layout fits the module."""
+    import torch
+
+    from .masks import mask_polarity
+    from .probe import NoMaskLayout
+
     mask_name = call.mask_name
-    h = Harness(built, m, spec, name, self_only, mask_name, call.input_names)
-    h.mask_optional = call.mask_default
-    h.prefer_key_only = (mask_name or "").lower() in PADDING_NAMES
-    # Every probe but the dropout one runs on a fresh module with its dropout at 0, so that
-    # a dropout bug shows as dropout-in-eval only. Fresh modules are built again (or copied
-    # without the tensors a forward left on them), never deep-copied while in use.
-    h.m = h.fresh()
-    dropout_knobs(h.m, 0.0)
-    h.find_batch_first()
     conv, how = convention, "declared"
     no_layout: Finding | None = None
     if convention == "auto":
@@ -240,9 +254,18 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
         except NoMaskLayout as err:
             no_layout = _no_layout(h, err.args[0])
         except Exception:
-            pass  # the first call below says what the module raises
+            pass  # the first call says what the module raises
     if no_layout is not None:
         h.convention = conv = "none"  # the mask probes cannot run
+    return conv, how, no_layout
+
+
+def _header(report: Report, h: Any, m: Any, call: Any, conv: str, how: str,
+            no_layout: Finding | None) -> None:
+    """The report's convention and layout lines."""
+    from .probe import SHAPES
+
+    mask_name = call.mask_name
     how_text = Tx("how.no-layout", name=mask_name) if no_layout is not None else Tx(f"how.{how}")
     report.convention = Tx("header.convention", name=conv, how=how_text)
     if conv != "none" and mask_name:
@@ -250,12 +273,27 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
     if h.layout:
         report.convention += f" {SHAPES[h.layout]}"
     report.layout = "(B, T, E)" if h.batch_first else "(T, B, E)"
-    if self_only:
+    if h.self_only:
         report.layout += Tx("header.self-attention")
     if call.input_names:
         report.layout += Tx("header.by-name", names="=, ".join(call.input_names) + "=")
     if not hasattr(m, "batch_first") and not h.batch_first:
         report.layout += Tx("header.found-by-trying")
+
+
+def _probe(h: Any, built: Any, factory: Any, report: Report, call: Any, causal: bool,
+           convention: str, no_layout: Finding | None) -> None:
+    """Every probe, in the order a reader fixes things: the call, the tokens, causality,
+    registration, shapes, logits, the oracle, masks, then what needs a module's copies."""
+    import torch
+    from torch import nn
+
+    from .masks import mask_probes
+    from .positions import causal_leak, causality, mixes_queries
+    from .probe import B, E, T
+
+    self_only, mask_name, conv = h.self_only, call.mask_name, h.convention
+    is_module = isinstance(built.obj, nn.Module)
 
     def add(found: list[Finding], case: Text) -> None:
         report.cases.append(case)
@@ -322,13 +360,20 @@ def _check_multi_head(factory: Any, convention: str, causal: bool, report: Repor
         except Exception as err:
             found = [_failed_call(err, Tx("mha.calling-with-mask"), Tx("mha.fix-mask"))]
         add(found, Tx("probe.masks"))
+    _copies(h, built, is_module, bool(unregistered), add)
+
+
+def _copies(h: Any, built: Any, is_module: bool, lost: bool, add: Any) -> None:
+    """The probes on the module's copies and state: state_dict, half precision, gradients,
+    dropout (a NumPy class has none of these but the dropout one)."""
+    from .gradients import dropout, gradients, half_precision, state_dict
+
     if not is_module:  # a NumPy class: no dtype moves, autograd or state_dict to check
         h.m = built.obj
         add(dropout(h), Tx("probe.same-call"))
         return
     # .half()/.double() and state_dict miss unregistered tensors and plain tensor
     # attributes: what follows from those is not reported twice.
-    lost = bool(unregistered)
     if not lost:
         found = state_dict(h)
         add(found, Tx("probe.state-dict"))

@@ -132,6 +132,24 @@ CODES: dict[str, dict[str, str]] = {
             "comes from splitting or merging heads without the transpose.",
         fix="Split with `x.view(B, T, H, D).transpose(1, 2)`, not `x.view(B, H, T, D)`; merge "
             "with `out.transpose(1, 2).reshape(B, T, E)`, not `out.view(B, T, E)`."),
+    "post-norm": dict(
+        title="a block normalises after the residual add where pre-norm was asked",
+        what="The block normalises after the residual add, `norm(x + attn(x))` (post-norm, "
+             "the original Transformer's layout), where a pre-norm block was asked, "
+             "`x + attn(norm(x))` (GPT-2, Llama).",
+        why="In a pre-norm block x itself passes through untouched, so a deep stack trains "
+            "without a warm-up; post-norm puts a norm on the residual path of every layer.",
+        fix="Write `x = x + attn(norm1(x))`, then `x = x + mlp(norm2(x))`: the norms go "
+            "inside the branches, never after the add."),
+    "residual": dict(
+        title="a block's residual path is not x + sublayer(norm(x))",
+        what="The block's residual path is not `x + sublayer(norm(x))`: a sublayer's output "
+             "replaces x instead of being added to it, or a sublayer reads x without its "
+             "norm.",
+        why="Without the added path a stack of blocks loses its input and trains badly; a "
+            "sublayer fed the raw x sees inputs whose size grows layer after layer.",
+        fix="Add each sublayer's output to x, and feed each sublayer the normalised x: "
+            "`x = x + attn(norm1(x))`, `x = x + mlp(norm2(x))`."),
     "fully-masked-row": dict(
         title="a row with no allowed key is not 0",
         what="A query with no allowed key gets something other than 0 (often the mean of "

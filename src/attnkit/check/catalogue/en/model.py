@@ -140,3 +140,75 @@ TEXTS.update({
     "model.layers not checked": "{n} attention layer(s) not checked: the verdict covers the "
                                 "others only",
 })
+# -- facts about the model, the run's refusals and reasons (model/facts.py, steps.py, check.py,
+# report.py) ----------------------------------------------------------------------------------
+TEXTS.update({
+    "model.fact line": "  note: {note}",
+    "fact.own-mask": "{name}: {what}; judged against the mask the model's own code builds",
+    "fact.causal-own": "causal, which the model's code builds itself (its attention module "
+                       "says is_causal=False)",
+    "fact.bidirectional": "bidirectional (its config or module says causal)",
+    "fact.two-sided": "a two-sided window: each query sees {back} key(s) before it and "
+                      "{ahead} after it",
+    "fact.window": "a sliding window of {n} key(s)",
+    "fact.across-documents": "it attends across packed documents (the model does not split "
+                             "them: packing them is the caller's choice)",
+    "fact.other-mask": "another mask than its config says",
+    "model.too-long": "the input needs {tokens} positions (with its decoding steps), more "
+                      "than this model's {field} = {limit}: give a shorter --length",
+    "model.no-decoding": "decoding not applicable: {model} has no language-model head "
+                         "(logits); the prefill was checked",
+    "model.generate-path": "model.generate(), {cache}",
+    "model.cache-dynamic": "dynamic cache",
+    "model.cache-static": "static cache",
+    "model.failed because": "FAILED: {reason}",
+    "model.unloaded": "{name} could not be loaded: {why}",
+    "model.unchecked-under": "{n} attention layer(s) not checked under {name}: {names}",
+    "model.and-more": "{names} and {n} more",
+    "model.reproducer-unsaved": "# the reproducer could not be saved: {error}",
+})
+
+# -- what the command and check_model refuse to run, in one line (model/load.py, check.py,
+# session.py, command.py, zoo.py) -------------------------------------------------------------
+TEXTS.update({
+    "load.dtype": "dtype must be one of {choices}, got {got!r}",
+    "load.tiny": "--tiny must be one of {choices}, got {got!r}",
+    "load.not-found": "MODEL {model!r} is not a local folder with a config.json nor a "
+                      "config.json file (attnkit check model downloads nothing)",
+    "load.unreadable": "MODEL {model!r}: cannot read {file}: {error}",
+    "load.remote-code": "MODEL {model!r} needs trust_remote_code (its own Python code, or no "
+                        "model_type transformers knows): attnkit check never runs it",
+    "load.unknown-type": "MODEL {model!r}: transformers does not know model_type {type!r}; "
+                         "reading it would mean running the model's own code "
+                         "(trust_remote_code), which attnkit check never does",
+    "load.cannot-build": "MODEL {model!r}: cannot build the model: {error}",
+    "load.cannot-load": "MODEL {model!r}: cannot load the weights: {error}",
+    "load.padding": "padding must be 'left', 'right' or 'none', got {got!r}",
+    "load.sizes": "batch and length must be >= 1, got {batch} and {length}",
+    "load.no-input-ids": "inputs need input_ids, got {got}",
+    "load.ids-shape": "{name} must be a (B, T) tensor, got {got}",
+    "load.ids-dtype": "{name} must hold integer token ids, got {dtype} {shape}",
+    "load.ids-empty": "{name} must have batch and length >= 1, got {shape}",
+    "load.ids-batch": "{name} {shape} has another batch than input_ids {want}",
+    "load.ids-vocab": "{name} {shape} holds ids from {low} to {high}; the model's vocabulary "
+                      "has ids 0 to {last}",
+    "load.mask-shape": "attention_mask {got} does not match input_ids {shape}",
+    "load.mask-values": "attention_mask {got} must hold 0 (padding) and 1 (a real token), "
+                        "got values {values}",
+    "load.positions-shape": "position_ids {got} does not match input_ids {shape}",
+    "load.generate": "generate must be >= 0, got {got}",
+    "load.sample": "sample must be >= 1 or None, got {got}",
+    "load.no-implementations": "implementations is empty",
+    "load.packed-decoding": "packed inputs (position_ids without attention_mask) are checked "
+                            "in the prefill only: pass generate=0",
+    "load.unknown-implementation": "attn_implementation {name!r} is not registered with "
+                                   "transformers' AttentionInterface (known: {known})",
+    "load.unknown-implementations": "implementations {names} are not registered with "
+                                    "transformers' AttentionInterface (known: {known}); "
+                                    "register yours with AttentionInterface.register(name, fn)",
+    "load.no-architecture": "transformers {version} has no {name}",
+    "cmd.model-or-tiny": "give MODEL (a local folder, a config.json or FILE.py:NAME) or "
+                         "--tiny FAMILY, not both",
+    "cmd.no-implementations": "--implementations is empty",
+    "cmd.layers": "--layers needs --implementation FILE.py:FN",
+})

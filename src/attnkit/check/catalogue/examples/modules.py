@@ -105,9 +105,10 @@ report = check_model(tiny_model("llama"), implementations=["mine"], padding="lef
 assert report.ok, report.codes
 '''),
     "padding-ignored": (
-        _MODEL + '''    # is_causal builds its own mask: attention_mask, with the padding, is dropped
+        _MODEL + '''    # is_causal builds its own mask: attention_mask and its padding are dropped
+    gqa = key.shape[1] != query.shape[1]
     out = F.scaled_dot_product_attention(query, key, value, is_causal=query.shape[-2] > 1,
-                                         scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
+                                         scale=scaling, enable_gqa=gqa)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -116,8 +117,9 @@ AttentionMaskInterface.register("mine", sdpa_mask)  # it receives the padding, a
 report = check_model(tiny_model("llama"), implementations=["mine"], padding="left")
 assert "padding-ignored" in report.codes
 ''',
-        _MODEL + '''    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
-                                         scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
+        _MODEL + '''    gqa = key.shape[1] != query.shape[1]
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                         scale=scaling, enable_gqa=gqa)
     return out.transpose(1, 2).contiguous(), None
 
 

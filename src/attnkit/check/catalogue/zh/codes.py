@@ -106,6 +106,23 @@ CODES: dict[str, dict[str, str]] = {
             "各个词元被混在了一起。",
         fix="拆分应写 x.view(B, T, H, D).transpose(1, 2)，而不是 x.view(B, H, T, D)；合并应写 "
             "out.transpose(1, 2).reshape(B, T, E)，而不是直接 out.view(B, T, E)。"),
+    "post-norm": dict(
+        title="要求前置层规范化，块却用了后置层规范化",
+        what="这个块在残差相加之后才做层规范化：norm(x + attn(x))（后置层规范化，原始 "
+             "Transformer 的写法），而要求的是前置层规范化：x + attn(norm(x))（GPT-2 和 "
+             "Llama 的写法）。",
+        why="前置层规范化的块让 x 本身不经改动地穿过，层数很深时不用预热也能训练；后置层规范化"
+            "在每一层的残差路径上都加了一次规范化。",
+        fix="写成 x = x + attn(norm1(x))，再 x = x + mlp(norm2(x))：规范化放在分支里面，"
+            "不要放在相加之后。"),
+    "residual": dict(
+        title="块的残差连接不是 x + 子层(规范化(x))",
+        what="块的残差路径不是 x + 子层(规范化(x))：要么子层的输出替换了 x 而不是加到 x 上，"
+             "要么某个子层直接读了没有规范化的 x。",
+        why="少了相加的那条路径，堆叠起来的块会丢掉输入，很难训练；直接读 x 的子层看到的输入"
+            "一层比一层大。",
+        fix="把每个子层的输出加到 x 上，并让每个子层读规范化后的 x：x = x + attn(norm1(x))，"
+            "x = x + mlp(norm2(x))。"),
     "fully-masked-row": dict(
         title="整行被掩蔽时输出不为 0",
         what="没有任何可关注的键的查询，输出不为 0（常见的是变成所有值的平均）。",

@@ -76,10 +76,10 @@ TEXTS.update({
     "model.half-non-finite": "在 {dtype} 下出现 NaN/inf，而同样的调用在 float32 下是有限值"
                              "（-1e9 这样的填充值超出了半精度的范围，或者 exp 上溢）：请用 -inf "
                              "或 torch.finfo(dtype).min 填充，并让 softmax 的统计量保持 float32",
-    "model.causal-leak": "注意力函数让查询看到了它收到的掩码所禁止的后续键（它忽略了掩码中的因果部分，"
-                         "或者根本没有构造因果掩码）：一个词元的输出依赖于它之后的词元",
-    "model.padding-ignored": "真实的查询把权重分给了填充位置上的键：注意力函数没有用上它收到的掩码中的"
-                             "填充部分（它自己构造了因果掩码，或者丢掉了 attention_mask）",
+    "model.causal-leak": "注意力函数让查询看到了它收到的掩码所禁止的后续键（它忽略了掩码中的"
+                         "因果部分，或者根本没有构造因果掩码）：一个词元的输出依赖于它之后的词元",
+    "model.padding-ignored": "真实的查询把权重分给了填充位置上的键：注意力函数没有用上它收到的"
+                             "掩码中的填充部分（它自己构造了因果掩码，或者丢掉了 attention_mask）",
     "model.polarity": "注意力函数按相反的含义读取它收到的掩码：它关注的恰好是掩码排除的那些键",
     "model.top-left": "在 Tq = {Tq} != Tk = {Tk} 的调用上（带 KV 缓存的一步），注意力函数把因果"
                       "掩码按左上角对齐（查询 i 看到键 j <= i）：模型要的是右下角对齐"
@@ -122,4 +122,69 @@ TEXTS.update({
 TEXTS.update({
     "model.layer not checked": "  [警告] 未检查：{layer}：{why}",
     "model.layers not checked": "{n} 个注意力层未检查：结论只涵盖其余各层",
+})
+# -- 关于模型的事实、运行被拒绝的原因（model/facts.py、steps.py、check.py、report.py） -----------
+TEXTS.update({
+    "model.fact line": "  注：{note}",
+    "fact.own-mask": "{name}：{what}；按模型自己的代码构造的掩码来判定",
+    "fact.causal-own": "因果掩码，由模型的代码自己构造（它的注意力模块写的是 is_causal=False）",
+    "fact.bidirectional": "双向注意力（它的配置或模块写的是因果）",
+    "fact.two-sided": "双侧窗口：每个查询看到它之前的 {back} 个键和之后的 {ahead} 个键",
+    "fact.window": "宽度为 {n} 个键的滑动窗口",
+    "fact.across-documents": "它跨打包的文档做注意力（模型不区分这些文档：要不要打包由调用者决定）",
+    "fact.other-mask": "与配置所写不同的掩码",
+    "model.too-long": "输入连同解码步需要 {tokens} 个位置，超过了这个模型的 {field} = {limit}："
+                      "请给更短的 --length",
+    "model.no-decoding": "解码不适用：{model} 没有语言模型头（logits）；只检查了预填充",
+    "model.generate-path": "model.generate()，{cache}",
+    "model.cache-dynamic": "动态缓存",
+    "model.cache-static": "静态缓存",
+    "model.failed because": "未通过：{reason}",
+    "model.unloaded": "无法加载 {name}：{why}",
+    "model.unchecked-under": "在 {name} 下有 {n} 个注意力层未检查：{names}",
+    "model.and-more": "{names} 等，另有 {n} 个",
+    "model.reproducer-unsaved": "# 无法保存复现代码：{error}",
+})
+
+# -- 命令和 check_model 拒绝运行的原因，各一行（model/load.py、check.py、session.py、
+# command.py、zoo.py） -------------------------------------------------------------------------
+TEXTS.update({
+    "load.dtype": "dtype 必须是 {choices} 之一，收到的是 {got!r}",
+    "load.tiny": "--tiny 必须是 {choices} 之一，收到的是 {got!r}",
+    "load.not-found": "MODEL {model!r} 既不是含有 config.json 的本地文件夹，也不是一个 "
+                      "config.json 文件（attnkit 不下载任何东西）",
+    "load.unreadable": "MODEL {model!r}：无法读取 {file}：{error}",
+    "load.remote-code": "MODEL {model!r} 需要 trust_remote_code（它带有自己的 Python 代码，或者"
+                        "它的 model_type 不为 transformers 所知）：attnkit check 从不运行这种代码",
+    "load.unknown-type": "MODEL {model!r}：transformers 不认识 model_type {type!r}；读取它就要运行"
+                         "模型自带的代码（trust_remote_code），attnkit check 从不这样做",
+    "load.cannot-build": "MODEL {model!r}：无法构建模型：{error}",
+    "load.cannot-load": "MODEL {model!r}：无法加载权重：{error}",
+    "load.padding": "padding 必须是 'left'、'right' 或 'none'，收到的是 {got!r}",
+    "load.sizes": "批量大小和长度都必须 >= 1，收到的是 {batch} 和 {length}",
+    "load.no-input-ids": "输入中需要有 input_ids，收到的是 {got}",
+    "load.ids-shape": "{name} 必须是形状为 (B, T) 的张量，收到的是 {got}",
+    "load.ids-dtype": "{name} 必须是整数的词元 id，收到的是 {dtype} {shape}",
+    "load.ids-empty": "{name} 的批量大小和长度都必须 >= 1，收到的是 {shape}",
+    "load.ids-batch": "{name} {shape} 与 input_ids {want} 的批量大小不同",
+    "load.ids-vocab": "{name} {shape} 中的 id 从 {low} 到 {high}；模型词表的 id 是 0 到 {last}",
+    "load.mask-shape": "attention_mask {got} 与 input_ids {shape} 的形状不符",
+    "load.mask-values": "attention_mask {got} 只能含 0（填充）和 1（真实的词元），"
+                        "收到的值是 {values}",
+    "load.positions-shape": "position_ids {got} 与 input_ids {shape} 的形状不符",
+    "load.generate": "generate 必须 >= 0，收到的是 {got}",
+    "load.sample": "sample 必须 >= 1 或者为 None，收到的是 {got}",
+    "load.no-implementations": "implementations 是空的",
+    "load.packed-decoding": "打包的输入（有 position_ids 而没有 attention_mask）只在预填充中检查："
+                            "请传 generate=0",
+    "load.unknown-implementation": "attn_implementation {name!r} 没有在 transformers 的 "
+                                   "AttentionInterface 中注册（已注册的有：{known}）",
+    "load.unknown-implementations": "implementations {names} 没有在 transformers 的 "
+                                    "AttentionInterface 中注册（已注册的有：{known}）；用 "
+                                    "AttentionInterface.register(name, fn) 注册你的实现",
+    "load.no-architecture": "transformers {version} 中没有 {name}",
+    "cmd.model-or-tiny": "请给出 MODEL（本地文件夹、config.json 或 FILE.py:NAME）或 --tiny "
+                         "FAMILY，二者只能选一个",
+    "cmd.no-implementations": "--implementations 是空的",
+    "cmd.layers": "--layers 需要和 --implementation FILE.py:FN 一起用",
 })
