@@ -60,6 +60,20 @@ def test_a_plainly_wrong_result_is_called_wrong_and_the_reproducer_shows_both():
     assert "fn:" in printed and "oracle:" in printed, printed
 
 
+def test_a_function_named_softmax_is_the_one_its_reproducer_runs():
+    """The exercise's own name: the oracle's import must not shadow the learner's
+    ``softmax`` (the reproducer would then test attnkit's, and pass)."""
+    ns = notebook()
+    exec(compile("def softmax(x):\n    return sum_everything(x)\n", "<notebook cell>", "exec"),
+         ns)
+    report = check_softmax(ns["softmax"])
+    assert report.codes == ["inaccurate"], report.text()
+    repro = report.findings[0].reproducer
+    assert "fn = softmax" in repro, repro
+    with contextlib.redirect_stdout(io.StringIO()), pytest.raises(AssertionError):
+        exec(repro, dict(ns))
+
+
 class MultiHead:
     """A multi-head module's constructor, handed to the function check by mistake."""
 

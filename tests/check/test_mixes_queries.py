@@ -75,3 +75,15 @@ def test_mixes_queries_is_an_error_with_a_chinese_title():
     title, diagnosis = zh["title"], zh["what"] + zh["fix"]
     assert "查询" in title and "transpose" in diagnosis
     assert title in report.text(lang="zh")
+
+
+def test_mixed_lengths_are_named_instead_of_the_heads_split():
+    """Queries mixed by scores (B, Tk, Tq): the module also raises on Tq != Tk, so the
+    finding points at the lengths, not at a split or merge that is right."""
+    report = check_multi_head(load_target(f"{MIXING}:ScoresKeysByQueries"))
+    mixing = [f for f in report.findings if f.code == "mixes-queries"]
+    assert mixing and "(B, Tq, Tk)" in mixing[0].message, report.table()
+    assert "view(B, H, T, Dk)" not in mixing[0].message
+    assert "(B, Tq, Tk)" in report.text(lang="zh")
+    shape = [f for f in report.findings if f.code == "shape"]
+    assert shape and "Tq = Tk" in shape[0].message, report.table()

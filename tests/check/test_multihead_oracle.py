@@ -30,7 +30,7 @@ def _check(name: str):
 
 
 @pytest.mark.parametrize("name, code, words", [
-    ("no_scale", "wrong-scale", "not scaled: the 1/sqrt(d) is missing"),
+    ("no_scale", "wrong-scale", "not scaled: the 1/sqrt(Dk) is missing"),
     ("width_scale", "wrong-scale", "1/sqrt(E) = 0.25, the model width"),
     ("ConstantScale", "wrong-scale", "0.125 at every head dim"),
     ("sigmoid_weights", "inaccurate", "do not sum to 1"),

@@ -8,8 +8,10 @@ For every block this test
    teaches nothing);
 2. puts the reference solution (``docs/learn/solutions/chNN.py``, same name) in the stub's
    place and grades again: no finding at all;
-3. does the same with each recorded wrong answer (``tests/learn/wrong_answers/chNN.py``):
-   the report must hold the finding code that names the mistake.
+3. does the same with each recorded wrong answer (``tests/learn/wrong_answers/chNN.py``,
+   at least three per exercise): the report must hold the finding code that names the
+   mistake, and that finding's diagnosis must point at the line to fix (a pattern per
+   answer, ``DIAGNOSIS`` in the same file), in the English report and the Chinese one.
 
 So the grading line the reader runs is the one tested, and a change to the checker that
 stops naming a mistake fails here.
@@ -117,6 +119,23 @@ def _answers(listing: str) -> list:
     return params
 
 
+def _diagnoses() -> list:
+    """``(chapter, exercise name, answer, code, pattern)`` for every recorded wrong answer
+    graded by ``attnkit check``: ``pattern`` (from ``DIAGNOSIS``) names the line to fix."""
+    params = []
+    for param in _answers("WRONG"):
+        chapter, name, answer, code = param.values
+        if code == "mismatch":
+            continue
+        path = ROOT / "tests" / "learn" / "wrong_answers" / f"{chapter}.py"
+        pattern = getattr(_load(path), "DIAGNOSIS", {}).get(answer.__name__)
+        params.append(pytest.param(chapter, name, answer, code, pattern, id=param.id))
+    return params
+
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
 def _is_wrong(result: Any) -> bool:
     return not result < 1e-5 if isinstance(result, float) else not result.ok  # NaN: wrong
 
@@ -145,20 +164,45 @@ def test_solution_passes(exercise):
         assert result.ok and result.findings == [], f"{exercise.where}:\n{result}"
 
 
+@functools.cache
+def _graded(chapter: str, name: str, answer: Any) -> Any:
+    """The grade of one recorded wrong answer, computed once for the tests that read it."""
+    return BY_NAME[(chapter, name)].run(answer)
+
+
 @pytest.mark.parametrize("chapter, name, answer, code", _answers("WRONG"))
 def test_wrong_answer_gets_its_finding(chapter, name, answer, code):
     exercise = BY_NAME[(chapter, name)]
-    result = exercise.run(answer)
+    result = _graded(chapter, name, answer)
     if code == "mismatch":  # graded by comparison, not by attnkit check
         assert isinstance(result, float) and not result < 1e-5, result  # NaN is wrong too
         return
     assert code in result.codes, f"{exercise.where} {answer.__name__}: want {code}\n{result}"
 
 
-def test_every_exercise_has_two_wrong_answers():
+@pytest.mark.parametrize("chapter, name, answer, code, pattern", _diagnoses())
+def test_wrong_answer_diagnosis_points_at_the_line(chapter, name, answer, code, pattern):
+    """The finding that names the mistake says where to fix it, in English and in Chinese:
+    a reader who sees `inaccurate` with "check the formula" learns nothing."""
+    assert pattern, (f"tests/learn/wrong_answers/{chapter}.py: no DIAGNOSIS entry for "
+                     f"{answer.__name__}: the words its report must say")
+    exercise = BY_NAME[(chapter, name)]
+    result = _graded(chapter, name, answer)
+    findings = [f for f in result.findings if f.code == code]
+    assert findings, f"{exercise.where} {answer.__name__}: want {code}\n{result}"
+    messages = " | ".join(f.message for f in findings)
+    assert re.search(pattern, messages, re.IGNORECASE), (
+        f"{exercise.where} {answer.__name__}: the {code} diagnosis does not point at the line "
+        f"to fix (want /{pattern}/): {messages}")
+    chinese = result.text(lang="zh")
+    assert CJK.search(chinese) and re.search(pattern, chinese, re.IGNORECASE), (
+        f"{exercise.where} {answer.__name__}: the Chinese report lacks /{pattern}/:\n{chinese}")
+
+
+def test_every_exercise_has_three_wrong_answers():
     counts = {(e.chapter, e.name): 0 for e in EXERCISES}
     for param in _answers("WRONG"):
         chapter, name = param.values[0], param.values[1]
         assert (chapter, name) in counts, f"{chapter}: no exercise named {name}"
         counts[(chapter, name)] += 1
-    assert all(n >= 2 for n in counts.values()), counts
+    assert all(n >= 3 for n in counts.values()), {k: n for k, n in counts.items() if n < 3}

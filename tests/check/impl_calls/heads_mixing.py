@@ -100,3 +100,13 @@ class PositionsInsideSelfAttention(Heads):
     def forward(self, x):
         x = x + self.pos[: x.shape[1]]
         return super().forward(x, x, x)
+
+
+class ScoresKeysByQueries(Heads):
+    """Scores laid out (B, H, Tk, Tq): k @ q^T, then normalised over the queries; runs only
+    when Tq = Tk."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.split(self.wq(query)), self.split(self.wk(key)), self.split(self.wv(value))
+        s = k @ q.transpose(-2, -1) / math.sqrt(self.d)
+        return self.wo(self.merge(torch.softmax(s, dim=-1) @ v))

@@ -61,6 +61,16 @@ def positional_encoding_pair_index(T, E):
     return P
 
 
+
+def positional_encoding_exponent_over_pairs(T, E):
+    """The exponent divided by the number of pairs (E / 2) instead of by E."""
+    angle = np.arange(T)[:, None] / 10000.0 ** (np.arange(0, E, 2)[None, :] / (E // 2))
+    P = np.zeros((T, E))
+    P[:, 0::2] = np.sin(angle)
+    P[:, 1::2] = np.cos(angle[:, : E // 2])
+    return P
+
+
 WRONG = [
     ("soft_lookup", soft_lookup_dot_T, "one-sequence"),
     ("soft_lookup", soft_lookup_unscaled, "wrong-scale"),
@@ -69,4 +79,16 @@ WRONG = [
     ("soft_lookup", soft_lookup_no_max, "nan-or-inf"),
     ("positional_encoding", positional_encoding_swapped, "mismatch"),
     ("positional_encoding", positional_encoding_pair_index, "mismatch"),
+    ("positional_encoding", positional_encoding_exponent_over_pairs, "mismatch"),
 ]
+
+# What the report must say about each (a pattern of its finding's message, in English, and
+# found again in the Chinese report): the line to change. Answers graded by comparison
+# ("mismatch") have no report.
+DIAGNOSIS = {
+    "soft_lookup_dot_T": r"transpose|swapaxes",
+    "soft_lookup_unscaled": r"sqrt\(Dk\)",
+    "soft_lookup_value_width": r"Dv\b",
+    "soft_lookup_over_queries": r"axis|over the keys",
+    "soft_lookup_no_max": r"max",
+}

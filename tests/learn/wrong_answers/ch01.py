@@ -68,6 +68,14 @@ def softmax_torch_naive(x):
     return (e / e.sum(dim=-1, keepdim=True)).to(x.dtype)
 
 
+
+def softmax_global_max(x):
+    """The maximum of the whole array, not of each row: a row far below the largest
+    logit underflows to 0 / 0."""
+    e = np.exp(x - x.max())
+    return e / e.sum(axis=-1, keepdims=True)
+
+
 WRONG = [
     ("softmax", softmax_naive, "nan-or-inf"),
     ("softmax", softmax_in_place, "mutates-input"),
@@ -79,4 +87,21 @@ WRONG = [
     ("softmax_torch", softmax_torch_in_place, "mutates-input"),
     ("softmax_torch", softmax_torch_via_numpy, "gradient"),
     ("softmax_torch", softmax_torch_naive, "nan-or-inf"),
+    ("softmax", softmax_global_max, "nan-or-inf"),
 ]
+
+# What the report must say about each (a pattern of its finding's message, in English, and
+# found again in the Chinese report): the line to change.
+DIAGNOSIS = {
+    "softmax_naive": r"max",
+    "softmax_in_place": r"in-place|copy",
+    "softmax_axis_0": r"axis",
+    "softmax_sum_without_keepdims": r"keepdims",
+    "softmax_global_max": r"each row|per row|axis=-1|keepdims",
+    "logsumexp_naive": r"max",
+    "logsumexp_without_max_back": r"add.*back|\+ m\b|m \+",
+    "logsumexp_no_keepdims": r"keepdims",
+    "softmax_torch_in_place": r"in-place|sub_|out-of-place",
+    "softmax_torch_via_numpy": r"NumPy|autograd",
+    "softmax_torch_naive": r"max",
+}

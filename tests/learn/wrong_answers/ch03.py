@@ -103,6 +103,15 @@ class AdditiveAttentionQueryLens(_Additive):
         return rows.expand(-1, -1, keys.shape[1])
 
 
+
+class AdditiveAttentionSwappedUnsqueeze(_Additive):
+    """The two unsqueezes swapped: the features are (B, Tk, Tq, h), the scores (B, Tk, Tq)."""
+
+    def scores(self, queries, keys):
+        W_q, W_k, w_v = self.projections()
+        return w_v(torch.tanh(W_q(queries)[:, None] + W_k(keys)[:, :, None])).squeeze(-1)
+
+
 WRONG = [
     ("dot_product_attention", dot_product_attention_unscaled, "wrong-scale"),
     ("dot_product_attention", dot_product_attention_value_width, "wrong-scale"),
@@ -111,4 +120,18 @@ WRONG = [
     ("AdditiveAttention", AdditiveAttentionPlainList, "unregistered-parameter"),
     ("AdditiveAttention", AdditiveAttentionFill, "fully-masked-row"),
     ("AdditiveAttention", AdditiveAttentionQueryLens, "inaccurate"),
+    ("AdditiveAttention", AdditiveAttentionSwappedUnsqueeze, "shape"),
 ]
+
+# What the report must say about each (a pattern of its finding's message, in English, and
+# found again in the Chinese report): the line to change.
+DIAGNOSIS = {
+    "dot_product_attention_unscaled": r"sqrt\(Dk\)",
+    "dot_product_attention_value_width": r"Dv\b",
+    "dot_product_attention_fill_minus_1e6": r"fill",
+    "dot_product_attention_ignores_lens": r"valid_lens|mask",
+    "AdditiveAttentionPlainList": r"ModuleList",
+    "AdditiveAttentionFill": r"fill",
+    "AdditiveAttentionQueryLens": r"mask",
+    "AdditiveAttentionSwappedUnsqueeze": r"unsqueeze|\(B, Tq, Tk",
+}

@@ -143,6 +143,35 @@ class SelfAttentionListOfParameters(_SelfAttention):
         return torch.exp(torch.stack(self.log_temperatures))
 
 
+
+class MultiHeadNoScale(_MultiHead):
+    """The scores never divided by sqrt(Dk)."""
+
+    def forward(self, query, key, value, mask=None):
+        q_proj, k_proj, v_proj, out_proj = self.projections()
+        q, k, v = (self.split_heads(p(x)) for p, x in ((q_proj, query), (k_proj, key),
+                                                       (v_proj, value)))
+        scores = (q @ k.transpose(-2, -1)).float()
+        w = torch.softmax(scores, dim=-1) if mask is None else self.weights(scores, mask)
+        return out_proj(self.merge_heads(w.to(v.dtype) @ v))
+
+
+class SelfAttentionFusedNoPermute(_SelfAttention):
+    """The fused projection (B, T, 3E) viewed straight as (3, B, H, T, Dk), without the
+    permute: each q, k and v takes numbers from other tokens and other batch rows."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__(embed_dim, num_heads)
+        self.log_temperature = nn.Parameter(torch.zeros(num_heads, 1, 1))
+
+    def forward(self, x):
+        B, T, E = x.shape
+        q, k, v = self.qkv(x).view(3, B, self.num_heads, T, self.head_dim)
+        scale = self.temperature() / math.sqrt(self.head_dim)
+        w = torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)
+        return self.out_proj((w @ v).transpose(1, 2).reshape(B, T, E))
+
+
 WRONG = [
     ("MultiHeadAttention", MultiHeadPlainList, "unregistered-parameter"),
     ("MultiHeadAttention", MultiHeadViewWithoutTranspose, "mixes-queries"),
@@ -152,4 +181,21 @@ WRONG = [
     ("SelfAttention", SelfAttentionPlainTensor, "unregistered-parameter"),
     ("SelfAttention", SelfAttentionUnusedParameter, "no-gradient"),
     ("SelfAttention", SelfAttentionListOfParameters, "unregistered-parameter"),
+    ("MultiHeadAttention", MultiHeadNoScale, "wrong-scale"),
+    ("SelfAttention", SelfAttentionFusedNoPermute, "mixes-queries"),
 ]
+
+# What the report must say about each (a pattern of its finding's message, in English, and
+# found again in the Chinese report): the line to change.
+DIAGNOSIS = {
+    "MultiHeadPlainList": r"ModuleList",
+    "MultiHeadViewWithoutTranspose": r"transpose",
+    "MultiHeadMergeWithoutTranspose": r"merge|transpose\(1, 2\)\.contiguous",
+    "MultiHeadMinus1e9": r"-inf",
+    "MultiHeadInvertedMask": r"other way round",
+    "MultiHeadNoScale": r"sqrt\(Dk\)",
+    "SelfAttentionPlainTensor": r"nn\.Param",
+    "SelfAttentionUnusedParameter": r"log_temperature",
+    "SelfAttentionListOfParameters": r"ParameterList|nn\.Param",
+    "SelfAttentionFusedNoPermute": r"qkv|view|permute",
+}

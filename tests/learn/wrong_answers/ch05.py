@@ -122,3 +122,16 @@ WRONG = [
     ("Attention", AttentionDvNotTransposed, "gradient"),
     ("Attention", AttentionNoRowTerm, "gradient"),
 ]
+
+# What the report must say about each (a pattern of its finding's message, in English, and
+# found again in the Chinese report): the line to change.
+DIAGNOSIS = {
+    "SoftmaxNoRowTerm": r"respect to x",
+    "SoftmaxRowSumOfDy": r"respect to x",
+    "SoftmaxDiagonalFormula": r"respect to x",
+    "SoftmaxNaiveForward": r"max",
+    "AttentionDqUnscaled": r"respect to q\b",
+    "AttentionDkNotTransposed": r"respect to k\b",
+    "AttentionDvNotTransposed": r"respect to v\b",
+    "AttentionNoRowTerm": r"respect to q\b",
+}

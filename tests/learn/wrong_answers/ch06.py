@@ -82,3 +82,16 @@ WRONG = [
     ("merge_partials", merge_partials_max_for_lse, "inaccurate"),
     ("merge_partials", merge_partials_no_last_axis, "shape"),
 ]
+
+# What the report must say about each (a pattern of its finding's message, in English, and
+# found again in the Chinese report): the line to change.
+DIAGNOSIS = {
+    "online_attention_no_rescale": r"alpha|rescale",
+    "online_attention_no_max": r"max",
+    "online_attention_drops_last_block": r"last block|block",
+    "online_attention_average_of_blocks": r"alpha|rescale",
+    "merge_partials_average": r"lse|LSE",
+    "merge_partials_raw_exp": r"lse|LSE",
+    "merge_partials_max_for_lse": r"logaddexp|lse|LSE",
+    "merge_partials_no_last_axis": r"axis",
+}

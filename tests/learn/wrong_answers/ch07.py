@@ -80,3 +80,14 @@ WRONG = [
     ("KVCache", KVCacheWholeCapacity, "inaccurate"),
     ("KVCache", KVCacheConcatenatesAcrossCalls, "inaccurate"),
 ]
+
+# What the report must say about each (a pattern of its finding's message, in English, and
+# found again in the Chinese report): the line to change.
+DIAGNOSIS = {
+    "causal_keep_top_left": r"bottom-right",
+    "causal_keep_sign_flipped": r"j <= i \+ Tk - Tq",
+    "causal_keep_future": r"j <= i \+ Tk - Tq",
+    "KVCacheWritesAtZero": r"length|cache|append",
+    "KVCacheWholeCapacity": r"length|filled|cache",
+    "KVCacheConcatenatesAcrossCalls": r"cache|append",
+}

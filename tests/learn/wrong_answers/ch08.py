@@ -72,10 +72,30 @@ class LookingDropoutMadeInForward(_Looking):
         return nn.Dropout(self.dropout)(weights)
 
 
+
+class LookingAlwaysTraining(_Looking):
+    """``training=True`` written out: the weights are dropped after eval() too."""
+
+    def drop(self, weights):
+        return F.dropout(weights, self.dropout, training=True)
+
+
 WRONG = [
     ("attention_with_weights", attention_with_weights_scores, "inaccurate"),
     ("attention_with_weights", attention_with_weights_unmasked, "inaccurate"),
     ("attention_with_weights", attention_with_weights_minus_1e9, "fully-masked-row"),
     ("LookingAttention", LookingFunctionalDropout, "dropout-in-eval"),
     ("LookingAttention", LookingDropoutMadeInForward, "dropout-in-eval"),
+    ("LookingAttention", LookingAlwaysTraining, "dropout-in-eval"),
 ]
+
+# What the report must say about each (a pattern of its finding's message, in English, and
+# found again in the Chinese report): the line to change.
+DIAGNOSIS = {
+    "attention_with_weights_scores": r"weights",
+    "attention_with_weights_unmasked": r"mask",
+    "attention_with_weights_minus_1e9": r"fill",
+    "LookingFunctionalDropout": r"training=self\.training|nn\.Dropout",
+    "LookingDropoutMadeInForward": r"training=self\.training|nn\.Dropout",
+    "LookingAlwaysTraining": r"training=self\.training|nn\.Dropout",
+}

@@ -18,6 +18,13 @@ from typing import Any
 import numpy as np
 
 from ..meet.calls import Target
+from .behaviour import (
+    explain_attention,
+    explain_masked_softmax,
+    explain_weights,
+    times_row_max,
+    unread_keys,
+)
 from .cases import Case, attention_setup, run_setup, softmax_setup
 from .oracle import Baseline, bound_of, keep_of, oracle_attention, oracle_softmax, rule_error
 from .overflow import fill_words, overflow_cause
@@ -180,6 +187,10 @@ class Run:
                     count, finite=True)
             if not only_empty and case.spread:
                 msg = T("judge.one-maximum")
+            elif not only_empty and self.lse_without_max(a, case):
+                msg = T("judge.lse-max-not-added")
+            elif not only_empty and case.logit and self.t.check == "attention":
+                msg = T("judge.no-max-trick-attention")
             elif not only_empty:
                 msg = T("judge.no-max-trick" if case.logit else "judge.non-finite")
             else:
@@ -195,7 +206,9 @@ class Run:
                 if w.shape == want["weights"].shape:
                     err = rule_error(w, want["weights"], base["weights"], factor, "weights")
                     if err is not None:
-                        return Verdict("inaccurate", T("judge.weights"), err)
+                        unmasked = explain_weights(a, keep, w, bound_of(
+                            want["weights"], base["weights"], factor))
+                        return Verdict("inaccurate", unmasked or T("judge.weights"), err)
             return None
         other = self.explain(case, a, keep, got, err, ref, base["out"])
         if other is not None:
@@ -266,6 +279,8 @@ class Run:
                                                 default=1.0 / math.sqrt(Dk)),
                                err, bound=bound, scale=found.scale)
         elif keep is None:
+            if times_row_max(a["x"], got, bound):
+                return Verdict("inaccurate", T("judge.lse-max-not-added"), err, bound=bound)
             for axis in range(a["x"].ndim - 1):
                 alt = np.moveaxis(oracle_softmax(np.moveaxis(a["x"], axis, -1), None)[0], -1,
                                   axis)
@@ -280,7 +295,65 @@ class Run:
             return Verdict("mask-polarity", T("judge.polarity", convention=self.t.convention,
                                               meaning=_polarity(self.t.convention)),
                            err, bound=bound)
-        return None
+        said = self.behaviour(case, a, keep, got, base)
+        return None if said is None else Verdict("inaccurate", said, err, bound=bound)
+
+    def lse_without_max(self, a: dict, case: Case) -> bool:
+        """A softmax that overflows: on the same rows moved to a row maximum between 0.5
+        and 2 (nothing overflows there), is it the softmax times ``exp(row max)``?"""
+        if self.t.check != "softmax" or case.half:
+            return False
+        x = a["x"].astype(np.float64)
+        shift = np.linspace(0.5, 2.0, x.shape[-2])[:, None]
+        probe = dict(a, x=self.fw.rounded(x - x.max(-1, keepdims=True) + shift, case.dtype))
+        result, error, _ = self.call(probe, case, case.dtype)
+        try:
+            got = None if error is not None else self.fw.float64(self.t.output(result)[0])
+        except Exception:
+            return False
+        want = oracle_softmax(probe["x"], None)[0]
+        bound = bound_of(want, self.base(probe, None, case.dtype)["out"], 2.0)
+        return got is not None and times_row_max(probe["x"], got, bound)
+
+    def behaviour(self, case: Case, a: dict, keep: Any, got: np.ndarray,
+                  base: np.ndarray) -> Text | None:
+        """What an attention output beyond the rule computes instead (:mod:`.behaviour`):
+        the sentence that names it, or None."""
+
+        bound = bound_of(self.want(a, keep)["out"], base, 2.0)
+
+        def fits_alt(alt: np.ndarray) -> bool:  # within the rule's bound of the oracle
+            return bool(alt.shape == got.shape and np.isfinite(alt).all()
+                        and np.isfinite(got).all() and np.abs(alt - got).max() <= bound)
+
+        def output(arrays: dict) -> np.ndarray | None:
+            result, error, _ = self.call(arrays, case, case.dtype)
+            try:
+                return None if error is not None else self.fw.float64(
+                    self.t.output(result)[0])
+            except Exception:
+                return None
+
+        def fits_keep(alt: Any) -> bool:  # None: no key masked
+            return self.fits(a, np.ones_like(keep) if alt is None else alt, None, case, got)
+
+        if self.t.check == "masked-softmax":
+            said = explain_masked_softmax(a, got, fits_keep)
+            lens = a.get("valid_lens")
+            if getattr(said, "key", "") == "judge.mask-ignored" and lens is not None \
+                    and lens.ndim == 1 and got.shape[-2] > 1:
+                # Every query of this case within its length: a length of 1 tells the
+                # lengths cutting the queries from no mask at all.
+                one = dict(a, valid_lens=np.ones_like(lens))
+                cut = output(one)
+                if cut is not None and explain_masked_softmax(one, cut, lambda alt: self.fits(
+                        one, alt, None, case, cut)) == T("judge.lens-on-queries"):
+                    return T("judge.lens-on-queries")
+            return said
+        if self.t.check != "attention":
+            return None
+        said = explain_attention(a, keep, got, fits_alt, fits_keep)
+        return said if said is not None else unread_keys(a, keep, got, output)
 
     def sees_later_keys(self, case: Case, a: dict) -> int | None:
         """For a function declared causal: the first query ``i`` whose output moves when

@@ -37,10 +37,14 @@ def _oracle_text(run: Any, case: Any, keep_expr: str = "keep", scale: str = "",
         return ("from attnkit.testing import reference_attention",
                 f"reference_attention(Q, K, V{opts})")
     x64 = t.framework.to_float64_text("X")
+    # Imported under another name: the function checked is often called softmax itself,
+    # and ``fn = softmax`` after the import would then run attnkit's.
     if t.check == "softmax":
-        return "from attnkit.numpy import softmax", f"softmax({x64})"
+        return ("from attnkit.numpy import softmax as reference_softmax",
+                f"reference_softmax({x64})")
     opts = "valid_lens" if case.mask in LENS_KINDS else f"mask={keep_expr}"
-    return "from attnkit.numpy import masked_softmax", f"masked_softmax({x64}, {opts})"
+    return ("from attnkit.numpy import masked_softmax as reference_masked_softmax",
+            f"reference_masked_softmax({x64}, {opts})")
 
 
 def function_reproducer(run: Any, case: Any, verdict: Any) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..catalogue import T, join
+from ..core.behaviour import same_reading
 from ..core.cases import Case, attention_cases, case_title, masked_softmax_cases, softmax_cases
 from ..core.judge import Run
 from ..core.report import Finding, Report, first_line
@@ -271,7 +272,7 @@ class FunctionCheck:
             small = case.smaller()
             if small != case:  # the smallest case that still shows it
                 for sv in run.judge(small):
-                    if sv.code == verdict.code:
+                    if sv.code == verdict.code and same_reading(sv.message, verdict.message):
                         used, v = small, sv
                         break
             message = v.message

@@ -381,6 +381,9 @@ class Harness:
                 self.broken = Tq == Tk
                 first = f"{type(err).__name__}: {first_line(err, 150)}"
                 msg = Tx("mha.raises-on", query=(B, Tq, E), kv=(B, Tk, E), error=first)
+                if Tq != Tk and found == [] and (T, T) in sizes:  # equal lengths ran
+                    msg = Tx("mha.raises-on-lengths", query=(B, Tq, E), kv=(B, Tk, E),
+                             error=first.rstrip(".") + ".")
                 code = "shape"
                 if self.broken:  # not even the plainest call: the check could not call it
                     code, msg = "call-failed", Tx("mha.not-callable-as",

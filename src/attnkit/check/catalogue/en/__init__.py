@@ -4,6 +4,7 @@ fields, ``str.format``), one folder per language: the same keys as every other (
 from __future__ import annotations
 
 from .anymodel import TEXTS as _ANYMODEL
+from .behaviour import TEXTS as _BEHAVIOUR
 from .block import TEXTS as _BLOCK
 from .checks import TEXTS as _CHECKS
 from .codes import CODES
@@ -15,4 +16,5 @@ __all__ = ["CODES", "STYLE", "TEXTS"]
 
 STYLE = "table"
 
-TEXTS: dict[str, str] = {**_CHECKS, **_MULTIHEAD, **_ORACLE, **_BLOCK, **_MODEL, **_ANYMODEL}
+TEXTS: dict[str, str] = {**_CHECKS, **_BEHAVIOUR, **_MULTIHEAD, **_ORACLE, **_BLOCK, **_MODEL,
+                          **_ANYMODEL}

@@ -25,6 +25,11 @@ TEXTS.update({
                        "the causal mask, e.g. scores.masked_fill(~torch.tril(...), -inf), "
                        "before the softmax)",
     "measured.early-moved": "outputs at positions 0..2 moved",
+    "mha.mixes-queries-lengths": "changing query {query} alone changes the outputs of queries "
+                                 "{moved}, and the module raises when queries and keys differ "
+                                 "in length: the query and key lengths are mixed, so the "
+                                 "scores are not (B, Tq, Tk) normalised over the keys; look "
+                                 "for the unsqueeze, transpose, view or reshape that swaps them",
     "mha.mixes-queries": "changing query {query} alone changes the outputs of queries "
                          "{moved}: a query's output must depend only on its own query and the "
                          "keys/values. The heads are split or merged so that tokens mix: split "
@@ -71,6 +76,11 @@ TEXTS.update({
                         "state_dict() never see them; keep modules in nn.ModuleList/"
                         "nn.ModuleDict and tensors in nn.Parameter/nn.ParameterList",
     "measured.unregistered": "{n} unregistered: {names}",
+    "mha.raises-on-lengths": "the module runs when queries and keys are as long (Tq = Tk) and "
+                             "raises on query {query}, key/value {kv}: {error} The code uses "
+                             "the query length where the key length belongs, or the other way "
+                             "round: the scores must be (B, Tq, Tk); look for the unsqueeze, "
+                             "transpose, view or reshape that mixes the two lengths",
     "mha.raises-on": "the module raises on query {query}, key/value {kv}: {error}",
     "mha.not-callable-as": "the module could not be called as {call}: {error}; declare the "
                            "mask with --convention, or wrap the module in a factory whose "

@@ -85,25 +85,25 @@ TEXTS: dict[str, str] = {
     "oracle.why-inner-argument": "its {name}= argument is not read",
     "oracle.why-inner-lens": "per-query valid_lens are not read",
     "oracle.why-inner-causal": "causal={value} is not read",
-    "oracle.scale-none": "not scaled: the 1/sqrt(d) is missing",
+    "oracle.scale-none": "not scaled: the 1/sqrt(Dk) is missing",
     "oracle.scale-sqrt(E)": (
-        "scaled by 1/sqrt(E) = {value:.4g}, the model width, instead of 1/sqrt(d) = "
+        "scaled by 1/sqrt(E) = {value:.4g}, the model width, instead of 1/sqrt(Dk) = "
         "{default:.4g}, the head dim"
     ),
-    "oracle.scale-1/d": "scaled by 1/d = {value:.4g} instead of 1/sqrt(d) = {default:.4g}",
-    "oracle.scale-sqrt(d)": "multiplied by sqrt(d) = {value:.4g} instead of divided by it",
+    "oracle.scale-1/d": "scaled by 1/Dk = {value:.4g} instead of 1/sqrt(Dk) = {default:.4g}",
+    "oracle.scale-sqrt(d)": "multiplied by sqrt(Dk) = {value:.4g} instead of divided by it",
     "oracle.scale-E or d": (
-        "scaled by {value:.4g}, which is 1/sqrt(E) (the model width) and also 1/d at this "
-        "width, instead of 1/sqrt(d) = {default:.4g}"
+        "scaled by {value:.4g}, which is 1/sqrt(E) (the model width) and also 1/Dk at this "
+        "width, instead of 1/sqrt(Dk) = {default:.4g}"
     ),
     "oracle.scale-constant": (
-        "scaled by {value:.4g} at every head dim (a constant, where 1/sqrt(d) changes with "
+        "scaled by {value:.4g} at every head dim (a constant, where 1/sqrt(Dk) changes with "
         "the head dim: {default:.4g} here)"
     ),
-    "oracle.scale-fitted": "scaled by {value:.4g} (fitted) instead of 1/sqrt(d) = {default:.4g}",
+    "oracle.scale-fitted": "scaled by {value:.4g} (fitted) instead of 1/sqrt(Dk) = {default:.4g}",
     "oracle.wrong-scale": (
         "the attention scores are {words}; scaled dot-product attention divides q.k by "
-        "sqrt(d) (found in the attention core, from the q, k, v the module's projections "
+        "sqrt(Dk) (found in the attention core, from the q, k, v the module's projections "
         "produced)"
     ),
     "oracle.wrong-scale-measured": (
@@ -136,7 +136,7 @@ TEXTS: dict[str, str] = {
     ),
     "oracle.batch-mixing-measured": "example 0's output moved when only example 1's input changed",
     "oracle.unexplained": (
-        "the attention core (softmax(q k^T / sqrt(d)) v on the q, k, v the module's "
+        "the attention core (softmax(q k^T / sqrt(Dk)) v on the q, k, v the module's "
         "projections produced) disagrees with the oracle, and no reading the check knows "
         "explains it (scale, softmax axis, sigmoid, head count, q/k/v order)"
     ),

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from .anymodel import TEXTS as _ANYMODEL
+from .behaviour import TEXTS as _BEHAVIOUR
 from .block import TEXTS as _BLOCK
 from .checks import TEXTS as _CHECKS
 from .codes import CODES
@@ -16,4 +17,5 @@ __all__ = ["CODES", "STYLE", "TEXTS"]
 
 STYLE = "blocks"
 
-TEXTS: dict[str, str] = {**_CHECKS, **_MULTIHEAD, **_ORACLE, **_BLOCK, **_MODEL, **_ANYMODEL}
+TEXTS: dict[str, str] = {**_CHECKS, **_BEHAVIOUR, **_MULTIHEAD, **_ORACLE, **_BLOCK, **_MODEL,
+                          **_ANYMODEL}

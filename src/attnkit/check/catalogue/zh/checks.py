@@ -57,7 +57,8 @@ TEXTS.update({
 # -- 逐个用例判定函数（core/judge.py） ----------------------------------------------------
 TEXTS.update({
     "judge.mutates": "fn 原地写入了它的参数 {name}（mul_、masked_fill_ 或 x[...] = ... 这类"
-                     "原地操作）：调用者的 {name} 被改掉了；请先复制一份，或改用非原地版本",
+                     "原地（in-place）操作）：调用者的 {name} 被改掉了；"
+                     "请先复制一份（copy），或改用非原地（out-of-place）版本",
     "measured.differs-after": "调用之后 {name} 变了",
     "judge.half-raises": "fn 在 {dtype} 下报错，在 float32 下不报错（{error}）；{cause}",
     "judge.raises-on": "fn 在 {case} 上报错（{error}）",
@@ -200,7 +201,7 @@ TEXTS.update({
     "call.class-raised": "{name} 是一个类；构造它时报错 {error}；请改为传入一个实例或函数",
     "call.no-layout": "用任何一种输入布局都没能调用 fn：{tries}",
     "call.shape-error": "在尝试过的每一种输入布局上，fn 都报了形状错误（{first}）：少了一个应当"
-                        "保留的维度（keepdims）或一次转置",
+                        "保留的维度（axis=..., keepdims=True）或一次转置",
     "call.per-query-lens": "fn 能处理 valid_lens (B,)，却不能处理 d2l 中每个查询各自的有效长度 "
                            "(B, Tq)（第 b 行的查询 i 看到键 j < valid_lens[b, i]）：{message}；"
                            "请先把 (B,) 变成 (B, Tq)，再与 np.arange(Tk) < valid_lens[..., None] "

@@ -22,6 +22,10 @@ TEXTS.update({
                        "上的值，位置 0..2 的输出就变了（请在 softmax 之前加上因果掩码，例如 "
                        "scores.masked_fill(~torch.tril(...), -inf)）",
     "measured.early-moved": "位置 0..2 的输出变了",
+    "mha.mixes-queries-lengths": "只改动查询 {query}，查询 {moved} 的输出也变了，而且查询和键长度"
+                                 "不同时模块会报错：查询长度和键长度被混淆了，分数不是在键上"
+                                 "归一化的 (B, Tq, Tk)；请找出把它们对调的那个 unsqueeze、"
+                                 "transpose、view 或 reshape",
     "mha.mixes-queries": "只改动查询 {query}，查询 {moved} 的输出也变了：每个查询的输出只应取决"
                          "于它自己和键、值。拆分或合并多个头的方式让词元混在了一起：拆分应写 "
                          "x.view(B, T, H, Dk).transpose(1, 2)，而不是 x.view(B, H, T, Dk)；"
@@ -62,6 +66,10 @@ TEXTS.update({
                         "它们；请把模块放进 nn.ModuleList/nn.ModuleDict，张量放进 "
                         "nn.Parameter/nn.ParameterList",
     "measured.unregistered": "{n} 个没有注册：{names}",
+    "mha.raises-on-lengths": "查询和键一样长（Tq = Tk）时模块能运行，在查询 {query}、键/值 {kv} "
+                             "上却报错：{error} 代码在该用键长度的地方用了查询长度（或反过来）："
+                             "分数应为 (B, Tq, Tk)；请找出混淆这两个长度的那个 unsqueeze、"
+                             "transpose、view 或 reshape",
     "mha.raises-on": "模块在查询 {query}、键/值 {kv} 上报错：{error}",
     "mha.not-callable-as": "没能{call}：{error}；请用 --convention 声明掩码，或把模块包进一个"
                            "工厂函数，让它的 forward 接受 (query, key, value) 或 (x)",

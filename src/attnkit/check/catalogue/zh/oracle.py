@@ -77,24 +77,24 @@ TEXTS: dict[str, str] = {
     "oracle.why-inner-argument": "不读取它的 {name}= 参数",
     "oracle.why-inner-lens": "不读取逐查询的 valid_lens",
     "oracle.why-inner-causal": "不读取 causal={value}",
-    "oracle.scale-none": "没有缩放：缺少 1/sqrt(d)",
+    "oracle.scale-none": "没有缩放：缺少 1/sqrt(Dk)",
     "oracle.scale-sqrt(E)": (
-        "乘的是 1/sqrt(E) = {value:.4g}（E 是模型宽度），而不是 1/sqrt(d) = {default:.4g}（d "
+        "乘的是 1/sqrt(E) = {value:.4g}（E 是模型宽度），而不是 1/sqrt(Dk) = {default:.4g}（Dk "
         "是每个头的维度）"
     ),
-    "oracle.scale-1/d": "乘的是 1/d = {value:.4g}，而不是 1/sqrt(d) = {default:.4g}",
-    "oracle.scale-sqrt(d)": "乘了 sqrt(d) = {value:.4g}，本该除以它",
+    "oracle.scale-1/d": "乘的是 1/Dk = {value:.4g}，而不是 1/sqrt(Dk) = {default:.4g}",
+    "oracle.scale-sqrt(d)": "乘了 sqrt(Dk) = {value:.4g}，本该除以它",
     "oracle.scale-E or d": (
-        "乘的是 {value:.4g}，在这个宽度下它既等于 1/sqrt(E)（模型宽度）也等于 1/d，而不是 1/s"
-        "qrt(d) = {default:.4g}"
+        "乘的是 {value:.4g}，在这个宽度下它既等于 1/sqrt(E)（模型宽度）也等于 1/Dk，"
+        "而不是 1/sqrt(Dk) = {default:.4g}"
     ),
     "oracle.scale-constant": (
-        "在每种头维度下都乘 {value:.4g}（一个常数；而 1/sqrt(d) 随头维度变化，这里是 {default"
+        "在每种头维度下都乘 {value:.4g}（一个常数；而 1/sqrt(Dk) 随头维度变化，这里是 {default"
         ":.4g}）"
     ),
-    "oracle.scale-fitted": "乘的是 {value:.4g}（拟合得到），而不是 1/sqrt(d) = {default:.4g}",
+    "oracle.scale-fitted": "乘的是 {value:.4g}（拟合得到），而不是 1/sqrt(Dk) = {default:.4g}",
     "oracle.wrong-scale": (
-        "注意力分数{words}；缩放点积注意力把 q·k 除以 sqrt(d)（在注意力核心中发现：用的是模块"
+        "注意力分数{words}；缩放点积注意力把 q·k 除以 sqrt(Dk)（在注意力核心中发现：用的是模块"
         "自己的投影算出的 q、k、v）"
     ),
     "oracle.wrong-scale-measured": (
@@ -123,7 +123,7 @@ TEXTS: dict[str, str] = {
     ),
     "oracle.batch-mixing-measured": "只改变样本 1 的输入，样本 0 的输出就变了",
     "oracle.unexplained": (
-        "注意力核心（在模块自己的投影算出的 q、k、v 上计算 softmax(q k^T / sqrt(d)) v）与参考"
+        "注意力核心（在模块自己的投影算出的 q、k、v 上计算 softmax(q k^T / sqrt(Dk)) v）与参考"
         "实现不一致，检查已知的解读（缩放、softmax 的轴、sigmoid、头数、q/k/v 的顺序）都解释"
         "不了"
     ),
