@@ -125,3 +125,15 @@ WRONG = [
     ("Block", BlockNoResidual, "residual"),
     ("Block", BlockMlpWithoutNorm, "residual"),
 ]
+
+# What each report must say, in English and in Chinese: the line to fix.
+DIAGNOSIS = {
+    "CausalNoMask": r"masked_fill|tril",
+    "CausalNoScale": r"sqrt\(Dk\)",
+    "CausalMergeWithoutTranspose": r"transpose\(1, 2\)",
+    "CausalMinus1e9": r"-1e9.*-inf",
+    "BlockPostNorm": r"x \+ attn\(norm1\(x\)\)",
+    "BlockNotCausal": r"causal=True",
+    "BlockNoResidual": r"x = x \+ attn\(norm1\(x\)\)",
+    "BlockMlpWithoutNorm": r"mlp\(norm2\(x\)\)",
+}

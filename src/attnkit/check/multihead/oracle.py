@@ -355,6 +355,11 @@ def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool 
     if batch_mixing(h, m, r.cap):
         return Outcome(True, "", structure, Finding(
             "mixes-queries", say("oracle.batch-mixing"), say("oracle.batch-mixing-measured")))
+    merged = _merged_without_transpose(r, cands)
+    if merged is not None:
+        return Outcome(True, "", structure, Finding(
+            "mixes-queries", say("oracle.merge-no-transpose"),
+            say("oracle.merge-no-transpose-measured")), cand=merged, causal=bool(causal_first))
     if r.cap.others:
         name, cls, _ = r.cap.others[0]
         low = cls.lower()
@@ -378,3 +383,26 @@ def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool 
     return Outcome(True, "", structure, Finding(
         "inaccurate", say("oracle.unexplained"), err or say("oracle.no-reading")),
         cand=fit[0], causal=bool(causal_first))
+
+
+def _merged_without_transpose(r: Reading, cands: list[Candidate]) -> Candidate | None:
+    """The reading whose oracle core, merged as ``(B, H, T, dv).reshape(B, T, H * dv)``
+    (no transpose: the memory of the heads read as tokens), is what the output projection
+    received: heads merged so that each output token holds pieces of other tokens. Tried
+    causal and not, at 1/sqrt(d); None when no reading fits."""
+    T_ = r.got.shape[1]
+    for cand in cands:
+        if cand.interleave or cand.cycle or cand.layout != "hd":
+            continue
+        q, k, v = cand.split(r.P)
+        if q.shape[2] != T_ or r.got.shape[-1] != cand.H * cand.dv:
+            continue
+        for _causal, keep in _keeps(T_, None):
+            scale = 1 / math.sqrt(cand.d)
+            ref = oracle_core(q, k, v, keep)
+            base = core(q, k, v, keep, scale, dtype=np.float32)
+            flat = ref.reshape(r.got.shape)  # (B, H, T, dv) read as (B, T, H * dv)
+            if passes(r.got, flat, base.reshape(r.got.shape), "merge") is None and \
+                    passes(r.got, cand.merge(ref), cand.merge(base), "merge") is not None:
+                return cand
+    return None

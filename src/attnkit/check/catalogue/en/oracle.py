@@ -128,6 +128,15 @@ TEXTS: dict[str, str] = {
         "or merged wrongly"
     ),
     "oracle.heads-count-measured": "the core fits the oracle at {H2} heads",
+    "oracle.merge-no-transpose": (
+        "the heads are merged without the transpose: the attention output (B, H, T, Dk) is "
+        "reshaped straight to (B, T, E), so each token's row holds pieces of other tokens "
+        "(and later tokens reach earlier ones); merge with out.transpose(1, 2).reshape(B, T, E)"
+    ),
+    "oracle.merge-no-transpose-measured": (
+        "the output projection's input equals the oracle's (B, H, T, Dk) core read as "
+        "(B, T, E) without the transpose"
+    ),
     "oracle.batch-mixing": (
         "changing one example of the batch changes another example's output: the heads are "
         "split or merged across the batch (a reshape of a fused qkv (B, T, 3E) straight to "

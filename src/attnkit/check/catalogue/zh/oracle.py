@@ -116,6 +116,14 @@ TEXTS: dict[str, str] = {
         "方式不对"
     ),
     "oracle.heads-count-measured": "注意力核心与 {H2} 个头的参考实现一致",
+    "oracle.merge-no-transpose": (
+        "合并多个头时少了转置：注意力输出 (B, H, T, Dk) 被直接 reshape 成 (B, T, E)，每个词元的"
+        "那一行混进了其他词元的片段（靠后的词元也就影响了靠前的词元）；请用 "
+        "out.transpose(1, 2).reshape(B, T, E) 合并"
+    ),
+    "oracle.merge-no-transpose-measured": (
+        "输出投影收到的输入，等于参考实现的注意力核心 (B, H, T, Dk) 不经转置直接按 (B, T, E) 读出"
+    ),
     "oracle.batch-mixing": (
         "改变批量中的一个样本，另一个样本的输出也变了：多个头的拆分或合并跨越了批量（把合并的"
         " qkv (B, T, 3E) 直接 reshape 成 (3, B, H, T, d)，或 view 之后没有 transpose）；请用 "
