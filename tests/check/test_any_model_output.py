@@ -218,3 +218,13 @@ def test_only_one_call_is_held_at_a_time(monkeypatch) -> None:
     torch.manual_seed(0)
     report = check_model(L.Seq2Seq(), (L.tokens(), L.padded(), L.tokens(length=3, seed=1)))
     assert report.ok and report.implementations[0].calls == 14 and len(held) == 42
+
+
+def test_every_model_report_says_in_json_whether_the_oracle_compared_it() -> None:
+    """``--json`` carries ``"oracle"`` on every report, as the function and multi-head
+    checks do: compared for a run whose calls were judged, not compared (and why) for one
+    that judged none."""
+    judged = json.loads(check_model(L.GPT(), (L.tokens(),)).to_json())
+    assert judged["oracle"] == {"compared": True, "why": ""}
+    refused = json.loads(check_model(torch.nn.Linear(4, 4), (torch.randn(2, 4),)).to_json())
+    assert refused["oracle"]["compared"] is False and refused["oracle"]["why"]

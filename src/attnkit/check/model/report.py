@@ -205,6 +205,11 @@ class ModelReport:
         d["ok"] = self.ok
         d["judged"] = self.judged
         d["reason"] = render(self.reason, lang) or None
+        # As on every report: whether the calls were compared with the float64 oracle (each
+        # judged call is; a run that judged none says why).
+        why = "" if self.judged else (d["reason"] or next(
+            (render(r.status, lang) for r in self.implementations if r.status), ""))
+        d["oracle"] = {"compared": self.judged, "why": why}
         d["notes"] = [render(n, lang) for n in self.notes]
         for r, item in zip(self.implementations, d["implementations"]):
             item["ok"], item["calls"] = r.ok, r.calls
