@@ -20,6 +20,8 @@ from attnkit.check.core.report import Report
 from attnkit.check.model.report import ModelReport
 from attnkit.check.render.text import report_text
 
+from .reproducers import ROOT
+
 # Code, shapes, paths and names: words a reader meets as written in any language.
 _CODE = re.compile(r"`[^`]*`|'[^']*'|\"[^\"]*\"|\bdef \w+\(.*?\): return \S+|\([^()]*\)"
                    r"|\S*[._=<>\[\]/:#*+-]\S*")
@@ -74,3 +76,10 @@ def reports_read_in_chinese(request, monkeypatch):
 @pytest.fixture
 def english_in():
     return english_sentences
+
+
+@pytest.fixture
+def at_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test runs from the repository's root, where reproducers find the files they name
+    (``pytestmark = pytest.mark.usefixtures("at_root")``)."""
+    monkeypatch.chdir(ROOT)

@@ -6,11 +6,8 @@ reproducer of each error, run as printed, raises."""
 from __future__ import annotations
 
 import json
-import os
-import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -23,14 +20,14 @@ from attnkit.check import (  # noqa: E402
 )
 from attnkit.cli import main  # noqa: E402
 
+from .reproducers import raises_as_printed  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS = "tests/check/impl_calls/functions.py"
 MODULES = "tests/check/impl_calls/modules.py"
 
 
-@pytest.fixture(autouse=True)
-def _at_root(monkeypatch):
-    monkeypatch.chdir(ROOT)  # reproducers name the files relative to the working folder
+pytestmark = pytest.mark.usefixtures("at_root")
 
 
 def fn(name):
@@ -39,20 +36,6 @@ def fn(name):
 
 def cls(name):
     return load_target(f"{MODULES}:{name}")
-
-
-def raises_as_printed(code: str) -> BaseException | None:
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        here = os.getcwd()
-        os.chdir(ROOT)
-        try:
-            exec(compile(code, "<reproducer>", "exec"), {"__name__": "__reproducer__"})
-        except BaseException as err:  # the point: it must raise
-            return err
-        finally:
-            os.chdir(here)
-    return None
 
 
 def assert_errors_reproduce(report):

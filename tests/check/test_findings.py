@@ -3,11 +3,8 @@ code, and the reproducer of each finding, run as printed, shows the bug; each fi
 
 from __future__ import annotations
 
-import os
-import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -19,6 +16,8 @@ from attnkit.check import (  # noqa: E402
     check_softmax,
     load_target,
 )
+
+from .reproducers import raises_as_printed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples" / "check"
@@ -54,25 +53,7 @@ BUGS = [
 ]
 
 
-def run_reproducer(code: str) -> BaseException | None:
-    """Run a reproducer as printed (from the repository root, as the report names files
-    relative to it); return what it raised."""
-    here = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):  # the bug's own warnings
-            warnings.simplefilter("ignore", RuntimeWarning)
-            exec(compile(code, "<reproducer>", "exec"), {"__name__": "__reproducer__"})
-    except BaseException as err:  # the point: it must raise
-        return err
-    finally:
-        os.chdir(here)
-    return None
-
-
-@pytest.fixture(autouse=True)
-def _at_root(monkeypatch):
-    monkeypatch.chdir(ROOT)  # reproducers name the files relative to the working folder
+pytestmark = pytest.mark.usefixtures("at_root")
 
 
 @pytest.mark.parametrize("check, target, convention, code, also", BUGS,
@@ -86,7 +67,7 @@ def test_bug_is_flagged_with_its_code_only(check, target, convention, code, also
     # The reproducer shows the bug: run as printed, it raises (a failed assert, or the
     # function's own error).
     assert finding.reproducer, finding
-    raised = run_reproducer(finding.reproducer)
+    raised = raises_as_printed(finding.reproducer)
     assert raised is not None, f"the reproducer ran clean:\n{finding.reproducer}"
     assert not isinstance(raised, (NameError, SyntaxError, ImportError)), (
         f"{type(raised).__name__}: {raised}\n{finding.reproducer}")
@@ -97,14 +78,14 @@ def test_warnings_have_reproducers_that_show_them():
                              convention="masked")
     warning = next(f for f in report.findings if f.code == "fully-masked-row")
     assert warning.severity == "warning"
-    assert isinstance(run_reproducer(warning.reproducer), AssertionError)
+    assert isinstance(raises_as_printed(warning.reproducer), AssertionError)
 
 
 def test_top_left_causal_is_a_warning_not_an_error():
     report = check_attention(load_target("examples/check/attention_bugs.py:attention_top_left"))
     assert report.convention.startswith("sdpa")
     assert report.codes == ["causal-alignment"] and report.ok, report.table()
-    assert isinstance(run_reproducer(report.findings[0].reproducer), AssertionError)
+    assert isinstance(raises_as_printed(report.findings[0].reproducer), AssertionError)
 
 
 FIXED = [
@@ -148,4 +129,4 @@ def test_a_reproducer_runs_clean_on_the_fix(check, bug, fix):
     for finding in report.findings:
         assert f"examples/check/{bug}" in finding.reproducer
         fixed = finding.reproducer.replace(f"examples/check/{bug}", f"examples/check/{fix}")
-        assert run_reproducer(fixed) is None, fixed
+        assert raises_as_printed(fixed) is None, fixed

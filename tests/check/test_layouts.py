@@ -17,7 +17,8 @@ from attnkit.check import check_attention, load_target  # noqa: E402
 from attnkit.check.core.report import Finding, Report  # noqa: E402
 from attnkit.cli import main  # noqa: E402
 
-from .test_calls import assert_errors_reproduce, raises_as_printed  # noqa: E402
+from .reproducers import raises_as_printed  # noqa: E402
+from .test_calls import assert_errors_reproduce  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYOUTS = "tests/check/impl_calls/layouts.py"
@@ -26,9 +27,7 @@ HEADS_ON_AXIS_2 = ("(B, T, H, D) in and out, heads on axis 2 as JAX and flash-at
                    "(transposed to judge it)")
 
 
-@pytest.fixture(autouse=True)
-def _at_root(monkeypatch):
-    monkeypatch.chdir(ROOT)  # reproducers name the files relative to the working folder
+pytestmark = pytest.mark.usefixtures("at_root")
 
 
 def fn(name):

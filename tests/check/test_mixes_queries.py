@@ -5,11 +5,6 @@ correct module."""
 
 from __future__ import annotations
 
-import os
-import warnings
-from pathlib import Path
-
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,27 +12,12 @@ torch = pytest.importorskip("torch")
 from attnkit.check import check_multi_head, load_target  # noqa: E402
 from attnkit.check.catalogue import code_words  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+from .reproducers import raises_as_printed  # noqa: E402
+
 MIXING = "tests/check/impl_calls/heads_mixing.py"
 
 
-@pytest.fixture(autouse=True)
-def _at_root(monkeypatch):
-    monkeypatch.chdir(ROOT)  # reproducers name the files relative to the working folder
-
-
-def _raises_as_printed(code: str) -> BaseException | None:
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        here = os.getcwd()
-        os.chdir(ROOT)
-        try:
-            exec(compile(code, "<reproducer>", "exec"), {"__name__": "__reproducer__"})
-        except BaseException as err:  # the point: it must raise
-            return err
-        finally:
-            os.chdir(here)
-    return None
+pytestmark = pytest.mark.usefixtures("at_root")
 
 
 @pytest.mark.parametrize("name, convention", [
@@ -51,7 +31,7 @@ def test_heads_that_mix_tokens_get_mixes_queries_only(name, convention):
     assert report.codes == ["mixes-queries"], report.table()
     finding = report.findings[0]
     assert "transpose(1, 2)" in finding.message and "view(B, H, T, Dk)" in finding.message
-    assert isinstance(_raises_as_printed(finding.reproducer), AssertionError), \
+    assert isinstance(raises_as_printed(finding.reproducer), AssertionError), \
         finding.reproducer
 
 

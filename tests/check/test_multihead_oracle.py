@@ -7,7 +7,6 @@ say that they were not compared."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -16,13 +15,10 @@ torch = pytest.importorskip("torch")
 import attnkit.torch as at  # noqa: E402
 from attnkit.check import check_attention, check_multi_head, load_target  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 FILE = "tests/check/impl_calls/oracle_modules.py"
 
 
-@pytest.fixture(autouse=True)
-def _at_root(monkeypatch):
-    monkeypatch.chdir(ROOT)
+pytestmark = pytest.mark.usefixtures("at_root")
 
 
 def _check(name: str):

@@ -6,8 +6,6 @@ are unchanged."""
 
 from __future__ import annotations
 
-import os
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -21,18 +19,11 @@ from attnkit.check import check_attention, check_masked_softmax, load_target  # 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _raises_as_printed(code: str, fn) -> BaseException | None:
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        here = os.getcwd()
-        os.chdir(ROOT)
-        try:
-            exec(compile(code, "<reproducer>", "exec"), {"__name__": "__reproducer__", "fn": fn})
-        except BaseException as err:  # the point: it must raise
-            return err
-        finally:
-            os.chdir(here)
-    return None
+def raises_as_printed(code: str, fn) -> BaseException | None:
+    # imported here: the checker also loads this file as a target, outside its package
+    from .reproducers import raises_as_printed
+
+    return raises_as_printed(code, fn=fn)
 
 
 def _runnable(code: str) -> str:
@@ -100,7 +91,7 @@ def test_batch_lengths_only_raises_and_is_told_so():
     finding = report.findings[0]
     assert "per-query lengths (B, Tq)" in finding.message and "(B,)" in finding.message
     assert "valid_lens (B, Tq)" in finding.case
-    assert isinstance(_raises_as_printed(_runnable(finding.reproducer), lens_batch_only),
+    assert isinstance(raises_as_printed(_runnable(finding.reproducer), lens_batch_only),
                       ValueError), finding.reproducer
 
 
@@ -109,7 +100,7 @@ def test_one_length_for_every_query_is_inaccurate_and_told_so():
     assert report.codes == ["inaccurate"], report.table()
     finding = report.findings[0]
     assert "per-query lengths (B, Tq)" in finding.message
-    assert isinstance(_raises_as_printed(_runnable(finding.reproducer), lens_last_query),
+    assert isinstance(raises_as_printed(_runnable(finding.reproducer), lens_last_query),
                       AssertionError), finding.reproducer
 
 

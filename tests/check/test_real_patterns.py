@@ -4,11 +4,8 @@ a buggy one its code, with a reproducer that fails as printed."""
 
 from __future__ import annotations
 
-import os
-import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -21,31 +18,17 @@ from attnkit.check import (  # noqa: E402
     load_target,
 )
 
+from .reproducers import raises_as_printed  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 IMPL = "tests/check/impl_calls/real_patterns.py"
 
 
-@pytest.fixture(autouse=True)
-def _at_root(monkeypatch):
-    monkeypatch.chdir(ROOT)  # reproducers name the files relative to the working folder
+pytestmark = pytest.mark.usefixtures("at_root")
 
 
 def target(name):
     return load_target(f"{IMPL}:{name}")
-
-
-def raises_as_printed(code: str) -> BaseException | None:
-    here = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            exec(compile(code, "<reproducer>", "exec"), {"__name__": "__reproducer__"})
-    except BaseException as err:  # the point: it must raise
-        return err
-    finally:
-        os.chdir(here)
-    return None
 
 
 def assert_reproduces(report, code):
