@@ -5,9 +5,10 @@ to run it on) -> **judge** (each case against the float64 oracle, a finding per 
 (:mod:`attnkit.check.render`), in any language of the catalogue.
 
 A kind of check is a class with the four steps (:class:`Check`) and :func:`follow` runs
-them. The function check (:class:`attnkit.check.function.check.FunctionCheck`) and the
-multi-head check (:class:`attnkit.check.multihead.check.MultiHeadCheck`) follow it; the
-model check (:mod:`attnkit.check.model`) has its own driver still.
+them. The function check (:class:`attnkit.check.function.check.FunctionCheck`), the
+multi-head check (:class:`attnkit.check.multihead.check.MultiHeadCheck`) and the block
+check (:class:`attnkit.check.block.check.BlockCheck`) follow it; the model check
+(:mod:`attnkit.check.model`) has its own driver still.
 """
 
 from __future__ import annotations
