@@ -23,14 +23,16 @@ from __future__ import annotations
 import copy
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from ..catalogue import T as Tx
 from ..core.report import Finding, Report
+from ..core.spine import follow
 from ..meet.build import build_module
 from ..meet.targets import target_spec
 
-__all__ = ["check_block"]
+__all__ = ["BlockCheck", "check_block"]
 
 B, T, E, H = 2, 6, 16, 4
 
@@ -58,43 +60,83 @@ def check_block(factory: Any, causal: bool = True) -> Report:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            _check_block(factory, causal, report, spec)
+            follow(BlockCheck(factory, causal, report, spec))
         except (Exception, SystemExit) as err:  # the user's module may raise anything
             report.stopped(err, Tx("report.running-block"))
     report.seconds = time.perf_counter() - t0
     return report
 
 
-def _check_block(factory: Any, causal: bool, report: Report, spec: str | None) -> None:
-    import torch
+class BlockCheck:
+    """A pre-norm block along the spine (:mod:`attnkit.check.core.spine`): **prepare**
+    builds it (a constructor that raises stops the check, as any error of the module does)
+    and makes ``x``; the cases are the call on ``x`` (shape, finite outputs, causality; a
+    wrong shape or a non-finite output ends the check) and the residual path.
 
-    built = build_module(factory, E, H, spec)
-    report.origin = built.how
-    m = built.obj.eval()
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(B, T, E, generator=gen)
-    report.cases.append(Tx("case.block-x", shape=tuple(x.shape)))
-    with torch.no_grad():
-        y = _out(m(x))
-    if tuple(y.shape) != (B, T, E):
-        report.add(Finding("shape", Tx("block.shape", shape=tuple(y.shape), want=(B, T, E)),
-                           Tx("measured.shape", shape=tuple(y.shape), want=(B, T, E)),
-                           report.cases[-1]))
-        return
-    if not torch.isfinite(y).all():
-        report.add(Finding("nan-or-inf", Tx("block.nan-or-inf"),
-                           Tx("measured.non-finite-output"), report.cases[-1]))
-        return
-    behaves_causal = _causal(m, x)
-    report.causality = Tx("header.behaves-causal" if behaves_causal
-                         else "header.bidirectional")
-    if causal:
-        report.causality += Tx("header.declared")
-        if not behaves_causal:
-            report.add(Finding("causal-leak", Tx("block.causal-leak"),
-                               Tx("measured.early-moved"), report.cases[-1]))
-    for finding in _residual_path(m, x):
-        report.add(finding)
+    Args:
+        factory: a class, factory function or instance (see :func:`check_block`).
+        causal: the block is declared causal.
+        report: the report written into.
+        spec: where ``factory`` can be loaded from, or None.
+    """
+
+    def __init__(self, factory: Any, causal: bool, report: Report, spec: str | None) -> None:
+        self.factory, self.causal, self.report, self.spec = factory, causal, report, spec
+        self.m: Any = None
+        self.x: Any = None  # (B, T, E)
+        self.ended = False  # the call on x cannot be judged further
+
+    def prepare(self) -> bool:
+        import torch
+
+        built = build_module(self.factory, E, H, self.spec)
+        self.report.origin = built.how
+        self.m = built.obj.eval()
+        self.x = torch.randn(B, T, E, generator=torch.Generator().manual_seed(0))
+        return True
+
+    def cases(self) -> Iterator[str]:
+        """``"call"``, then ``"residual"`` unless the call's output cannot be judged."""
+        yield "call"
+        if not self.ended:
+            yield "residual"
+
+    def judge(self, case: str) -> Iterator[Finding]:
+        if case == "residual":  # its findings name their own cases (zeroed, scaled)
+            yield from _residual_path(self.m, self.x)
+            return
+        import torch
+
+        report, m, x = self.report, self.m, self.x
+        report.cases.append(Tx("case.block-x", shape=tuple(x.shape)))
+        with torch.no_grad():
+            y = _out(m(x))
+        if tuple(y.shape) != (B, T, E):
+            self.ended = True
+            yield Finding("shape", Tx("block.shape", shape=tuple(y.shape), want=(B, T, E)),
+                          Tx("measured.shape", shape=tuple(y.shape), want=(B, T, E)),
+                          report.cases[-1])
+            return
+        if not torch.isfinite(y).all():
+            self.ended = True
+            yield Finding("nan-or-inf", Tx("block.nan-or-inf"),
+                          Tx("measured.non-finite-output"), report.cases[-1])
+            return
+        behaves_causal = _causal(m, x)
+        report.causality = Tx("header.behaves-causal" if behaves_causal
+                              else "header.bidirectional")
+        if self.causal:
+            report.causality += Tx("header.declared")
+            if not behaves_causal:
+                yield Finding("causal-leak", Tx("block.causal-leak"),
+                              Tx("measured.early-moved"), report.cases[-1])
+
+    def reproduce(self, case: str, verdict: Finding) -> str:
+        """No reproducer: a block's findings say what to change in words (``""``)."""
+        return ""
+
+    def finish(self) -> None:
+        """Nothing: each case's findings stand alone."""
 
 
 def _out(result: Any) -> Any:

@@ -5,8 +5,10 @@ to run it on) -> **judge** (each case against the float64 oracle, a finding per 
 (:mod:`attnkit.check.render`), in any language of the catalogue.
 
 A kind of check is a class with the four steps (:class:`Check`) and :func:`follow` runs
-them; the function check (:class:`attnkit.check.function.check.FunctionCheck`) is the one
-that follows it step for step today.
+them. The function check (:class:`attnkit.check.function.check.FunctionCheck`), the
+multi-head check (:class:`attnkit.check.multihead.check.MultiHeadCheck`) and the block
+check (:class:`attnkit.check.block.check.BlockCheck`) follow it; the model check
+(:mod:`attnkit.check.model`) has its own driver still.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ class Check(Protocol):
     def prepare(self) -> bool:
         """Meet the code; False when it cannot be run (the report already says why)."""
 
-    def cases(self) -> list[Any]:
-        """The cases to judge, in order ([] when a probe found nothing can be compared)."""
+    def cases(self) -> Iterable[Any]:
+        """The cases to judge, in order ([] when a probe found nothing can be compared).
+        Each case is asked for after the one before it was judged, so an iterator may
+        decide what follows from what was found (a module whose shapes are broken ends
+        there)."""
 
     def judge(self, case: Any) -> Iterable[Finding]:
         """The findings of ``case``, each with its reproducer (:meth:`reproduce`); yielded
@@ -43,7 +48,8 @@ class Check(Protocol):
 
 def follow(check: Check) -> Report:
     """Run ``check`` along the spine: prepare, then judge every case, adding each finding
-    to the report as it is found; returns the report."""
+    to the report as it is found (each case judged before the next is asked for), then
+    finish; returns the report."""
     if check.prepare():
         for case in check.cases():
             for finding in check.judge(case):

@@ -5,6 +5,8 @@ a query with no allowed key gets. Each takes the :class:`~attnkit.check.multihea
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..catalogue import T as Tx
@@ -55,8 +57,25 @@ def mask_polarity(h: Harness) -> str | None:
 
 
 def mask_probes(h: Harness) -> list[Finding]:
+    """The mask probes, smallest evidence first: values at masked keys change nothing
+    (else ``inaccurate``, or ``mask-polarity`` where the other reading holds), masks that
+    differ per example (:func:`per_example_masks`), then a query with no allowed key
+    (``nan-or-inf``, ``fully-masked-row``). Returns the first probe's findings that has
+    any."""
     x, kv = _rand(B, T, E), _rand(B, T, E, seed=1)
     m = h.eval(h.m)
+    found = _masked_keys(h, m, x, kv)
+    if found:
+        return found
+    paired = per_example_masks(h)  # before empty rows: mixed pairs make those odd too
+    if paired:
+        return paired
+    return _empty_row(h, m, x, kv)
+
+
+def _masked_keys(h: Harness, m: Any, x: torch.Tensor, kv: torch.Tensor) -> list[Finding]:
+    """Values at masked keys change no output (``x``, ``kv``: ``(B, T, E)`` queries and
+    keys/values; ``m``: the module in eval mode)."""
     # Self-attention masks keys 0 and 1 and watches rows 2..4, whose own tokens do not
     # change and which a causal module lets see those keys (lengths mask the last keys).
     early = h.self_only and h.convention != "valid_lens"
@@ -75,9 +94,39 @@ def mask_probes(h: Harness) -> list[Finding]:
     a = h.call(m, xq, kv, keep=keep, lens=lens)
     b = h.call(m, bq, bumped, keep=keep, lens=lens)
     words = "keys 0 and 1 are masked" if early else "keys 3 and 4 are masked"
-    kl, kwt = h.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",
+    mask_lines = h.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",
                               f"keep{cols_text} = False  # {words}"],
                              None if early else "[3, 3]")
+    if torch.allclose(a[:, rows], b[:, rows], atol=1e-5):
+        return []
+    code, msg = "inaccurate", Tx("mha.mask-ignored")
+    # The other reading is tested on rows that cannot see the changed keys; a causal
+    # self-attention module's early rows see none of them, whatever it reads.
+    if h.convention != "valid_lens" and not (h.self_only and h.behaves_causal):
+        c_ = kv.clone()
+        c_[:, kept_cols] += noise[:, kept_cols]
+        rows2 = masked_cols if h.self_only else slice(None)
+        a2 = h.call(m, xq, kv, keep=keep)
+        b2 = h.call(m, c_ if h.self_only else x, c_, keep=keep)
+        # The other reading explains it only if the flipped mask hides the masked keys
+        # too: a mask that only switches behaviour on (any mask -> causal) does not.
+        a3 = h.call(m, xq, kv, keep=~keep)
+        b3 = h.call(m, bq, bumped, keep=~keep)
+        if torch.allclose(a2[:, rows2], b2[:, rows2], atol=1e-5) and torch.allclose(
+                a3[:, rows], b3[:, rows], atol=1e-5):
+            code = "mask-polarity"
+            msg = Tx("mha.polarity", convention=h.convention)
+    change = float((a - b)[:, rows].detach().abs().max())
+    return [Finding(code, msg, Tx("measured.max-change", value=change),
+                    reproducer=_masked_keys_repro(h, early, mask_lines, msg))]
+
+
+def _masked_keys_repro(h: Harness, early: bool, mask_lines: tuple[list[str], str],
+                       msg: Any) -> str:
+    """The reproducer of :func:`_masked_keys`'s finding ``msg`` (``mask_lines``: what
+    :meth:`Harness.mask_text` wrote for its mask)."""
+    cols_text = "[:, :2]" if early else "[:, 3:]"
+    kl, kwt = mask_lines
     kvq = "kv" if h.self_only else "x"
     n_masked = 2
     body = kl + ["kv = torch.randn(2, 5, 16)", "bumped = kv.clone()",
@@ -87,40 +136,22 @@ def mask_probes(h: Harness) -> list[Finding]:
                  f"b = run({h.args_text('bumped' if h.self_only else 'x', 'bumped')},"
                  f" {kwt})"]
     rows_text = ("[:, 2:]" if early else "[:, :3]") if h.self_only else ""
-    if not torch.allclose(a[:, rows], b[:, rows], atol=1e-5):
-        code, msg = "inaccurate", Tx("mha.mask-ignored")
-        # The other reading is tested on rows that cannot see the changed keys; a causal
-        # h-attention module's early rows see none of them, whatever it reads.
-        if h.convention != "valid_lens" and not (h.self_only and h.behaves_causal):
-            c_ = kv.clone()
-            c_[:, kept_cols] += noise[:, kept_cols]
-            rows2 = masked_cols if h.self_only else slice(None)
-            a2 = h.call(m, xq, kv, keep=keep)
-            b2 = h.call(m, c_ if h.self_only else x, c_, keep=keep)
-            # The other reading explains it only if the flipped mask hides the masked keys
-            # too: a mask that only switches behaviour on (any mask -> causal) does not.
-            a3 = h.call(m, xq, kv, keep=~keep)
-            b3 = h.call(m, bq, bumped, keep=~keep)
-            if torch.allclose(a2[:, rows2], b2[:, rows2], atol=1e-5) and torch.allclose(
-                    a3[:, rows], b3[:, rows], atol=1e-5):
-                code = "mask-polarity"
-                msg = Tx("mha.polarity", convention=h.convention)
-        change = float((a - b)[:, rows].detach().abs().max())
-        return [Finding(code, msg, Tx("measured.max-change", value=change),
-                        reproducer=h.repro(body + [
-                            f"assert torch.allclose(a{rows_text}, b{rows_text}, atol=1e-5), "
-                            f"{str(msg)!r}"]))]
-    paired = per_example_masks(h)  # before empty rows: mixed pairs make those odd too
-    if paired:
-        return paired
-    # A query with no allowed key: query 0 (or, with valid_lens, all of batch row 0).
+    return h.repro(body + [f"assert torch.allclose(a{rows_text}, b{rows_text}, atol=1e-5), "
+                           f"{str(msg)!r}"])
+
+
+def _empty_row(h: Harness, m: Any, x: torch.Tensor, kv: torch.Tensor) -> list[Finding]:
+    """A query with no allowed key: query 0 (or, with valid_lens, all of batch row 0)
+    must not average the values (``fully-masked-row``) nor give NaN (``nan-or-inf``)."""
+    xq = kv if h.self_only else x
+    kvq = "kv" if h.self_only else "x"
     keep = torch.ones(T, T, dtype=torch.bool)
     keep[0] = False
     lens = torch.tensor([0, T])
     bumped = kv.clone()
     bumped[:, 1:] += 3.0
     a = h.call(m, xq, kv, keep=keep, lens=lens)
-    b = h.call(m, bq if not h.self_only else bumped, bumped, keep=keep, lens=lens)
+    b = h.call(m, x if not h.self_only else bumped, bumped, keep=keep, lens=lens)
     row = (slice(0, 1), slice(None)) if h.key_only \
         else (slice(None), slice(0, 1))
     kl, kwt = h.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",

@@ -1,0 +1,199 @@
+"""Meeting the module ``check_multi_head`` judges: building it, reading how ``forward`` is
+called, finding its mask convention and layout, writing the report's header, and the
+``call-failed`` findings of a module that cannot be built or called (the spine's
+**prepare**, :class:`attnkit.check.multihead.check.MultiHeadCheck`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+from ..catalogue import T as Tx
+from ..catalogue import Text, join
+from ..core.judge import first_line
+from ..core.report import Finding, Report
+from ..core.where import failing_line
+from ..meet.adapt import LENS_NAMES, QKV_NAMES, Call, origin_of, read_call
+from ..meet.build import BuildError, BuildRaised, build_module
+
+__all__ = ["build_target", "failed_call", "find_convention", "no_layout_finding",
+           "raised_building", "read_signature", "write_header"]
+
+
+def read_signature(m: Any) -> tuple[bool, Call]:
+    """``(self_attention_only, how forward is called)``: ``m(x[, mask=...])`` when forward
+    takes one required input besides its mask and flags, else ``m(query, key, value, ...)``
+    (by name when the names say which is which)."""
+    fn = m.forward if hasattr(m, "forward") else m
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False, Call(guessed=None)
+    qkv = read_call(m, 3)
+    if qkv.input_names or _names_qkv(params):
+        # forward(query, key=None, value=None): self-attention by default, cross-attention
+        # when key and value are given; called with all three, key is never a mask
+        return False, qkv
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    inputs = positional or [p for p in params if p.kind == p.KEYWORD_ONLY]
+    required = [p for p in inputs if p.default is inspect.Parameter.empty
+                and "mask" not in p.name.lower() and p.name.lower() not in LENS_NAMES]
+    self_only = len(required) == 1 or len(inputs) == 1
+    if not self_only:
+        return False, qkv
+    return True, read_call(m, 1)
+
+
+def _names_qkv(params: list[inspect.Parameter]) -> bool:
+    """The first three parameters are named as query, key and value (any of their
+    spellings), the last two perhaps with a default."""
+    names = tuple(p.name.lower() for p in params[:3])
+    return any(names == triple for triple in QKV_NAMES)
+
+
+def build_target(factory: Any, report: Report, spec: str | None) -> Any:
+    """The module built from ``factory`` (None, with the finding, when it cannot be)."""
+    from .probe import E  # torch: imported here
+
+    origin = origin_of(factory)
+    report.origin = origin
+    try:
+        built = build_module(factory, E, 4, spec)
+    except BuildError as err:
+        report.add(Finding("call-failed", err.text, Tx("measured.not-built")))
+        return None
+    except BuildRaised as raised:
+        report.add(raised_building(raised, spec))
+        return None
+    except (Exception, SystemExit) as err:
+        tried = _tried(factory)
+        report.add(failed_call(err, Tx("mha.building", tried=tried), Tx("mha.fix-factory")))
+        return None
+    report.origin = join([x for x in (origin, built.how) if x])
+    if not callable(built.obj):
+        report.add(Finding("call-failed", Tx("mha.gives-not-callable", how=built.how,
+                                            type=type(built.obj).__name__),
+                           Tx("measured.not-callable")))
+        return None
+    return built
+
+
+def find_convention(h: Any, call: Any, convention: str) -> tuple[str, str, Finding | None]:
+    """The mask convention (declared, read off the signature or found by behaviour), how it
+    was chosen, and the finding when no mask layout fits the module."""
+    import torch
+
+    from .masks import mask_polarity
+    from .probe import NoMaskLayout
+
+    mask_name = call.mask_name
+    conv, how = convention, "declared"
+    no_layout: Finding | None = None
+    if convention == "auto":
+        if mask_name is None:
+            conv, how = "none", "from the signature"
+        elif call.guessed in ("valid_lens", "masked"):
+            conv, how = call.guessed, "from the signature"
+        else:
+            try:
+                found = mask_polarity(h)
+            except NoMaskLayout as err:
+                found, no_layout = None, no_layout_finding(h, err.args[0])
+            conv, how = (found, "from behaviour") if found else ("keep", "assumed")
+    elif conv != "none" and mask_name is None:
+        raise ValueError(f"--convention {conv}: the module's forward takes no mask argument "
+                         f"(no parameter named mask, attn_mask, valid_lens...)")
+    h.convention = conv
+    if no_layout is None and conv in ("masked", "keep", "additive") and h.layout is None:
+        try:
+            keep = torch.ones(5, 5, dtype=torch.bool)
+            keep[:, 3:] = False
+            h.call(h.eval(h.m), torch.randn(2, 5, 16), keep=keep)
+        except NoMaskLayout as err:
+            no_layout = no_layout_finding(h, err.args[0])
+        except Exception:
+            pass  # the first call says what the module raises
+    if no_layout is not None:
+        h.convention = conv = "none"  # the mask probes cannot run
+    return conv, how, no_layout
+
+
+def write_header(report: Report, h: Any, m: Any, call: Any, conv: str, how: str,
+            no_layout: Finding | None) -> None:
+    """The report's convention and layout lines."""
+    from .probe import SHAPES
+
+    mask_name = call.mask_name
+    how_text = Tx("how.no-layout", name=mask_name) if no_layout is not None else Tx(f"how.{how}")
+    report.convention = Tx("header.convention", name=conv, how=how_text)
+    if conv != "none" and mask_name:
+        report.convention += Tx("header.passed-as", name=mask_name)
+    if h.layout:
+        report.convention += f" {SHAPES[h.layout]}"
+    report.layout = "(B, T, E)" if h.batch_first else "(T, B, E)"
+    if h.self_only:
+        report.layout += Tx("header.self-attention")
+    if call.input_names:
+        report.layout += Tx("header.by-name", names="=, ".join(call.input_names) + "=")
+    if not hasattr(m, "batch_first") and not h.batch_first:
+        report.layout += Tx("header.found-by-trying")
+
+
+def no_layout_finding(h: Any, tried: Text) -> Finding:
+    """``call-failed`` for a mask no layout fits: the first try and the line it failed on,
+    the factory to write, and a reproducer that makes the first try again."""
+    from .probe import B, T  # torch: imported here
+
+    items = tried.fields.get("items") if isinstance(tried, Text) else None
+    first = items[0] if items else tried
+    expr = re.sub(r"=4\b", "=H", re.sub(r"=16\b", "=E", h.built.expr or f"{h.name}(E, H)"))
+    inputs = "x" if h.self_only else "query, key, value"
+    factory = (f"class Checked(torch.nn.Module): def __init__(self, E, H): super().__init__(); "
+               f"self.inner = {expr}; def forward(self, {inputs}, mask=None): return "
+               f"self.inner({inputs}, {h.mask_name}=...)  # from mask (B, Tq, Tk), True = "
+               f"may attend, make the mask it asserts")
+    key_only = h.prefer_key_only or h.convention == "valid_lens"
+    shape = f"{B}, {T}" if key_only else f"{B}, {T}, {T}"
+    fill = "zeros" if h.convention == "masked" else "ones"
+    mask = (f"torch.full(({B},), {T})" if h.convention == "valid_lens"
+            else f"torch.{fill}({shape}, dtype=torch.bool)  # nothing masked")
+    return Finding("call-failed", Tx("mha.no-mask-layout", name=h.mask_name, first=first,
+                                     factory=factory),
+                   Tx("measured.tried-layouts", tries=tried),
+                   reproducer=h.repro([f"mask = {mask}",
+                                       f"out = run({h.args_text('x')}, {h.mask_name}=mask)"]))
+
+
+def failed_call(err: BaseException, what: Text, fix: Text) -> Finding:
+    where = failing_line(err)  # the line of the user's code that raised
+    error = f"{type(err).__name__}: {first_line(err)}"
+    return Finding("call-failed", Tx("mha.raised-at", what=what, error=error, where=where,
+                                     fix=fix) if where else
+                   Tx("mha.raised", what=what, error=error, fix=fix),
+                   Tx("measured.raised", name=type(err).__name__))
+
+
+def raised_building(raised: BuildRaised, spec: str | None) -> Finding:
+    """``call-failed`` for a constructor that raised: the call, the line that failed, the
+    factory to write, and a reproducer that makes the same call."""
+    err = raised.error
+    where = failing_line(err)
+    file = (spec or "my_file.py:x").rsplit(":", 1)[0]
+    error = f"{type(err).__name__}: {first_line(err)}"
+    fix = Tx("mha.fix-factory-written", factory=raised.factory, file=file)
+    what = Tx("mha.building-as", expr=raised.expr)
+    return Finding(
+        "call-failed", Tx("mha.raised-at", what=what, error=error, where=where, fix=fix)
+        if where else Tx("mha.raised", what=what, error=error, fix=fix),
+        Tx("measured.raised", name=type(err).__name__),
+        reproducer="\n".join(["from attnkit.check import load_target", *raised.loads,
+                              f"m = {raised.expr}  # raises {type(err).__name__}"]))
+
+
+def _tried(factory: Any) -> str:
+    try:
+        return f" {getattr(factory, '__name__', 'factory')}{inspect.signature(factory)}"
+    except (TypeError, ValueError):
+        return ""
