@@ -77,17 +77,6 @@ def test_the_build_follows_the_machine(system, machine, gpu, problem, override, 
         assert problem in choice.reason and "cannot be reached" in choice.reason
 
 
-@pytest.mark.parametrize(("gpu", "build", "args"), [
-    (None, "cpu", ("--extra-index-url", torch_build.CPU_INDEX)),
-    ("GPU 0: NVIDIA H100", "cuda", ()),  # no version to pin: PyPI's newest (CUDA) build
-])
-def test_without_a_lock_the_same_build_with_no_pinned_version(gpu, build, args):
-    """Outside a clone (attnkit installed from the index) there is no lock to read."""
-    choice = torch_build.choose("Linux", "x86_64", None, gpu, None)
-    assert (choice.build, choice.pip_args) == (build, args)
-    assert "None" not in choice.reason, choice.reason
-
-
 def test_the_tool_runs_the_packages_choice_on_a_bare_interpreter():
     """One copy of the choice: the script is attnkit.torch_build's, and it runs before
     anything is installed (`make` calls it on a fresh venv): standard library only, so
@@ -104,21 +93,42 @@ def test_the_tool_runs_the_packages_choice_on_a_bare_interpreter():
     assert proc.stderr.startswith(">> torch build: CUDA: TORCH=cuda"), proc.stderr
 
 
+def test_the_package_asks_for_the_locked_torch_where_there_is_no_lock():
+    from attnkit.torch_build import LOCKED_TORCH
+
+    assert LOCKED_TORCH == torch_build.locked_torch(LOCK), (
+        "src/attnkit/torch_build.py's LOCKED_TORCH must be the torch that the lock pins")
+
+
 def test_pip_options_are_one_command_line_and_say_why(tmp_path, monkeypatch, capsys):
-    """What the notebooks' first cell puts into `%pip install`: quoted for the shell."""
+    """What the notebooks' first cell puts into `%pip install`: quoted for the shell, with
+    the lock's torch asked for by name where there is no lock (outside a clone)."""
     from attnkit import torch_build as package
 
     wheels = tmp_path / "cpu wheels"
     wheels.mkdir()
+    version = package.locked_torch(LOCK)
     monkeypatch.setattr(package.platform, "system", lambda: "Linux")
     monkeypatch.setenv("TORCH", "cpu")
     monkeypatch.setenv("TORCH_CPU_INDEX", str(wheels))
     assert package.pip_options(LOCK) == f"--find-links '{wheels}'"
-    version = package.locked_torch(LOCK)
     said = capsys.readouterr().out
     assert said.startswith(f">> torch build: CPU: TORCH=cpu: torch {version}+cpu"), said
-    monkeypatch.setenv("TORCH", "pypi")
+
+    def no_torch(name: str) -> str:
+        raise package.importlib.metadata.PackageNotFoundError(name)
+
+    with monkeypatch.context() as m:
+        m.setattr(package.importlib.metadata, "version", no_torch)
+        assert package.pip_options() == f"--find-links '{wheels}' torch=={version}"
+        m.setenv("TORCH", "cuda")
+        assert package.pip_options() == f"torch==={version}"
+        m.setenv("TORCH", "pypi")
+        assert package.pip_options() == f"torch=={version}"
+    capsys.readouterr()
+    # A torch installed already (this test's own): nothing asked, so pip keeps it.
     assert package.pip_options() == ""
+    assert "is installed already" in capsys.readouterr().out
 
 
 def test_a_local_folder_as_cpu_index_is_given_to_pip_as_find_links(tmp_path):

@@ -15,8 +15,8 @@ stays the same on every platform and this module only chooses where the build co
   machine's own pip configuration offers (a local ``+cpu`` wheel where a wheel folder is
   configured, otherwise PyPI's default build, which carries the CUDA libraries).
 - Linux with an NVIDIA driver: PyPI's CUDA build (and triton, which it pins), so that
-  ``attnkit.triton`` runs compiled. With a lock, the requirement ``torch===VERSION`` keeps a
-  local ``+cpu`` wheel that a machine's configuration may offer from being chosen instead.
+  ``attnkit.triton`` runs compiled. The requirement ``torch===VERSION`` keeps a local
+  ``+cpu`` wheel that a machine's configuration may offer from being chosen instead.
 - macOS (Apple silicon) and Windows: PyPI's build (CPU, and Apple's GPU through ``mps``).
 
 ``TORCH=cpu|cuda|pypi`` in the environment (``make demo TORCH=cuda``, or ``%env TORCH=cpu``
@@ -31,6 +31,7 @@ installed.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import platform
 import re
@@ -45,6 +46,10 @@ from pathlib import Path
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 PROBE_TIMEOUT_S = 5.0
+# The torch that requirements.lock pins (a test keeps the two equal): what an install
+# without the lock asks for, so that it gets the build and version `make demo` would, even
+# from a package index that has a newer CUDA build than the CPU index has a +cpu one.
+LOCKED_TORCH = "2.13.0"
 CHOICES = ("cpu", "cuda", "pypi")
 
 
@@ -119,7 +124,7 @@ def probe(index: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
 def choose(
     system: str,
     machine: str,
-    version: str | None,
+    version: str,
     gpu: str | None,
     index_problem: str | None,
     override: str = "",
@@ -130,8 +135,7 @@ def choose(
     Args:
         system: ``platform.system()`` (``Linux``, ``Darwin``, ``Windows``).
         machine: ``platform.machine()`` (``x86_64``, ``arm64``, ...).
-        version: the locked torch version, or None without a lock (the newest torch that
-            attnkit's ranges allow).
+        version: the locked torch version.
         gpu: the NVIDIA GPU the driver lists, or None.
         index_problem: None when the CPU index answered, else why it did not.
         override: ``cpu``, ``cuda``, ``pypi`` or empty (detect).
@@ -142,43 +146,42 @@ def choose(
     """
     if override and override not in CHOICES:
         raise SystemExit(f"TORCH={override!r}: use one of {', '.join(CHOICES)}")
-    torch = f"torch {version}" if version else "torch"
     size_cuda = "about 3 GB with the CUDA libraries and triton"
     if system == "Darwin":
         if machine != "arm64" and override != "pypi":
             raise SystemExit(
-                f"{torch} ships no wheel for Intel Macs (x86_64). The NumPy part of "
+                f"torch {version} ships no wheel for Intel Macs (x86_64). The NumPy part of "
                 "attnkit works there: pip install -e .  (the torch extras need Apple silicon)"
             )
-        return Choice("macos", (), f"macOS {machine}: PyPI's {torch} (CPU, and Apple's "
+        return Choice("macos", (), f"macOS {machine}: PyPI's torch {version} (CPU, and Apple's "
                       "GPU as device 'mps'); no triton, which ships no macOS wheels")
     if system == "Windows" or override == "pypi":
-        return Choice("pypi", (), f"{system} {machine}: PyPI's default {torch} build")
+        return Choice("pypi", (), f"{system} {machine}: PyPI's default torch {version} build")
     if override == "cuda" or (gpu and override != "cpu"):
         why = f"NVIDIA driver found ({gpu})" if gpu else "TORCH=cuda"
-        return Choice("cuda", (f"torch==={version}",) if version else (),
-                      f"CUDA: {why}: PyPI's {torch} CUDA build ({size_cuda}), "
+        return Choice("cuda", (f"torch==={version}",),
+                      f"CUDA: {why}: PyPI's torch {version} CUDA build ({size_cuda}), "
                       "so attnkit.triton and benchmarks/triton_gpu.py run on the GPU")
     why = "TORCH=cpu" if override == "cpu" else f"Linux {machine}, no NVIDIA driver found"
     if index_problem is None:
         flag = "--extra-index-url" if "://" in index else "--find-links"
         return Choice("cpu", (flag, index),
-                      f"CPU: {why}: {torch}+cpu from PyTorch's CPU index {index} "
+                      f"CPU: {why}: torch {version}+cpu from PyTorch's CPU index {index} "
                       "(about 190 MB, no CUDA libraries)")
     return Choice("cpu-fallback", (),
                   f"CPU: {why}, but PyTorch's CPU index {index} cannot be reached "
-                  f"({index_problem}): pip takes {torch} from the sources its own "
+                  f"({index_problem}): pip takes torch {version} from the sources its own "
                   "configuration lists: a local +cpu wheel where one is offered, otherwise "
                   f"PyPI's default build ({size_cuda})")
 
 
-def detect(version: str | None) -> Choice:
+def detect(version: str) -> Choice:
     """The build for this machine: :func:`choose` on what is detected here (the platform,
     ``nvidia-smi``, the CPU index probed within ``PROBE_TIMEOUT_S``) and the ``TORCH`` and
     ``TORCH_CPU_INDEX`` environment variables.
 
     Args:
-        version: the locked torch version, or None without a lock.
+        version: the locked torch version.
 
     Returns:
         The chosen build.
@@ -196,18 +199,36 @@ def pip_options(lock: str | os.PathLike[str] | None = None) -> str:
     """The pip options that install this machine's torch build, as one command line for
     ``%pip install``; prints which build and why.
 
+    Without a lock, torch is asked for at :data:`LOCKED_TORCH` (``torch==2.13.0``, which
+    the ``+cpu`` build satisfies too), unless a torch is installed already: then nothing,
+    and pip keeps that torch where it meets attnkit's requirements.
+
     Args:
-        lock: a requirements lock that pins torch (a clone's ``requirements.lock``), or None
-            for an install from the package index.
+        lock: a requirements lock that pins torch (a clone's ``requirements.lock``, which
+            the caller passes to pip too), or None for an install from the package index.
 
     Returns:
         E.g. ``"--extra-index-url https://download.pytorch.org/whl/cpu"``, or ``""`` where
         PyPI's build is the one.
     """
-    choice = detect(locked_torch(Path(lock)) if lock is not None else None)
+    if lock is not None:
+        choice = detect(locked_torch(Path(lock)))
+        args = choice.pip_args
+    else:
+        try:
+            have = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            have = None
+        if have is not None:
+            print(f">> torch build: torch {have} is installed already: pip keeps it where it "
+                  "meets attnkit's requirements")
+            return ""
+        choice = detect(LOCKED_TORCH)
+        pinned = any(arg.startswith("torch=") for arg in choice.pip_args)
+        args = choice.pip_args if pinned else (*choice.pip_args, f"torch=={LOCKED_TORCH}")
     print(f">> torch build: {choice.reason}")
     join = subprocess.list2cmdline if platform.system() == "Windows" else shlex.join
-    return join(choice.pip_args)
+    return join(args)
 
 
 def installed() -> str:

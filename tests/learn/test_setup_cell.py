@@ -1,7 +1,8 @@
 """The notebooks' first cell installs the torch build that `make demo` would on the same
 machine: the CPU build from PyTorch's CPU index on Linux without an NVIDIA driver (not
 PyPI's CUDA build, about 2.5 GB more), PyPI's build with a driver, on macOS and on Windows;
-in a clone and from the package index; and nothing where attnkit is importable already.
+in a clone (at the lock's versions) and from the package index (attnkit first, then the
+torch that the lock pins, unless a torch is installed); nothing where attnkit is importable.
 
 The cell runs in a real IPython shell (so ``%pip`` lines are expanded as a kernel expands
 them) in a fresh interpreter where attnkit cannot be imported; ``%pip`` only records its
@@ -37,12 +38,21 @@ _spec.loader.exec_module(notebooks)
 
 # Runs the cell (argv: cell file, case as JSON) and prints one line: RESULT {json}.
 DRIVER = r"""
-import json, platform, sys, urllib.error, urllib.request
+import importlib.metadata, json, platform, sys, urllib.error, urllib.request
 from pathlib import Path
 
 cell, case = Path(sys.argv[1]).read_text(encoding="utf-8"), json.loads(sys.argv[2])
 if not case["importable"]:  # no attnkit: drop the path entries that hold one
     sys.path[:] = [p for p in sys.path if not (Path(p or ".") / "attnkit").is_dir()]
+if not case["torch_installed"]:
+    installed = importlib.metadata.version
+
+    def version(name):
+        if name == "torch":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed(name)
+
+    importlib.metadata.version = version
 if case["system"]:
     platform.system = lambda: case["system"]
     platform.machine = lambda: case["machine"]
@@ -82,7 +92,8 @@ def setup_cell() -> str:
 
 
 def run_cell(tmp_path: Path, *, cwd: Path, gpu: bool = False, system: str = "",
-             machine: str = "", index_up: bool = True, importable: bool = False):
+             machine: str = "", index_up: bool = True, importable: bool = False,
+             torch_installed: bool = False):
     """The cell's ``%pip`` lines and its printout, run as the arguments say."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -98,7 +109,7 @@ def run_cell(tmp_path: Path, *, cwd: Path, gpu: bool = False, system: str = "",
     if importable:
         env["PYTHONPATH"] = str(SRC)
     case = {"system": system, "machine": machine, "index_up": index_up,
-            "importable": importable, "src": str(SRC)}
+            "importable": importable, "torch_installed": torch_installed, "src": str(SRC)}
     proc = subprocess.run([sys.executable, "-c", DRIVER, str(cell), json.dumps(case)],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     result = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -109,8 +120,7 @@ def run_cell(tmp_path: Path, *, cwd: Path, gpu: bool = False, system: str = "",
 
 
 def clone_install(options: str) -> str:
-    spaced = f" {options}" if options else " "
-    return f'install -q -c "{ROOT}/requirements.lock"{spaced} -e "{ROOT}[torch,viz]"'
+    return f'install -q -c "{ROOT}/requirements.lock" {options} -e "{ROOT}[torch,viz]"'
 
 
 @pytest.mark.parametrize(("gpu", "system", "machine", "index_up", "options"), [
@@ -130,24 +140,22 @@ def test_in_a_clone_the_cell_installs_what_make_demo_would(tmp_path, gpu, system
     assert ">> torch build: " in out and "\nattnkit 0.1.0" in out, out
 
 
-def test_outside_a_clone_attnkit_comes_first_and_chooses_the_cpu_build(tmp_path):
+@pytest.mark.parametrize(("gpu", "torch_installed", "options", "said"), [
+    (False, False, f"{CPU_INDEX} torch==2.13.0", "no NVIDIA driver found"),
+    (True, False, TORCH, "NVIDIA driver found (GPU 0: NVIDIA H100"),
+    (False, True, "", "is installed already"),  # kept: no torch asked for, no download
+], ids=["linux-cpu", "linux-nvidia", "torch-installed"])
+def test_outside_a_clone_attnkit_comes_first_and_chooses(tmp_path, gpu, torch_installed,
+                                                         options, said):
+    """No lock there: the lock's torch is asked for by name, so that a package index whose
+    newest CUDA build is newer than the CPU index's +cpu one cannot win."""
     if sys.platform != "linux":
         pytest.skip("stands in for nvidia-smi with a shell script")
     away = tmp_path / "notebooks"
     away.mkdir()
-    lines, out = run_cell(tmp_path, cwd=away)
-    assert lines == ["install -q attnkit", f'install -q {CPU_INDEX} "attnkit[torch,viz]"']
-    assert "no NVIDIA driver found" in out, out
-
-
-def test_outside_a_clone_with_a_gpu_pypis_build(tmp_path):
-    if sys.platform != "linux":
-        pytest.skip("stands in for nvidia-smi with a shell script")
-    away = tmp_path / "notebooks"
-    away.mkdir()
-    lines, out = run_cell(tmp_path, cwd=away, gpu=True)
-    assert lines == ["install -q attnkit", 'install -q  "attnkit[torch,viz]"']
-    assert "NVIDIA driver found (GPU 0: NVIDIA H100" in out, out
+    lines, out = run_cell(tmp_path, cwd=away, gpu=gpu, torch_installed=torch_installed)
+    assert lines == ["install -q attnkit", f'install -q {options} "attnkit[torch,viz]"']
+    assert said in out and "\nattnkit 0.1.0" in out, out
 
 
 def test_where_attnkit_is_importable_the_cell_installs_nothing(tmp_path):
