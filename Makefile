@@ -73,7 +73,8 @@ bench: $(VENV)/.stamp-test
 # for every platform and Python 3.10+ at once (uv's universal resolution: one file whose
 # environment markers fork where a platform or Python needs other versions), then check that
 # every row of the platform matrix resolves. Run `make test` (and `make test-compat`) after
-# it: that is what says the new set works.
+# it: that is what says the new set works. A new torch pin goes into LOCKED_TORCH in
+# src/attnkit/torch_build.py too (what the notebooks ask for outside a clone; a test checks).
 lock: | $(PY)
 	$(PIP) install -q "$(UV)"
 	$(VENV)/bin/uv pip compile --universal --python-version 3.10 --upgrade --quiet \

@@ -1,15 +1,19 @@
-"""The install machinery: tools/torch_build.py (which torch build `make` installs, and why)
-and tools/platforms.py (`make test-platforms`), on made-up inputs; no network, no install.
+"""The install machinery: attnkit.torch_build (which torch build `make` and the notebooks'
+first cell install, and why; run by tools/torch_build.py) and tools/platforms.py
+(`make test-platforms`), on made-up inputs; no network, no install.
 The real matrix is resolved by `make test-platforms` itself (a minute or two of downloads).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -73,6 +77,60 @@ def test_the_build_follows_the_machine(system, machine, gpu, problem, override, 
         assert problem in choice.reason and "cannot be reached" in choice.reason
 
 
+def test_the_tool_runs_the_packages_choice_on_a_bare_interpreter():
+    """One copy of the choice: the script is attnkit.torch_build's, and it runs before
+    anything is installed (`make` calls it on a fresh venv): standard library only, so
+    with no site-packages at all (-S) and no PYTHONPATH (-I)."""
+    from attnkit import torch_build as package
+
+    assert torch_build.choose is package.choose and torch_build.main is package.main
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_CPU_INDEX"}
+    proc = subprocess.run([sys.executable, "-I", "-S", str(ROOT / "tools" / "torch_build.py"),
+                           "--lock", str(LOCK)], env={**env, "TORCH": "cuda"},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [f"torch==={torch_build.locked_torch(LOCK)}"]
+    assert proc.stderr.startswith(">> torch build: CUDA: TORCH=cuda"), proc.stderr
+
+
+def test_the_package_asks_for_the_locked_torch_where_there_is_no_lock():
+    from attnkit.torch_build import LOCKED_TORCH
+
+    assert LOCKED_TORCH == torch_build.locked_torch(LOCK), (
+        "src/attnkit/torch_build.py's LOCKED_TORCH must be the torch that the lock pins")
+
+
+def test_pip_options_are_one_command_line_and_say_why(tmp_path, monkeypatch, capsys):
+    """What the notebooks' first cell puts into `%pip install`: quoted for the shell, with
+    the lock's torch asked for by name where there is no lock (outside a clone)."""
+    from attnkit import torch_build as package
+
+    wheels = tmp_path / "cpu wheels"
+    wheels.mkdir()
+    version = package.locked_torch(LOCK)
+    monkeypatch.setattr(package.platform, "system", lambda: "Linux")
+    monkeypatch.setenv("TORCH", "cpu")
+    monkeypatch.setenv("TORCH_CPU_INDEX", str(wheels))
+    assert package.pip_options(LOCK) == f"--find-links '{wheels}'"
+    said = capsys.readouterr().out
+    assert said.startswith(f">> torch build: CPU: TORCH=cpu: torch {version}+cpu"), said
+
+    def no_torch(name: str) -> str:
+        raise package.importlib.metadata.PackageNotFoundError(name)
+
+    with monkeypatch.context() as m:
+        m.setattr(package.importlib.metadata, "version", no_torch)
+        assert package.pip_options() == f"--find-links '{wheels}' torch=={version}"
+        m.setenv("TORCH", "cuda")
+        assert package.pip_options() == f"torch==={version}"
+        m.setenv("TORCH", "pypi")
+        assert package.pip_options() == f"torch=={version}"
+    capsys.readouterr()
+    # A torch installed already (this test's own): nothing asked, so pip keeps it.
+    assert package.pip_options() == ""
+    assert "is installed already" in capsys.readouterr().out
+
+
 def test_a_local_folder_as_cpu_index_is_given_to_pip_as_find_links(tmp_path):
     choice = torch_build.choose("Linux", "x86_64", "2.13.0", None, None, index=str(tmp_path))
     assert choice.pip_args == ("--find-links", str(tmp_path))
@@ -98,7 +156,7 @@ def test_an_unreachable_index_costs_at_most_the_timeout():
 def test_a_hanging_name_lookup_costs_the_timeout_not_more(monkeypatch):
     """A socket timeout does not bound getaddrinfo: a resolver that hangs must not hang
     `make demo` (stood in for by an urlopen that blocks for 10 s)."""
-    monkeypatch.setattr(torch_build.urllib.request, "urlopen",
+    monkeypatch.setattr(urllib.request, "urlopen",
                         lambda *a, **k: time.sleep(10))
     start = time.monotonic()
     problem = torch_build.probe("https://download.example/whl/cpu", timeout=1.0)

@@ -17,9 +17,11 @@ A notebook runs in a scratch copy of its folder (its ``img/`` linked in), so wha
 cells write never lands in docs/learn.
 
 Each notebook starts with one cell the chapter does not have: it makes attnkit importable
-where it is missing (from the clone the notebook sits in, else from the package index) and
-does nothing where attnkit is installed. Images keep their relative paths (``img/...``),
-so they show when the notebook is opened from its folder.
+where it is missing (from the clone the notebook sits in, else from the package index), with
+the torch build that ``make demo`` would install on that machine (the CPU build on Linux
+without an NVIDIA GPU: ``attnkit.torch_build``), and does nothing where attnkit is installed.
+Images keep their relative paths (``img/...``), so they show when the notebook is opened
+from its folder.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ CELL_TIMEOUT_S = 900  # one cell; the slowest, chapter 9's training, takes 1.5-3
 LEARN = ROOT / "docs" / "learn"
 CHAPTER = re.compile(r"^\d\d-.+\.md$")
 
-# The first cell of every notebook. `%pip` installs into the kernel's own interpreter.
+# The first cell of every notebook. `%pip` installs into the kernel's own interpreter;
+# attnkit.torch_build chooses the torch build as `make demo` does (tools/torch_build.py).
 SETUP_CELL = '''\
 # Setup: makes attnkit importable. Where it is installed already, this cell does nothing.
 # (This notebook is generated from {source} by tools/notebooks.py: edit the chapter.)
@@ -54,10 +57,18 @@ if importlib.util.find_spec("attnkit") is None:
     here = pathlib.Path.cwd()
     clone = next((p for p in (here, *here.parents) if (p / "src" / "attnkit").is_dir()), None)
     if clone is not None:  # a clone: install it as `make demo` does, at the locked versions
-        %pip install -q -c "{{clone}}/requirements.lock" -e "{{clone}}[torch,viz]"
         sys.path.insert(0, str(clone / "src"))  # importable now, without a kernel restart
-    else:
-        %pip install -q "attnkit[torch,viz]"
+        from attnkit.torch_build import pip_options
+
+        build = pip_options(clone / "requirements.lock")  # prints which torch build, and why
+        %pip install -q -c "{{clone}}/requirements.lock" {{build}} -e "{{clone}}[torch,viz]"
+    else:  # attnkit alone first (it needs only NumPy): it chooses the torch build
+        %pip install -q attnkit
+        importlib.invalidate_caches()
+        from attnkit.torch_build import pip_options
+
+        build = pip_options()  # prints which torch build, and why (CPU on Linux without GPU)
+        %pip install -q {{build}} "attnkit[torch,viz]"
     importlib.invalidate_caches()
 import attnkit
 

@@ -1,203 +1,36 @@
 """Which torch build `make demo` / `make test` install here, and the pip arguments for it.
 
-The lock pins torch's public version (``torch==2.13.0``). By PEP 440 a local build such as
-``2.13.0+cpu`` satisfies that pin, and pip prefers it when one is on offer, so the lock
-stays the same on every platform and this script only chooses where the build comes from:
-
-- Linux without an NVIDIA driver: the CPU build from PyTorch's CPU wheel index (about
-  190 MB instead of about 3 GB of CUDA libraries), given to pip as an extra index. The index
-  is probed first with a short timeout; when it cannot be reached pip takes what the
-  machine's own pip configuration offers (a local ``+cpu`` wheel where a wheel folder is
-  configured, otherwise PyPI's default build, which carries the CUDA libraries).
-- Linux with an NVIDIA driver: PyPI's CUDA build (and triton, which it pins), so that
-  ``attnkit.triton`` runs compiled. The requirement ``torch===VERSION`` keeps a local
-  ``+cpu`` wheel that a machine's configuration may offer from being chosen instead.
-- macOS (Apple silicon) and Windows: PyPI's build (CPU, and Apple's GPU through ``mps``).
-
-``TORCH=cpu|cuda|pypi`` in the environment (``make demo TORCH=cuda``) overrides the
-detection; ``TORCH_CPU_INDEX`` names another CPU index (a mirror, or a local folder served
-as one). The explanation goes to stderr, the pip arguments to stdout, one per line.
+The choice is :mod:`attnkit.torch_build` (``src/attnkit/torch_build.py``), which the
+notebooks' first cell calls too, so that both install the same build; its docstring says
+what it chooses on each machine and why. This script runs it from this clone's ``src/``,
+before attnkit is installed (importing attnkit and that module takes the standard library
+only): the explanation goes to stderr, the pip arguments to stdout, one per line.
 
 Usage: ``python tools/torch_build.py [--lock requirements.lock]``; ``--installed`` says
-which build is installed.
+which build is installed. ``TORCH=cpu|cuda|pypi`` overrides the detection,
+``TORCH_CPU_INDEX`` names another CPU index.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
-import re
-import shutil
-import subprocess
 import sys
-import threading
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
-CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-PROBE_TIMEOUT_S = 5.0
-CHOICES = ("cpu", "cuda", "pypi")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-
-@dataclass(frozen=True)
-class Choice:
-    """The build to install: ``build`` names it, ``pip_args`` get it, ``reason`` says why."""
-
-    build: str
-    pip_args: tuple[str, ...]
-    reason: str
-
-
-def locked_torch(lock: Path) -> str:
-    """The torch version the lock pins for every platform (``torch==X`` with no marker).
-
-    Args:
-        lock: the requirements lock.
-
-    Returns:
-        The version string, e.g. ``"2.13.0"``.
-    """
-    for line in lock.read_text().splitlines():
-        m = re.match(r"torch==([0-9][^\s;#]*)\s*(#.*)?$", line.strip())
-        if m:
-            return m.group(1)
-    raise SystemExit(f"{lock}: no unconditional 'torch==VERSION' line")
-
-
-def nvidia_gpu() -> str | None:
-    """The first NVIDIA GPU that the driver lists, or None without a driver."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=15)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    gpus = [line for line in out.stdout.splitlines() if line.startswith("GPU ")]
-    return gpus[0] if out.returncode == 0 and gpus else None
-
-
-def probe(index: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when ``index`` answers for torch within ``timeout`` seconds, else why not.
-
-    Args:
-        index: a PEP 503 index URL (``https://...``) or a local folder used as one.
-        timeout: seconds for the whole request.
-
-    Returns:
-        None if reachable; otherwise a short description of the failure.
-    """
-    if "://" not in index:
-        return None if Path(index).is_dir() else f"{index} is not a folder"
-    url = index.rstrip("/") + "/torch/"
-    answer = [f"no answer within {timeout:g} s"]
-
-    def ask() -> None:
-        try:
-            req = urllib.request.Request(url, method="HEAD")
-            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (https)
-                answer[0] = None if resp.status < 400 else f"HTTP {resp.status}"
-        except Exception as exc:  # DNS failure, refused, timeout, TLS: all mean "not here"
-            answer[0] = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
-
-    # The socket timeout does not bound a name lookup that hangs; the thread's join does.
-    worker = threading.Thread(target=ask, daemon=True)
-    worker.start()
-    worker.join(timeout)
-    return answer[0]
-
-
-def choose(
-    system: str,
-    machine: str,
-    version: str,
-    gpu: str | None,
-    index_problem: str | None,
-    override: str = "",
-    index: str = CPU_INDEX,
-) -> Choice:
-    """Decide the torch build from what was detected; no I/O.
-
-    Args:
-        system: ``platform.system()`` (``Linux``, ``Darwin``, ``Windows``).
-        machine: ``platform.machine()`` (``x86_64``, ``arm64``, ...).
-        version: the locked torch version.
-        gpu: the NVIDIA GPU the driver lists, or None.
-        index_problem: None when the CPU index answered, else why it did not.
-        override: ``cpu``, ``cuda``, ``pypi`` or empty (detect).
-        index: the CPU index to use.
-
-    Returns:
-        The chosen build, its pip arguments and the reason, for the log.
-    """
-    if override and override not in CHOICES:
-        raise SystemExit(f"TORCH={override!r}: use one of {', '.join(CHOICES)}")
-    size_cuda = "about 3 GB with the CUDA libraries and triton"
-    if system == "Darwin":
-        if machine != "arm64" and override != "pypi":
-            raise SystemExit(
-                f"torch {version} ships no wheel for Intel Macs (x86_64). The NumPy part of "
-                "attnkit works there: pip install -e .  (the torch extras need Apple silicon)"
-            )
-        return Choice("macos", (), f"macOS {machine}: PyPI's torch {version} (CPU, and Apple's "
-                      "GPU as device 'mps'); no triton, which ships no macOS wheels")
-    if system == "Windows" or override == "pypi":
-        return Choice("pypi", (), f"{system} {machine}: PyPI's default torch {version} build")
-    if override == "cuda" or (gpu and override != "cpu"):
-        why = f"NVIDIA driver found ({gpu})" if gpu else "TORCH=cuda"
-        return Choice("cuda", (f"torch==={version}",),
-                      f"CUDA: {why}: PyPI's torch {version} CUDA build ({size_cuda}), "
-                      "so attnkit.triton and benchmarks/triton_gpu.py run on the GPU")
-    why = "TORCH=cpu" if override == "cpu" else f"Linux {machine}, no NVIDIA driver found"
-    if index_problem is None:
-        flag = "--extra-index-url" if "://" in index else "--find-links"
-        return Choice("cpu", (flag, index),
-                      f"CPU: {why}: torch {version}+cpu from PyTorch's CPU index {index} "
-                      "(about 190 MB, no CUDA libraries)")
-    return Choice("cpu-fallback", (),
-                  f"CPU: {why}, but PyTorch's CPU index {index} cannot be reached "
-                  f"({index_problem}): pip takes torch {version} from the sources its own "
-                  "configuration lists: a local +cpu wheel where one is offered, otherwise "
-                  f"PyPI's default build ({size_cuda})")
-
-
-def installed() -> str:
-    """One line on the torch that is installed: version, and what it computes on."""
-    import torch
-
-    where = []
-    if torch.version.cuda:
-        where.append(f"CUDA {torch.version.cuda} build, "
-                     + ("a GPU is visible" if torch.cuda.is_available() else "no GPU visible"))
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        where.append("Apple GPU (mps) available")
-    return f">> installed torch {torch.__version__} ({'; '.join(where) or 'CPU build'})"
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lock", type=Path, default=Path("requirements.lock"))
-    ap.add_argument("--installed", action="store_true",
-                    help="say which torch build is installed, and exit")
-    args = ap.parse_args(argv)
-    if args.installed:
-        print(installed())
-        return 0
-    version = locked_torch(args.lock)
-    override = os.environ.get("TORCH", "").strip().lower()
-    index = os.environ.get("TORCH_CPU_INDEX", "").strip() or CPU_INDEX
-    system, machine = platform.system(), platform.machine()
-    gpu = nvidia_gpu() if system == "Linux" and override in ("", "cuda") else None
-    needs_probe = system == "Linux" and override in ("", "cpu") and not gpu
-    problem = probe(index) if needs_probe else None
-    choice = choose(system, machine, version, gpu, problem, override, index)
-    print(f">> torch build: {choice.reason}", file=sys.stderr)
-    print("\n".join(choice.pip_args))
-    return 0
-
+from attnkit.torch_build import (  # noqa: E402,F401 (names for tools/platforms.py and tests)
+    CHOICES,
+    CPU_INDEX,
+    PROBE_TIMEOUT_S,
+    Choice,
+    choose,
+    detect,
+    installed,
+    locked_torch,
+    main,
+    nvidia_gpu,
+    probe,
+)
 
 if __name__ == "__main__":
     sys.exit(main())
