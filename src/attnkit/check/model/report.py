@@ -15,7 +15,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from ..catalogue import T, check_language, code_words, get_language, render, style, words
+from ..catalogue import (
+    CATALOGUE,
+    ERROR,
+    T,
+    check_language,
+    code_words,
+    get_language,
+    render,
+    style,
+    words,
+)
 from ..catalogue.text import Text, join
 from ..core.report import Finding
 from ..render.json import finding_dict
@@ -127,6 +137,15 @@ class ImplementationResult:
         """Attention calls seen (judged, or raised: a ``call-failed`` finding)."""
         return sum(row.calls for row in self.layers)
 
+    def add(self, finding: ModelFinding) -> None:
+        """Keep the first finding of each code, errors first, then in the catalogue's
+        order."""
+        if any(f.code == finding.code for f in self.findings):
+            return
+        self.findings.append(finding)
+        order = list(CATALOGUE)
+        self.findings.sort(key=lambda f: (f.severity != ERROR, order.index(f.code)))
+
     @property
     def note(self) -> str:
         """A warning when this implementation was not checked (transformers or the model
@@ -192,6 +211,16 @@ class ModelReport:
     @property
     def codes(self) -> list[str]:
         return sorted({f.code for r in self.implementations for f in r.findings})
+
+    def add(self, finding: Finding) -> None:
+        """Keep ``finding`` (a :class:`ModelFinding`, as :func:`attnkit.check.core.spine.follow`
+        hands it) in the result of its implementation: the latest result of that name, the
+        run it was found in."""
+        if not isinstance(finding, ModelFinding):
+            raise TypeError(f"a model report keeps ModelFinding, got {type(finding).__name__}")
+        result = next(r for r in reversed(self.implementations)
+                      if r.name == finding.implementation)
+        result.add(finding)
 
     def findings(self, implementation: str) -> list[ModelFinding]:
         return next(r.findings for r in self.implementations if r.name == implementation)
