@@ -369,43 +369,38 @@ def check_model(model: Any, inputs: dict | None = None, *,
                 progress: bool | None = None, implementation: Any = None,
                 seed: int = 0, generate_api: bool = False) -> ModelReport:
     """Judge every attention call of ``model`` under each implementation (how, and more
-    about the arguments: this module's docstring).
+    about each argument: this module's docstring).
 
     Args:
-        model: a transformers ``PreTrainedModel`` (its attention must go through
-            ``AttentionInterface``), or a local folder or ``config.json``; any other
-            ``nn.Module`` is judged call by call.
-        inputs: ``input_ids`` ``(B, T)`` with optional ``attention_mask`` (1 = real
-            token), ``position_ids`` (packed documents), ``decoder_input_ids``
-            (encoder-decoder). None: random tokens, ``batch`` x ``length``, with
-            ``padding``. For any other module: what to call it with.
-        implementations: ``attn_implementation`` names (default ``eager, sdpa,
-            attnkit``); any name registered with ``AttentionInterface`` works. Differences
-            are measured against the first.
-        generate: decoding steps after the prefill, with a KV cache; every implementation
-            is fed the first implementation's greedy tokens.
-        sample: judge at most this many heads and this many queries per call against
-            the oracle (evenly spaced; masks are compared on every query). None: all.
+        model: a transformers ``PreTrainedModel`` (attention through
+            ``AttentionInterface``), a local folder or ``config.json``, or any other
+            ``nn.Module`` (judged call by call).
+        inputs: ``input_ids`` ``(B, T)``, optional ``attention_mask`` (1 = real token),
+            ``position_ids`` (packed documents), ``decoder_input_ids``; None: random
+            tokens. For any other module: what to call it with.
+        implementations: ``attn_implementation`` names registered with
+            ``AttentionInterface`` (default ``eager, sdpa, attnkit``), the first the
+            reference the others are compared with.
+        generate: decoding steps after the prefill, with a KV cache, fed the first
+            implementation's greedy tokens.
+        sample: at most this many evenly spaced heads and queries per call judged against
+            the oracle (masks on every query); None: all.
         save_to: folder for the reproducers' ``.pt`` files (default: a new temporary
-            folder, made only when there is a finding).
-        batch, length, padding: the random inputs when ``inputs`` is None (``padding``:
-            ``"left"``, ``"right"`` or ``"none"``).
-        progress: a progress bar on stderr over implementations and steps (None: when
-            stderr is a terminal, or the check is long).
-        implementation: a function with the signature of
-            ``F.scaled_dot_product_attention`` that runs in place of the model's SDPA
-            calls, or ``{layer pattern: function}`` (see ``check_any_model``).
-        seed: seeds the random inputs when ``inputs`` is None.
-        generate_api: with ``generate``, also run transformers' own ``model.generate()``.
+            folder, made at the first finding).
+        batch, length, padding, seed: the random inputs (``padding``: ``"left"``,
+            ``"right"`` or ``"none"``).
+        progress: a progress bar on stderr (None: on a terminal, or for a long check).
+        implementation: an SDPA-like function, or ``{layer pattern: function}``, run in
+            place of the model's SDPA calls (see ``check_any_model``).
+        generate_api: with ``generate``, also run transformers' ``model.generate()``.
 
     Returns:
-        A :class:`ModelReport`; ``report.ok`` is False when any finding is an error (a
-        call that raised is ``call-failed``), or when no implementation had a call judged
-        (each was refused: see each result's ``note``).
+        A :class:`ModelReport`; ``report.ok`` is False when any finding is an error, or
+        when no implementation had a call judged (see each result's ``note``).
 
     Raises:
-        ValueError: ``inputs`` that do not fit ``model`` (shapes, dtypes, ids past the
-            vocabulary), a path that does not load, an unknown implementation.
+        ValueError: ``inputs`` that do not fit ``model``, a path that does not load, an
+            unknown implementation.
     """
     from .any_model import elsewhere
     from .load import inputs_for, load_model, require_transformers
