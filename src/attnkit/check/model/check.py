@@ -247,7 +247,9 @@ class ModelCheck:
     def judge(self, s: Session) -> Iterator[ModelFinding]:
         """Run the model under ``s``'s implementation, every attention call judged as it
         happens; then the run's differences to the reference (made here or inherited), and
-        its findings."""
+        its findings. They are made inside the model's forward (the wrapper calls back),
+        so the run keeps the first of each code (``s.found``) and they are yielded when it
+        ends."""
         self.report.implementations.append(s.result)
         if self._run(s):
             self.calls.finish(s)
