@@ -1,30 +1,49 @@
 """The spine every kind of check follows: **prepare** (meet the user's code: build it, read
 its call, probe its layout and conventions, write the report's header) -> **cases** (what
 to run it on) -> **judge** (each case against the float64 oracle, a finding per defect) ->
-**reproduce** (a program that shows each finding failing). The report is rendered apart
-(:mod:`attnkit.check.render`), in any language of the catalogue.
+**reproduce** (a program that shows each finding failing) -> **finish** (what the cases
+together show). The report is rendered apart (:mod:`attnkit.check.render`), in any
+language of the catalogue.
 
-A kind of check is a class with the four steps (:class:`Check`) and :func:`follow` runs
-them. The function check (:class:`attnkit.check.function.check.FunctionCheck`), the
-multi-head check (:class:`attnkit.check.multihead.check.MultiHeadCheck`) and the block
-check (:class:`attnkit.check.block.check.BlockCheck`) follow it; the model check
-(:mod:`attnkit.check.model`) has its own driver still.
+A kind of check is a class with these steps (:class:`Check`) and :func:`follow` runs them,
+adding every finding :meth:`Check.judge` yields to the check's report (anything with an
+``add``, :class:`Collects`). Every kind follows it: the function check
+(:class:`attnkit.check.function.check.FunctionCheck`), the multi-head check
+(:class:`attnkit.check.multihead.check.MultiHeadCheck`) and the block check
+(:class:`attnkit.check.block.check.BlockCheck`) write into a
+:class:`~attnkit.check.core.report.Report`; the model checks
+(:class:`attnkit.check.model.check.ModelCheck` for transformers models, one case per
+implementation, and :class:`attnkit.check.model.any_model.AnyModelCheck` for any PyTorch
+model, one case: its forward) into a :class:`~attnkit.check.model.report.ModelReport`,
+which hands each finding to the result of the implementation it was found under.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from .report import Finding, Report
+from .report import Finding
 
-__all__ = ["Check", "follow"]
+__all__ = ["Check", "Collects", "follow"]
 
 
-class Check(Protocol):
+class Collects(Protocol):
+    """What a check writes its findings into."""
+
+    def add(self, finding: Finding) -> None:
+        """Keep ``finding`` (the first of its code: the cases run smallest first)."""
+
+
+R = TypeVar("R", bound=Collects, covariant=True)
+
+
+class Check(Protocol[R]):
     """One kind of check of one piece of user code, writing into :attr:`report`."""
 
-    report: Report
+    @property
+    def report(self) -> R:
+        """The report the findings go into (its header written by :meth:`prepare`)."""
 
     def prepare(self) -> bool:
         """Meet the code; False when it cannot be run (the report already says why)."""
@@ -46,7 +65,7 @@ class Check(Protocol):
         """What the cases together show (after the last one)."""
 
 
-def follow(check: Check) -> Report:
+def follow(check: Check[R]) -> R:
     """Run ``check`` along the spine: prepare, then judge every case, adding each finding
     to the report as it is found (each case judged before the next is asked for), then
     finish; returns the report."""

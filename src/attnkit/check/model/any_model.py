@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ..catalogue import T, Text, join
 from ..core.report import CODES, ERROR
+from ..core.spine import follow
 from . import any_flex
 from .accounting import NOT_CHECKED, not_checked
 from .any_judge import Judged, judge_raised, judge_sdpa
@@ -37,8 +39,8 @@ from .report import ImplementationResult, LayerRow, ModelFinding, ModelReport
 from .session import first_line
 from .torch_calls import AttentionCall, CallRecorder, attention_modules
 
-__all__ = ["check_any_model", "check_sdpa_calls", "elsewhere", "implementation_label",
-           "refused"]
+__all__ = ["AnyModelCheck", "check_any_model", "check_sdpa_calls", "elsewhere",
+           "implementation_label", "refused"]
 
 
 class _Stopped(Exception):
@@ -120,12 +122,16 @@ def _dtype_of(model: Any, inputs: Any) -> str:
 
 
 class _Run:
-    """One run: the rows by layer, the findings, the first failing call's reproducer."""
+    """The one case of :class:`AnyModelCheck`, the model's forward: the rows by layer, the
+    findings so far (the first of each code), the first failing call's reproducer (made by
+    ``reproduce(run, (finding, call, judged))``)."""
 
-    def __init__(self, result: ImplementationResult, save_to: str | Path | None) -> None:
+    def __init__(self, result: ImplementationResult,
+                 reproduce: Callable[[_Run, tuple], str]) -> None:
         self.result = result
         self.rows: dict[str, LayerRow] = {}
-        self.save_to = save_to
+        self.reproduce = reproduce
+        self.found: list[ModelFinding] = []
         self.stopped = ""  # the error of the call that raised
         self.judged = 0  # calls compared with the oracle (or found wrong)
 
@@ -176,22 +182,14 @@ class _Run:
                 T("any.at-call", i=call.index)
             if self.result.first_failing_layer is None:
                 self.result.first_failing_layer = row.layer
-        if any(f.code == code for f in self.result.findings):
+        if any(f.code == code for f in self.found):
             return
         f = ModelFinding(code, message, judged.measured if code == judged.code else "",
                          where, "", self.result.name, None, row.layer, at.get("batch"),
                          at.get("head"), at.get("query"))
         if error and not self.result.reproducer and code != "mutates-input":
-            try:
-                if self.save_to is None:  # one new folder per check, made when needed
-                    self.save_to = tempfile.mkdtemp(prefix="attnkit-check-")
-                path, f.reproducer = any_reproducer(Path(self.save_to), f, call, judged)
-                self.result.reproducer = str(path)
-            except Exception as err:  # a reproducer must never hide the finding
-                f.reproducer = T("any.no-reproducer", error=first_line(err))
-        self.result.findings.append(f)
-        order = list(CODES)
-        self.result.findings.sort(key=lambda x: (x.severity != ERROR, order.index(x.code)))
+            f.reproducer = self.reproduce(self, (f, call, judged))
+        self.found.append(f)
 
 
 def refused(label: str, why: str, dtype: str = "", inputs: str = "") -> ModelReport:
@@ -212,6 +210,114 @@ def _nothing_judged(label: str, result: ImplementationResult, missing: dict) -> 
         return T("any.none-made", n=len(missing), name=next(iter(missing)),
                  why=next(iter(missing.values())))
     return T("any.no-attention", label=label)
+
+
+class AnyModelCheck:
+    """``check_any_model`` along the spine (:mod:`attnkit.check.core.spine`): prepare (the
+    model and its inputs, refused in one line when they cannot be run; the report's
+    header), cases (one: the model's forward), judge (the forward in eval mode without
+    gradients, under :class:`~.torch_calls.CallRecorder`: each attention call judged as it
+    happens and dropped), reproduce (:func:`~.any_repro.any_reproducer`), finish (every
+    attention module a row, one no judged call came from "not checked" with why; a run
+    that judged nothing says why).
+
+    Args: as :func:`check_any_model` has them (``label`` given).
+    """
+
+    def __init__(self, model: Any, inputs: Any, implementation: Any,
+                 save_to: str | Path | None, label: str) -> None:
+        self.model, self.inputs, self.implementation = model, inputs, implementation
+        self.save_to, self.label = save_to, label
+        self.report = ModelReport(label)
+        self.run: _Run | None = None
+        self.recorder: CallRecorder | None = None
+        self.t0 = 0.0
+
+    def prepare(self) -> bool:
+        import torch
+
+        model, inputs, report = self.model, self.inputs, self.report
+        if not isinstance(model, torch.nn.Module):
+            return self._refuse(T("any.not-module", type=type(model).__name__))
+        if inputs is None:
+            return self._refuse(T("any.no-inputs-given", label=self.label))
+        params = next(iter(model.parameters()), None)
+        report.dtype = _dtype_of(model, inputs)
+        report.inputs = T("any.one-forward", inputs=_describe(inputs))
+        if params is not None:  # inputs read from a file sit on the CPU: the model's device
+            self.inputs = _to_device(inputs, params.device)
+        self.t0 = time.perf_counter()
+        return True
+
+    def _refuse(self, why: Text) -> bool:
+        self.report.implementations.append(
+            ImplementationResult("torch", status=T("model.refused", why=why)))
+        return False
+
+    def cases(self) -> list[_Run]:
+        """One: the model's forward, under ``implementation``."""
+        return [_Run(ImplementationResult(implementation_label(self.implementation)),
+                     self.reproduce)]
+
+    def judge(self, run: _Run) -> Iterator[ModelFinding]:
+        """Run the model once, every attention call judged as it happens; the findings."""
+        import torch
+
+        model, result = self.model, run.result
+        self.report.implementations.append(result)
+        self.run = run
+        args, kwargs = _arguments(self.inputs)
+        training = model.training
+        model.eval()
+        self.recorder = CallRecorder(model, run.on_call, self.implementation)
+        try:
+            with torch.no_grad(), self.recorder:
+                model(*args, **kwargs)
+        except _CheckFailed as err:
+            result.status = T("any.check-failed", error=str(err))
+        except _Stopped as err:
+            result.status = T("any.stopped", error=str(err))
+        except Exception as err:  # the model itself did not run on these inputs
+            if run.stopped:
+                result.status = T("any.stopped", error=run.stopped)
+            else:
+                result.status = T("model.refused", why=T(
+                    "any.model-raised", label=self.label,
+                    error=f"{type(err).__name__}: {first_line(err)}"))
+        finally:
+            model.train(training)
+        yield from run.found
+
+    def reproduce(self, run: _Run, verdict: tuple) -> str:
+        """The reproducer of ``verdict``, ``(finding, call, judged)``: the call's inputs
+        saved under ``save_to`` (a new temporary folder on the first), the file kept as
+        the run's reproducer; the program, or why it could not be saved."""
+        f, call, judged = verdict
+        try:
+            if self.save_to is None:  # one new folder per check, made when needed
+                self.save_to = tempfile.mkdtemp(prefix="attnkit-check-")
+            path, text = any_reproducer(Path(self.save_to), f, call, judged)
+        except Exception as err:  # a reproducer must never hide the finding
+            return T("any.no-reproducer", error=first_line(err))
+        run.result.reproducer = str(path)
+        return text
+
+    def finish(self) -> None:
+        """Every attention module of the model a row, in the model's order; a run that
+        judged no call is refused, saying why."""
+        run, recorder, model = self.run, self.recorder, self.model
+        assert run is not None and recorder is not None
+        result = run.result
+        missing = not_checked(attention_modules(model), recorder.callers, recorder.ran,
+                              **({"not_ran": T("any.not-ran-stopped")}
+                                 if result.status != "ran" else {}))
+        for name, why in missing.items():
+            result.layers.append(LayerRow(name, verdict=NOT_CHECKED, note=why))
+        order = {name or "(model)": i for i, (name, _) in enumerate(model.named_modules())}
+        result.layers.sort(key=lambda row: order.get(row.layer, len(order)))  # model's order
+        if result.status == "ran" and not run.judged:
+            result.status = T("model.refused", why=_nothing_judged(self.label, result, missing))
+        self.report.seconds = time.perf_counter() - self.t0
 
 
 def check_any_model(model: Any, inputs: Any, *, implementation: Any = None,
@@ -235,53 +341,8 @@ def check_any_model(model: Any, inputs: Any, *, implementation: Any = None,
         that made calls, then one per attention module not checked; ``ok`` is False when
         a finding is an error or nothing was judged (``status`` says why in one line).
     """
-    import torch
-
     label = label or type(model).__name__
-    if not isinstance(model, torch.nn.Module):
-        return refused(label, T("any.not-module", type=type(model).__name__))
-    if inputs is None:
-        return refused(label, T("any.no-inputs-given", label=label))
-    params = next(iter(model.parameters()), None)
-    dtype = _dtype_of(model, inputs)
-    report = ModelReport(label, dtype, T("any.one-forward", inputs=_describe(inputs)))
-    result = ImplementationResult(implementation_label(implementation))
-    report.implementations.append(result)
-    run = _Run(result, save_to)
-    if params is not None:  # inputs read from a file sit on the CPU: the model's device
-        inputs = _to_device(inputs, params.device)
-    args, kwargs = _arguments(inputs)
-    t0 = time.perf_counter()
-    training = model.training
-    model.eval()
-    recorder = CallRecorder(model, run.on_call, implementation)
-    try:
-        with torch.no_grad(), recorder:
-            model(*args, **kwargs)
-    except _CheckFailed as err:
-        result.status = T("any.check-failed", error=str(err))
-    except _Stopped as err:
-        result.status = T("any.stopped", error=str(err))
-    except Exception as err:  # the model itself did not run on these inputs
-        if run.stopped:
-            result.status = T("any.stopped", error=run.stopped)
-        else:
-            result.status = T("model.refused", why=T(
-                "any.model-raised", label=label,
-                error=f"{type(err).__name__}: {first_line(err)}"))
-    finally:
-        model.train(training)
-    missing = not_checked(attention_modules(model), recorder.callers, recorder.ran,
-                          **({"not_ran": T("any.not-ran-stopped")}
-                             if result.status != "ran" else {}))
-    for name, why in missing.items():
-        result.layers.append(LayerRow(name, verdict=NOT_CHECKED, note=why))
-    order = {name or "(model)": i for i, (name, _) in enumerate(model.named_modules())}
-    result.layers.sort(key=lambda row: order.get(row.layer, len(order)))  # the model's order
-    if result.status == "ran" and not run.judged:
-        result.status = T("model.refused", why=_nothing_judged(label, result, missing))
-    report.seconds = time.perf_counter() - t0
-    return report
+    return follow(AnyModelCheck(model, inputs, implementation, save_to, label))
 
 
 def check_sdpa_calls(model: Any, inputs: dict, implementation: Any,

@@ -8,6 +8,14 @@ on what it received, and the first layer where two implementations part.
     print(report)            # per implementation a table by layer, findings, reproducers
     assert report.ok, report.codes
 
+The check follows the spine of every check (:mod:`attnkit.check.core.spine`,
+:class:`ModelCheck`): **prepare** reads what the model's own mask code builds
+(:mod:`.facts`); the **cases** are the implementations, the first one the reference, each
+run over the prefill and the decoding steps; **judge** runs the model under one of them and
+judges every attention call as it happens; **reproduce** saves the first failing call of
+each implementation with a program that fails on it; **finish** accounts for every
+attention layer of the model (:mod:`.accounting`).
+
 How it records: for each implementation ``name``, a wrapper is registered with
 transformers' ``AttentionInterface`` as ``"attnkit-check-<name>"`` (and, where ``name`` has
 one, its mask function with ``AttentionMaskInterface``, so the masks made are those
@@ -35,25 +43,45 @@ N decoding steps with a KV cache, fed the greedy tokens of the first implementat
 Hidden states (``output_hidden_states``) and attention outputs are compared with the
 first implementation's, layer by layer: a difference is *made here* when the layer's own
 attention fails its check, else *inherited* from what came before.
+
+More about the arguments of :func:`check_model`:
+
+- ``model`` may be a path (a local folder or a ``config.json``, loaded offline, see
+  :func:`attnkit.check.model.load.load_model`). Any other ``nn.Module``, or
+  ``implementation`` given, is judged call by call: its calls of SDPA, ``flex_attention``
+  and ``nn.MultiheadAttention`` (:func:`attnkit.check.model.any_model.check_any_model`;
+  ``inputs`` is then what to call it with: a tensor, a tuple, or a dict of keyword
+  arguments). ``implementation`` is a function with the signature of
+  ``F.scaled_dot_product_attention`` run in place of the model's SDPA calls, or
+  ``{layer pattern: function}``; a transformers model is then run once with
+  ``attn_implementation="sdpa"``, and ``implementations`` and ``generate`` do not apply.
+- ``inputs`` with ``position_ids`` that restart and no ``attention_mask`` are packed
+  documents: no ``generate`` then.
+- ``progress`` None shows the bar when stderr is a terminal, or when layers x
+  implementations x steps >= 200.
+- ``generate_api`` also runs transformers' own ``model.generate()`` with a dynamic and
+  then a static cache (decoder-only models with a head, unpacked inputs), every call
+  judged; its steps are numbered after the check's own loop (``generate + 1`` on, then
+  ``2 * (generate + 1)`` on).
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..catalogue import CATALOGUE, ERROR, T, Text, join, severity
+from ..catalogue import ERROR, T, Text, join, severity
+from ..core.spine import follow
 from .accounting import account
 from .compare import Comparison
 from .facts import read_facts
 from .judge import CallJudge
-from .masks import CallPlace
+from .places import Places
 from .report import ImplementationResult, LayerRow, ModelFinding, ModelReport
 from .repro import model_reproducer
 from .session import (
@@ -67,16 +95,18 @@ from .session import (
 )
 from .steps import Steps, cannot_load
 
-__all__ = ["DEFAULT_IMPLEMENTATIONS", "ImplementationResult", "LayerRow", "ModelFinding",
-           "ModelReport", "check_model"]
+__all__ = ["DEFAULT_IMPLEMENTATIONS", "ImplementationResult", "LayerRow", "ModelCheck",
+           "ModelFinding", "ModelReport", "check_model"]
 
 DEFAULT_IMPLEMENTATIONS = ("eager", "sdpa", "attnkit")
 
 
-class _Check(CallJudge, Comparison, Steps):
-    """One ``check_model`` run: the model's facts (padding, positions, packed documents),
-    where each call's queries and keys sit, the findings, and the steps of each
-    implementation's run (judging: :class:`CallJudge`; comparing: :class:`Comparison`)."""
+class _Check(CallJudge, Comparison, Steps, Places):
+    """What a ``check_model`` run knows while the model runs: the model's facts (padding,
+    positions, packed documents), where each call's queries and keys sit (:class:`Places`),
+    the steps of each implementation's run (:class:`Steps`); each call judged
+    (:class:`CallJudge`) into its session's findings, and compared with the first
+    implementation's (:class:`Comparison`)."""
 
     def __init__(self, model: Any, inputs: dict, generate: int, sample: int | None,
                  save_to: str | Path | None) -> None:
@@ -118,78 +148,14 @@ class _Check(CallJudge, Comparison, Steps):
         self.structure: dict[str, Any] = {}  # module name -> (B, L, L): see .facts
         self.notes: list[str] = []
 
-    # -- where a call's queries and keys sit ------------------------------------------------
-    def place(self, module: Any, name: str, B: int, Tq: int, Tk: int, *,
-              n_tokens: int | None = None, structure: bool = True) -> CallPlace:
-        """Where a call's queries and keys sit (``n_tokens``: as if that many tokens,
-        every one real, existed; ``structure``: apply what the model's own mask code
-        builds where it differs from the config, see :mod:`.facts`)."""
-        torch = self.torch
-        lower = name.lower()
-        if self.pad0 is None:  # no token ids: the first call (an encoder's) gives the length
-            self.pad0 = self.pad = torch.ones(B, Tk, dtype=torch.bool)
-            self.total = Tk
-        causal = bool(getattr(module, "is_causal", True)) and \
-            bool(getattr(self.text_config, "is_causal", True))
-        if self.enc_dec:
-            T_enc = self.pad0.shape[1]
-            enc = torch.arange(T_enc)
-            cross = bool(re.search(r"cross|encdec|encoder_attn", lower)) or (
-                "decoder" in lower and not causal)
-            if cross or (lower.startswith("encoder") or ".encoder." in f".{lower}"):
-                dec_q = torch.arange(self.dec_total - Tq, self.dec_total)
-                q_index = dec_q if cross else enc
-                return CallPlace(q_index=q_index, k_index=enc, key_real=self.pad0,
-                                 query_real=(torch.ones(B, Tq, dtype=torch.bool) if cross
-                                             else self.pad0), causal=False)
-            total, pad = self.dec_total, torch.ones(B, self.dec_total, dtype=torch.bool)
-        elif n_tokens is not None:
-            total, pad = n_tokens, torch.ones(B, n_tokens, dtype=torch.bool)
-        else:
-            total, pad = self.total, self.pad
-        q_index = torch.arange(total - Tq, total)
-        k_index = torch.arange(Tk) if Tk >= total else torch.arange(total - Tk, total)
-        key_real = torch.zeros(B, Tk, dtype=torch.bool)
-        inside = k_index < total
-        key_real[:, inside] = pad[:, k_index[inside]]
-        window = chunk = None
-        layer_type = self.layer_type(module)
-        if layer_type == "sliding_attention":
-            window = getattr(self.text_config, "sliding_window", None)
-        elif layer_type == "chunked_attention":
-            chunk = getattr(self.text_config, "attention_chunk_size", None)
-        left_pad = (~pad).long().cumprod(-1).sum(-1) if chunk else None
-        q_doc = k_doc = None
-        if self.docs is not None:
-            q_doc, k_doc = self.docs[:, q_index], self.docs[:, k_index.clamp(max=total - 1)]
-        place = CallPlace(q_index=q_index, k_index=k_index, key_real=key_real,
-                          query_real=pad[:, q_index], causal=causal, window=window,
-                          chunk=chunk, left_pad=left_pad, q_doc=q_doc, k_doc=k_doc,
-                          n_tokens=total)
-        own = self.structure.get(name) if structure else None
-        if own is not None and int(k_index.max()) < own.shape[-1]:
-            place.structure = own[:, q_index][:, :, k_index]
-            later = torch.arange(own.shape[-1])
-            place.causal = not bool((own & (later[None, :] > later[:, None])).any())
-            place.window = place.chunk = place.q_doc = place.k_doc = None
-        return place
-
-    def layer_type(self, module: Any) -> str:
-        cfg = self.text_config
-        types = getattr(cfg, "layer_types", None)
-        idx = getattr(module, "layer_idx", None)
-        if types and idx is not None and 0 <= idx < len(types):
-            return types[idx]
-        if not types and getattr(cfg, "sliding_window", None) and \
-                getattr(cfg, "use_sliding_window", True):
-            return "sliding_attention"
-        return "full_attention"
-
-    # -- judging one call ---------------------------------------------------------------------
-
+    # -- findings and reproducers -------------------------------------------------------------
     def find(self, s: Session, row: LayerRow, code: str, message: Text, measured: Text | str,
              where: dict, *, call: tuple | None = None, batch: int | None = None,
              head: int | None = None, query: int | None = None, key: int | None = None) -> None:
+        """A finding of ``code`` on ``row`` of session ``s``: the row's verdict and the
+        first failing layer follow an error; the finding is kept in ``s.found`` when it is
+        the run's first of its code, with a reproducer when it is its first error on a
+        ``call`` (the recorded inputs)."""
         bad = severity(code, "model") == ERROR
         if bad and row.verdict == "ok":
             row.verdict = code
@@ -198,7 +164,7 @@ class _Check(CallJudge, Comparison, Steps):
                 s.first_fail_key = order
                 s.result.first_failing_layer = T("model.layer-step", layer=row.layer,
                                                  step=s.step)
-        if code in (f.code for f in s.result.findings):
+        if code in (f.code for f in s.found):
             return
         step_word = ("model.at-path" if s.path else
                      "model.at-prefill" if where["step"] == 0 else "model.at-decoding")
@@ -211,71 +177,156 @@ class _Check(CallJudge, Comparison, Steps):
                          where["step"],
                          where["layer"], batch, head, query, key)
         if call is not None and bad and not s.result.reproducer:
-            try:
-                if self.save_to is None:  # one new folder per check, made when needed
-                    self.save_to = tempfile.mkdtemp(prefix="attnkit-check-")
-                path, f.reproducer = model_reproducer(Path(self.save_to), s.impl, f, call,
-                                                      measured)
-                s.result.reproducer = str(path)
-            except Exception as err:  # a reproducer must never hide the finding
-                f.reproducer = T("model.reproducer-unsaved", error=first_line(err))
-        s.result.findings.append(f)
-        order = list(CATALOGUE)
-        s.result.findings.sort(key=lambda x: (x.severity != ERROR, order.index(x.code)))
+            f.reproducer = self.reproduce(s, (f, call))
+        s.found.append(f)
 
-    # -- running ------------------------------------------------------------------------------
-    def run(self, impl: str, reference: bool, bar: Any) -> ImplementationResult:
-        torch = self.torch
-        session = Session(self, impl, reference)
-        name = register_wrapper(impl, session)
-        model = self.model
+    def reproduce(self, s: Session, verdict: tuple[ModelFinding, tuple]) -> str:
+        """The reproducer of ``verdict``, ``(finding, the call's recorded inputs)``: the
+        inputs saved under ``save_to`` (a new temporary folder on the check's first), the
+        file kept as ``s``'s reproducer; the program, or why it could not be saved."""
+        f, call = verdict
+        try:
+            if self.save_to is None:  # one new folder per check, made when needed
+                self.save_to = tempfile.mkdtemp(prefix="attnkit-check-")
+            path, text = model_reproducer(Path(self.save_to), s.impl, f, call, f.measured)
+        except Exception as err:  # a reproducer must never hide the finding
+            return T("model.reproducer-unsaved", error=first_line(err))
+        s.result.reproducer = str(path)
+        return text
+
+
+class ModelCheck:
+    """``check_model`` on a transformers model along the spine
+    (:mod:`attnkit.check.core.spine`): prepare (what the model's own mask code builds, read
+    once), cases (one :class:`~.session.Session` per implementation, the reference first,
+    each over the prefill and the decoding steps), judge (the model run under one
+    implementation, every attention call judged as it happens, so memory holds one
+    layer's inputs; each run compared with the reference's), reproduce (the first failing
+    call of each implementation), finish (every attention layer a row, one no judged call
+    came from "not checked" with why).
+
+    Args:
+        model: a transformers ``PreTrainedModel`` (put back in its mode by :meth:`close`).
+        inputs: the inputs, checked (:func:`.load.inputs_for`).
+        implementations: the implementations to run, the first one the reference.
+        report: the report written into, its header written.
+        generate, sample, save_to, progress, generate_api: as :func:`check_model` has them.
+    """
+
+    def __init__(self, model: Any, inputs: dict, implementations: list[str],
+                 report: ModelReport, *, generate: int, sample: int | None,
+                 save_to: str | Path | None, progress: bool | None,
+                 generate_api: bool) -> None:
+        self.report = report
+        self.implementations = implementations
+        self.progress = progress
+        self.training = model.training
+        self.calls = _Check(model, inputs, generate, sample, save_to)
+        self.calls.generate_api = generate_api
+        # one implementation: no outputs kept to compare with
+        self.calls.compared = len(implementations) > 1
+        self.ran: list[Session] = []  # the runs that got to run the model
+
+    def prepare(self) -> bool:
+        """Eval mode, the facts of the model's own mask code, the progress bar."""
+        check = self.calls
+        check.model.eval()
+        read_facts(check, self.report, check.inputs, check.generate)
+        progress, impls = self.progress, self.implementations
+        if progress is None:  # a terminal, or a model whose check takes a while
+            config = check.model.config.get_text_config()
+            layers = getattr(config, "num_hidden_layers", 0) or 0
+            progress = sys.stderr.isatty() or layers * len(impls) * (check.generate + 1) >= 200
+        check.bar = _bar(len(impls) * (check.generate + 1), progress)
+        return True
+
+    def cases(self) -> list[Session]:
+        """One run per implementation, in the order given (the first is the reference)."""
+        return [Session(self.calls, impl, n == 0) for n, impl in enumerate(self.implementations)]
+
+    def judge(self, s: Session) -> Iterator[ModelFinding]:
+        """Run the model under ``s``'s implementation, every attention call judged as it
+        happens; then the run's differences to the reference (made here or inherited), and
+        its findings. They are made inside the model's forward (the wrapper calls back),
+        so the run keeps the first of each code (``s.found``) and they are yielded when it
+        ends."""
+        self.report.implementations.append(s.result)
+        if self._run(s):
+            self.calls.finish(s)
+            self.ran.append(s)
+        yield from s.found
+
+    def _run(self, s: Session) -> bool:
+        """The prefill and decoding steps under ``s``'s implementation (then
+        ``model.generate()``, with ``generate_api``); False when the model did not run to
+        a result (refused: ``s.result.status`` says why)."""
+        check, model = self.calls, self.calls.model
+        name = register_wrapper(s.impl, s)
         before = model.config._attn_implementation
-        missing = cannot_load(model, impl)
+        missing = cannot_load(model, s.impl)
         if missing is not None:
-            session.result.status = T("model.refused", why=missing)
-            session.result.unloaded = True
-            return session.result
+            s.result.status = T("model.refused", why=missing)
+            s.result.unloaded = True
+            return False
+        refused = _switch(model, name)
+        if refused is not None:
+            s.result.status = T("model.refused", why=refused)
+            return False
         try:
-            with warnings.catch_warnings():
+            with check.torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                model.set_attn_implementation(name)
-        except (ValueError, ImportError, KeyError) as err:
-            session.result.status = T("model.refused", why=first_line(err))
-            return session.result
-        if model.config._attn_implementation != name:
-            session.result.status = T("model.refused", why=T("model.no-interface"))
-            return session.result
-        try:
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                self.steps(session, bar)
-                if self.generate_api and self.generate and not self.enc_dec and \
-                        "input_ids" in self.inputs and self.docs is None and \
-                        getattr(self.model, "can_generate", lambda: False)():
-                    self.through_generate(session)
+                check.steps(s, check.bar)
+                if check.generate_api and check.generate and not check.enc_dec and \
+                        "input_ids" in check.inputs and check.docs is None and \
+                        getattr(model, "can_generate", lambda: False)():
+                    check.through_generate(s)
         except CheckFailed as err:
-            session.result.status = T("model.check-failed", step=session.step,
-                                      error=err.args[0])
+            s.result.status = T("model.check-failed", step=s.step, error=err.args[0])
         except Stopped as err:
-            if session.result.findings:
-                session.result.status = T("model.stopped", step=session.step,
-                                          error=err.args[0])
-            else:
-                session.result.status = T("model.refused", why=err.args[0])
+            s.result.status = (T("model.stopped", step=s.step, error=err.args[0]) if s.found
+                               else T("model.refused", why=err.args[0]))
         except Exception as err:  # the model itself may fail under this implementation
-            too_long = self.too_long()
+            too_long = check.too_long()
             if too_long:
-                session.result.status = T("model.refused", why=too_long)
-                return session.result
-            session.result.status = T("model.refused",
-                                      why=f"{type(err).__name__}: {first_line(err)}")
+                s.result.status = T("model.refused", why=too_long)
+                return False
+            s.result.status = T("model.refused",
+                                why=f"{type(err).__name__}: {first_line(err)}")
         finally:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 model.set_attn_implementation(before)
-        self.finish(session)
-        account(self, session)
-        return session.result
+        return True
+
+    def reproduce(self, case: Session, verdict: tuple[ModelFinding, tuple]) -> str:
+        """The reproducer of ``verdict``, ``(finding, call)`` (:meth:`_Check.reproduce`)."""
+        return self.calls.reproduce(case, verdict)
+
+    def finish(self) -> None:
+        """Every attention module of the model a row of each run (one no judged call came
+        from: "not checked", with why), and the facts said as notes."""
+        for s in self.ran:
+            account(self.calls, s)
+        self.report.notes += self.calls.notes
+
+    def close(self) -> None:
+        """Put back what the check changed: the model's mode, transformers' registries."""
+        self.calls.bar.close()
+        self.calls.model.train(self.training)
+        unregister_wrappers()  # transformers' registries as they were before the check
+
+
+def _switch(model: Any, name: str) -> str | None:
+    """Switch ``model`` to the registered attention ``name``; why it refused, or None."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.set_attn_implementation(name)
+    except (ValueError, ImportError, KeyError) as err:
+        return first_line(err)
+    if model.config._attn_implementation != name:
+        return T("model.no-interface")
+    return None
 
 
 def _bar(total: int, enabled: bool | None) -> Any:
@@ -313,85 +364,48 @@ def _implementations(implementations: Sequence[str] | None, generate: int,
     return impls
 
 
-def _inputs(model: Any, inputs: dict | None, generate: int, batch: int, length: int,
-            padding: str, seed: int) -> tuple[dict, Text]:
-    """``(inputs, how the report describes them)``: the caller's, checked against the
-    model, or random ones (``batch`` x ``length`` tokens with ``padding``, or the images
-    and sounds the config calls for)."""
-    from .load import check_inputs, make_inputs
-
-    if inputs is None:
-        inputs = make_inputs(model, batch=batch, length=length, padding=padding, seed=seed)
-        described = T("model.described", batch=batch, length=length,
-                      padding=T(f"model.padding-{padding}"))
-        if "input_ids" not in inputs:
-            described = T("model.described-tensors", tensors=", ".join(
-                f"{n} {tuple(x.shape)}" for n, x in inputs.items() if n != "decoder_input_ids"))
-    else:
-        check_inputs(model, inputs)
-        ids = inputs["input_ids"]
-        described = T("model.described-given", batch=ids.shape[0], length=ids.shape[1])
-    if inputs.get("position_ids") is not None and inputs.get("attention_mask") is None \
-            and generate:
-        raise ValueError(T("load.packed-decoding"))
-    return inputs, described
-
-
 def check_model(model: Any, inputs: dict | None = None, *,
                 implementations: Sequence[str] | None = None, generate: int = 0,
                 sample: int | None = None, save_to: str | Path | None = None,
                 batch: int = 2, length: int = 12, padding: str = "left",
                 progress: bool | None = None, implementation: Any = None,
                 seed: int = 0, generate_api: bool = False) -> ModelReport:
-    """Judge every attention call of ``model`` under each implementation.
+    """Judge every attention call of ``model`` under each implementation (how, and more
+    about each argument: this module's docstring).
 
     Args:
-        model: a transformers ``PreTrainedModel`` (its attention must go through
-            ``AttentionInterface``), or a path: a local folder or a ``config.json``
-            (loaded offline, see :func:`attnkit.check.model.load.load_model`). Any other
-            ``nn.Module`` (or ``implementation`` given): its calls of SDPA,
-            ``flex_attention`` and ``nn.MultiheadAttention`` are judged one by one
-            (:func:`attnkit.check.model.any_model.check_any_model`; ``inputs`` is then
-            what to call it with: a tensor, a tuple, or a dict of keyword arguments).
-        inputs: ``input_ids`` ``(B, T)`` with optional ``attention_mask`` (1 = real
-            token), ``position_ids`` (packed documents: ids that restart; no
-            ``attention_mask``, no ``generate``), ``decoder_input_ids`` (encoder-decoder).
-            None: random tokens, ``batch`` x ``length``, with ``padding``.
-        implementations: ``attn_implementation`` names (default ``eager, sdpa,
-            attnkit``); any name registered with ``AttentionInterface`` works. Differences
-            are measured against the first.
-        generate: decoding steps after the prefill, with a KV cache; every implementation
-            is fed the first implementation's greedy tokens.
-        sample: judge at most this many heads and this many queries per call against
-            the oracle (evenly spaced; masks are compared on every query). None: all.
+        model: a transformers ``PreTrainedModel`` (attention through
+            ``AttentionInterface``), a local folder or ``config.json``, or any other
+            ``nn.Module`` (judged call by call).
+        inputs: ``input_ids`` ``(B, T)``, optional ``attention_mask`` (1 = real token),
+            ``position_ids`` (packed documents), ``decoder_input_ids``; None: random
+            tokens. For any other module: what to call it with.
+        implementations: ``attn_implementation`` names registered with
+            ``AttentionInterface`` (default ``eager, sdpa, attnkit``), the first the
+            reference the others are compared with.
+        generate: decoding steps after the prefill, with a KV cache, fed the first
+            implementation's greedy tokens.
+        sample: at most this many evenly spaced heads and queries per call judged against
+            the oracle (masks on every query); None: all.
         save_to: folder for the reproducers' ``.pt`` files (default: a new temporary
-            folder, made only when there is a finding).
-        batch, length, padding: the random inputs when ``inputs`` is None (``padding``:
-            ``"left"``, ``"right"`` or ``"none"``).
-        progress: a progress bar on stderr over implementations and steps (None: when
-            stderr is a terminal, or layers x implementations x steps >= 200).
-        generate_api: with ``generate``, also run transformers' own ``model.generate()``
-            with a dynamic and then a static cache (decoder-only models with a head,
-            unpacked inputs), every call judged; its steps are numbered after the check's
-            own loop (``generate + 1`` on, then ``2 * (generate + 1)`` on).
-        implementation: any model: a function with the signature of
-            ``F.scaled_dot_product_attention`` that runs in place of the model's SDPA
-            calls, or ``{layer pattern: function}`` (see ``check_any_model``); a
-            transformers model is run with ``attn_implementation="sdpa"`` for it, once,
-            and ``implementations`` and ``generate`` do not apply.
-        seed: seeds the random inputs when ``inputs`` is None.
+            folder, made at the first finding).
+        batch, length, padding, seed: the random inputs (``padding``: ``"left"``,
+            ``"right"`` or ``"none"``).
+        progress: a progress bar on stderr (None: on a terminal, or for a long check).
+        implementation: an SDPA-like function, or ``{layer pattern: function}``, run in
+            place of the model's SDPA calls (see ``check_any_model``).
+        generate_api: with ``generate``, also run transformers' ``model.generate()``.
 
     Returns:
-        A :class:`ModelReport`; ``report.ok`` is False when any finding is an error (a
-        call that raised is ``call-failed``), or when no implementation had a call judged
-        (each was refused: see each result's ``note``).
+        A :class:`ModelReport`; ``report.ok`` is False when any finding is an error, or
+        when no implementation had a call judged (see each result's ``note``).
 
     Raises:
-        ValueError: ``inputs`` that do not fit ``model`` (shapes, dtypes, ids past the
-            vocabulary), a path that does not load, an unknown implementation.
+        ValueError: ``inputs`` that do not fit ``model``, a path that does not load, an
+            unknown implementation.
     """
     from .any_model import elsewhere
-    from .load import load_model, require_transformers
+    from .load import inputs_for, load_model, require_transformers
 
     other = elsewhere(model, inputs, implementation, implementations, generate, sample,
                       save_to, dict(batch=batch, length=length, padding=padding, seed=seed))
@@ -404,28 +418,16 @@ def check_model(model: Any, inputs: dict | None = None, *,
         label = str(model)
         model = load_model(str(model))
     impls = _implementations(implementations, generate, sample)
-    inputs, described = _inputs(model, inputs, generate, batch, length, padding, seed)
+    inputs, described = inputs_for(model, inputs, generate, batch, length, padding, seed)
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     report = ModelReport(label or type(model).__name__, dtype,
                          described + (T("model.decoding", n=generate) if generate
                                       else T("model.prefill-only")))
-    training = model.training
-    model.eval()
-    check = _Check(model, inputs, generate, sample, save_to)
-    check.generate_api = generate_api
-    check.compared = len(impls) > 1  # one implementation: no outputs kept to compare with
-    read_facts(check, report, inputs, generate)
-    if progress is None:  # a terminal, or a model whose check takes a while
-        layers = getattr(model.config.get_text_config(), "num_hidden_layers", 0) or 0
-        progress = sys.stderr.isatty() or layers * len(impls) * (generate + 1) >= 200
-    bar = check.bar = _bar(len(impls) * (generate + 1), progress)
+    check = ModelCheck(model, inputs, impls, report, generate=generate, sample=sample,
+                       save_to=save_to, progress=progress, generate_api=generate_api)
     try:
-        for n, impl in enumerate(impls):
-            report.implementations.append(check.run(impl, n == 0, bar))
+        follow(check)
     finally:
-        bar.close()
-        model.train(training)
-        unregister_wrappers()  # transformers' registries as they were before the check
-    report.notes += check.notes
+        check.close()
     report.seconds = time.perf_counter() - t0
     return report

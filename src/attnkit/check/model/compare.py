@@ -92,7 +92,7 @@ class Comparison:
                 row.origin = "made here"  # words of the catalogue: model.made here
             elif row.diff_attention is not None and row.diff_attention > tol:
                 row.origin = "inherited"
-        if any(f.code == "fully-masked-row" for f in s.result.findings):
+        if any(f.code == "fully-masked-row" for f in s.found):
             return
         for row in s.result.layers:
             if "NaN" in row.empty_hold:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...testing import max_mean_error, reference_attention
-from ..catalogue import T
+from ..catalogue import T, Text
 from ..core.oracle import Baseline, bound_of, rule_error
 from ..core.readings import first_fit, polarity_reading, scale_readings, top_left_reading
 from .masks import CallPlace, expected_keep, mask_difference, received_keep
@@ -75,142 +76,102 @@ class CallJudge:
     def judge_output(self, s: Any, row: LayerRow, module: Any, snap: list, mask: Any,
                      kwargs: dict, keep4: Any, bias: Any, got: Any, place: CallPlace,
                      want: Any, fn: Any, where: dict) -> None:
-        torch = self.torch
+        """The output ``got`` ``(B, H, Tq, Dv)`` against the oracle on the recorded inputs
+        (``snap``, ``keep4``, ``bias``): the row's worst error, and a finding that names the
+        reading that explains an error beyond the rule (else ``inaccurate``)."""
         q, k, v = (t.cpu() for t in snap)  # judged on the CPU, in float64
         B, H, Tq, _ = q.shape
         nonempty = keep4.any(-1)  # (B, H, Tq)
         self.empty_rows(row, keep4, nonempty, got, v, H, s.step)
-        # --sample: evenly spaced heads and queries; key/value heads follow their queries
-        qsel, hsel = torch.arange(Tq), torch.arange(H)
-        if self.sample and Tq > self.sample:
-            qsel = torch.linspace(0, Tq - 1, self.sample).round().long().unique()
-        if self.sample and H > self.sample:
-            hsel = torch.linspace(0, H - 1, self.sample).round().long().unique()
-
-        def pick(t: Any) -> Any:  # (B, H, Tq, ...) -> (B, heads, queries, ...)
-            return t[:, hsel][:, :, qsel]
-
-        judged = pick(nonempty).numpy()
+        hsel, qsel = _selection(self.torch, H, Tq, self.sample)
+        judged = nonempty[:, hsel][:, :, qsel].numpy()
         dropout = float(kwargs.get("dropout", 0.0) or 0.0)
         if not judged.any() or (dropout > 0 and getattr(module, "training", False)):
             return  # nothing to judge, or random by design (check_model runs in eval mode)
-        scale = kwargs.get("scaling")
-        scale = (1.0 / math.sqrt(q.shape[-1])) if scale is None else float(scale)
-        softcap = kwargs.get("softcap")
-        sinks = kwargs.get("s_aux")
-        sinks = None if sinks is None else sinks.detach().double().cpu()[hsel].numpy()
-        bias_sel = None
-        if bias is not None:
-            b = bias.double().cpu().expand(B, H, Tq, k.shape[-2])
-            bias_sel = pick(b).numpy()
-        dtype = str(q.dtype).replace("torch.", "")
-        q64 = pick(q.double()).numpy()
-        kv = hsel // (H // k.shape[1])  # the key/value head of each query head kept
-        k64, v64 = k.double()[:, kv].numpy(), v.double()[:, kv].numpy()
-        g = pick(got).numpy()
+        sm = _Sample.of(q, k, v, kwargs, keep4, bias, got, hsel, qsel)
+        failure, ref, bound = self.against_rule(sm, row, judged, module, snap, mask, kwargs)
+        if failure is None:
+            return
+        bi, hi, ii = _first_failing(sm.g, ref, judged, bound)
+        at = dict(batch=bi, head=int(hsel[hi]), query=int(qsel[ii]))
+        if not row.first_failure:
+            row.first_failure = T("model.failure-head", step=s.step, batch=bi,
+                                  head=at["head"], query=at["query"])
+        code, message = self.reading(sm, judged, ref, (bi, hi, ii), mask, place, want, fn,
+                                     module, snap, kwargs)
+        self.find(s, row, code, message, failure, where,
+                  call=(snap, mask, kwargs, keep4, want, place, fn, module), **at)
 
-        def oracle(keep_sel: np.ndarray, scale_: float) -> tuple[np.ndarray, np.ndarray]:
-            ref = reference_attention(q64, k64, v64, mask=keep_sel, bias=bias_sel,
-                                      scale=scale_, softcap=softcap, sinks=sinks).out
-            base = Baseline("torch", dtype).attention(
-                q64, k64, v64, keep_sel, scale_, bias=bias_sel, softcap=softcap,
-                sinks=sinks)["out"]
-            return ref, base
-
-        keep_sel = pick(keep4).numpy()
-        ref, base = oracle(keep_sel, scale)
+    def against_rule(self, sm: _Sample, row: LayerRow, judged: np.ndarray, module: Any,
+                     snap: list, mask: Any, kwargs: dict) -> tuple[Any, np.ndarray, float]:
+        """``(failure or None, the oracle's output, the rule's bound)`` of the judged rows;
+        the baseline is plain math in the call's dtype, or the model's own eager math
+        where that is further from the oracle. The row's worst error is updated."""
+        g = sm.g
+        ref, base = sm.oracle(sm.pick(sm.keep4).numpy(), sm.scale)
         failure = rule_error(g[judged], ref[judged], base[judged], 2.0, "output")
         if failure is not None:  # the model's own eager math on these inputs, same dtype
-            own = self.own_eager(module, snap, mask, keep4, kwargs)
+            own = self.own_eager(module, snap, mask, sm.keep4, kwargs)
             if own is not None:
-                own = pick(own).numpy()
+                own = sm.pick(own).numpy()
                 if np.isfinite(own[judged]).all() and \
                         bound_of(ref[judged], own[judged], 2.0) > \
                         bound_of(ref[judged], base[judged], 2.0):
                     base = own
                     failure = rule_error(g[judged], ref[judged], base[judged], 2.0, "output")
         err, bound = _error_and_bound(g[judged], ref[judged], base[judged])
-        if failure is not None and _within_one_ulp(g[judged], ref[judged], dtype, bound):
+        if failure is not None and _within_one_ulp(g[judged], ref[judged], sm.dtype, bound):
             failure = None  # as exact as the dtype stores it: the rule's edge, not a bug
         if row.bound == 0.0 or err / bound > row._ratio:
             row.worst_error, row.bound, row._ratio = err, bound, err / bound
-        if failure is None:
-            return
-        per_row = np.abs(g - ref).max(-1)
-        per_row = np.where(np.isfinite(per_row), per_row, np.inf)
-        bad = judged & (per_row > bound)
-        if not bad.any():
-            bad = judged & ~np.isfinite(g).all(-1)
-        if not bad.any():  # finite where the oracle is NaN: the first judged row
-            bad = judged
-        bi, hi, ii = _first(bad)
-        at = dict(batch=bi, head=int(hsel[hi]), query=int(qsel[ii]))
-        call = (snap, mask, kwargs, keep4, want, place, fn, module)
-        text = T("model.failure-head", step=s.step, batch=bi, head=at["head"],
-                 query=at["query"])
-        if not row.first_failure:
-            row.first_failure = text
+        return failure, ref, bound
 
-        def fits(alt: Any, scale_: float | None = None) -> bool:
-            alt_sel = pick(keep4 if alt is None else alt).numpy()
-            scale_ = scale if scale_ is None else scale_
-            rows = alt_sel.any(-1)
-            if not rows.any():
-                return False
-            r2, b2 = oracle(alt_sel, scale_)
-            ok = rows & np.isfinite(b2).all(-1)
-            return bool(ok.any()) and rule_error(g[ok], r2[ok], b2[ok], 2.0, "alt") is None
-
+    def reading(self, sm: _Sample, judged: np.ndarray, ref: np.ndarray,
+                first: tuple[int, int, int], mask: Any, place: CallPlace, want: Any,
+                fn: Any, module: Any, snap: list, kwargs: dict) -> tuple[str, Text]:
+        """``(code, message)`` of an output beyond the rule: the first reading of the
+        call that fits it (non-finite values, top-left causal, the mask the other way
+        round, a causal leak, padding ignored, the window ignored, another scale), else
+        ``inaccurate``. ``first``: the first failing ``(b, h, i)`` of the sample."""
+        torch, keep4, g = self.torch, sm.keep4, sm.g
+        k, v = sm.k, sm.v
+        bi, hi, ii = first
         if not np.isfinite(g[judged]).all() and np.isfinite(ref[judged]).all():
-            code, message = "nan-or-inf", T("model.non-finite")
-            masked_bad = ~pick(keep4)[bi, hi, ii] & ~torch.isfinite(
-                torch.cat([k[bi, kv[hi]], v[bi, kv[hi]]], -1)).all(-1)
+            message = T("model.non-finite")
+            kv = sm.kv[hi]
+            masked_bad = ~sm.pick(keep4)[bi, hi, ii] & ~torch.isfinite(
+                torch.cat([k[bi, kv], v[bi, kv]], -1)).all(-1)
             if bool(masked_bad.any()):
                 message = T("model.non-finite-kv", n=int(masked_bad.sum()))
-            if dtype in ("float16", "bfloat16") and self.twin_finite(fn, module, snap, mask,
-                                                                     kwargs):
-                code, message = "float16-overflow", T("model.half-non-finite", dtype=dtype)
-            self.find(s, row, code, message, failure, where, call=call, **at)
-            return
-        Tk = k.shape[-2]
-        if Tq != Tk:
-            if first_fit([top_left_reading(Tq, Tk, keep4, torch)], fits):
-                self.find(s, row, "causal-alignment", T("model.top-left", Tq=Tq, Tk=Tk),
-                          failure, where, call=call, **at)
-                return
-        if mask is not None and first_fit([polarity_reading(keep4)], fits):
-            self.find(s, row, "mask-polarity", T("model.polarity"), failure, where,
-                      call=call, **at)
-            return
+            if sm.dtype in ("float16", "bfloat16") and self.twin_finite(fn, module, snap,
+                                                                        mask, kwargs):
+                return "float16-overflow", T("model.half-non-finite", dtype=sm.dtype)
+            return "nan-or-inf", message
+        Tq, Tk = keep4.shape[-2], k.shape[-2]
+        if Tq != Tk and first_fit([top_left_reading(Tq, Tk, keep4, torch)], sm.fits):
+            return "causal-alignment", T("model.top-left", Tq=Tq, Tk=Tk)
+        if mask is not None and first_fit([polarity_reading(keep4)], sm.fits):
+            return "mask-polarity", T("model.polarity")
         later = (place.k_index[None, :] > place.q_index[:, None]) & \
             (place.k_index < max(place.n_tokens, 1))[None, :]  # (Tq, Tk), no empty slot
-        if place.causal and bool((keep4 != (keep4 | later)).any()) and fits(keep4 | later):
-            self.find(s, row, "causal-leak", T("model.causal-leak"), failure, where,
-                      call=call, **at)
-            return
+        if place.causal and bool((keep4 != (keep4 | later)).any()) and sm.fits(keep4 | later):
+            return "causal-leak", T("model.causal-leak")
         real = place.key_real.clone()
         if place.n_tokens:
             real |= (place.k_index < place.n_tokens)[None, :]
         no_pad = (keep4 | (expected_keep(_with_real_keys(place, real))[:, None]
                            & ~place.key_real[:, None, None, :]))
-        if bool((no_pad != keep4).any()) and fits(no_pad):
-            self.find(s, row, "padding-ignored", T("model.padding-ignored"), failure, where,
-                      call=call, **at)
-            return
+        if bool((no_pad != keep4).any()) and sm.fits(no_pad):
+            return "padding-ignored", T("model.padding-ignored")
         if place.window is not None:
             no_window = expected_keep(place, window=False) & ~want
             wider = keep4 | no_window[:, None]
-            if bool((wider != keep4).any()) and fits(wider):
-                self.find(s, row, "mask-mismatch", T("model.window", window=place.window),
-                          failure, where, call=call, **at)
-                return
-        found = first_fit(scale_readings(q.shape[-1], v.shape[-1], scale), fits)
+            if bool((wider != keep4).any()) and sm.fits(wider):
+                return "mask-mismatch", T("model.window", window=place.window)
+        found = first_fit(scale_readings(sm.q.shape[-1], v.shape[-1], sm.scale), sm.fits)
         if found is not None:
-            self.find(s, row, "wrong-scale", T("model.scale", scaled=found.words, scale=scale),
-                      failure, where, call=call, **at)
-            return
-        self.find(s, row, "inaccurate", T("model.beyond-rule", dtype=dtype), failure, where,
-                  call=call, **at)
+            return "wrong-scale", T("model.scale", scaled=found.words, scale=sm.scale)
+        return "inaccurate", T("model.beyond-rule", dtype=sm.dtype)
 
     def empty_rows(self, row: LayerRow, keep4: Any, nonempty: Any, got: Any, v: Any,
                    H: int, step: int = 0) -> None:
@@ -344,3 +305,96 @@ def _first(bad: np.ndarray) -> tuple[int, int, int]:
     idx = np.argwhere(bad)
     j = np.lexsort((idx[:, 1], idx[:, 0], idx[:, 2]))[0]
     return int(idx[j, 0]), int(idx[j, 1]), int(idx[j, 2])
+
+
+def _selection(torch: Any, H: int, Tq: int, sample: int | None) -> tuple[Any, Any]:
+    """``(heads, queries)`` judged against the oracle: all, or with ``--sample`` at most
+    ``sample`` of each, evenly spaced (key/value heads follow their queries)."""
+    qsel, hsel = torch.arange(Tq), torch.arange(H)
+    if sample and Tq > sample:
+        qsel = torch.linspace(0, Tq - 1, sample).round().long().unique()
+    if sample and H > sample:
+        hsel = torch.linspace(0, H - 1, sample).round().long().unique()
+    return hsel, qsel
+
+
+@dataclass
+class _Sample:
+    """The judged heads and queries of one call in float64 NumPy, ``(B, heads, queries,
+    ...)``: the output got, what the oracle needs, and the oracle on another mask."""
+
+    q: Any  # the recorded tensors, on the CPU, (B, H, T, D)
+    k: Any
+    v: Any
+    keep4: Any  # (B, H, Tq, Tk) the keys the call lets each query see
+    hsel: Any
+    qsel: Any
+    kv: Any  # the key/value head of each query head kept
+    g: np.ndarray  # the output got
+    q64: np.ndarray
+    k64: np.ndarray
+    v64: np.ndarray
+    bias: np.ndarray | None
+    scale: float
+    softcap: Any
+    sinks: np.ndarray | None
+    dtype: str
+
+    @classmethod
+    def of(cls, q: Any, k: Any, v: Any, kwargs: dict, keep4: Any, bias: Any, got: Any,
+           hsel: Any, qsel: Any) -> _Sample:
+        B, H, Tq, _ = q.shape
+        scale = kwargs.get("scaling")
+        scale = (1.0 / math.sqrt(q.shape[-1])) if scale is None else float(scale)
+        sinks = kwargs.get("s_aux")
+        sinks = None if sinks is None else sinks.detach().double().cpu()[hsel].numpy()
+
+        def pick(t: Any) -> Any:
+            return t[:, hsel][:, :, qsel]
+
+        bias_sel = None
+        if bias is not None:
+            bias_sel = pick(bias.double().cpu().expand(B, H, Tq, k.shape[-2])).numpy()
+        kv = hsel // (H // k.shape[1])
+        return cls(q, k, v, keep4, hsel, qsel, kv, pick(got).numpy(), pick(q.double()).numpy(),
+                   k.double()[:, kv].numpy(), v.double()[:, kv].numpy(), bias_sel, scale,
+                   kwargs.get("softcap"), sinks, str(q.dtype).replace("torch.", ""))
+
+    def pick(self, t: Any) -> Any:
+        """``(B, H, Tq, ...)`` -> ``(B, heads, queries, ...)``."""
+        return t[:, self.hsel][:, :, self.qsel]
+
+    def oracle(self, keep_sel: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(float64 oracle, plain math in the call's dtype)`` with the keys ``keep_sel``."""
+        ref = reference_attention(self.q64, self.k64, self.v64, mask=keep_sel, bias=self.bias,
+                                  scale=scale, softcap=self.softcap, sinks=self.sinks).out
+        base = Baseline("torch", self.dtype).attention(
+            self.q64, self.k64, self.v64, keep_sel, scale, bias=self.bias,
+            softcap=self.softcap, sinks=self.sinks)["out"]
+        return ref, base
+
+    def fits(self, alt: Any, scale: float | None = None) -> bool:
+        """Does the output agree with the oracle by the rule under the keys ``alt``
+        ``(B, H, Tq, Tk)`` (None: the call's own) and ``scale`` (None: the call's)?"""
+        alt_sel = self.pick(self.keep4 if alt is None else alt).numpy()
+        scale = self.scale if scale is None else scale
+        rows = alt_sel.any(-1)
+        if not rows.any():
+            return False
+        r2, b2 = self.oracle(alt_sel, scale)
+        ok = rows & np.isfinite(b2).all(-1)
+        return bool(ok.any()) and rule_error(self.g[ok], r2[ok], b2[ok], 2.0, "alt") is None
+
+
+def _first_failing(g: np.ndarray, ref: np.ndarray, judged: np.ndarray,
+                   bound: float) -> tuple[int, int, int]:
+    """``(b, h, i)`` of the first judged row beyond ``bound`` (else the first non-finite
+    one, else the first judged one: finite where the oracle is NaN)."""
+    per_row = np.abs(g - ref).max(-1)
+    per_row = np.where(np.isfinite(per_row), per_row, np.inf)
+    bad = judged & (per_row > bound)
+    if not bad.any():
+        bad = judged & ~np.isfinite(g).all(-1)
+    if not bad.any():
+        bad = judged
+    return _first(bad)

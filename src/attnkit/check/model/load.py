@@ -13,9 +13,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..catalogue import T
+from ..catalogue import T, Text
 
-__all__ = ["TINY_FAMILIES", "load_model", "make_inputs", "require_transformers", "tiny_model"]
+__all__ = ["TINY_FAMILIES", "inputs_for", "load_model", "make_inputs", "require_transformers",
+           "tiny_model"]
 
 TINY_FAMILIES = ("llama", "mistral", "gemma2", "gpt_oss", "qwen2", "gpt2", "t5")
 _DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -284,3 +285,25 @@ def check_inputs(model: Any, inputs: dict) -> None:
             raise ValueError(T("load.positions-shape", got=str(got), shape=str(shape)))
     if inputs.get("decoder_input_ids") is not None:
         ids_ok("decoder_input_ids", shape[0])
+
+
+def inputs_for(model: Any, inputs: dict | None, generate: int, batch: int, length: int,
+               padding: str, seed: int) -> tuple[dict, Text]:
+    """``(inputs, how the report describes them)``: the caller's, checked against the
+    model, or random ones (``batch`` x ``length`` tokens with ``padding``, or the images
+    and sounds the config calls for)."""
+    if inputs is None:
+        inputs = make_inputs(model, batch=batch, length=length, padding=padding, seed=seed)
+        described = T("model.described", batch=batch, length=length,
+                      padding=T(f"model.padding-{padding}"))
+        if "input_ids" not in inputs:
+            described = T("model.described-tensors", tensors=", ".join(
+                f"{n} {tuple(x.shape)}" for n, x in inputs.items() if n != "decoder_input_ids"))
+    else:
+        check_inputs(model, inputs)
+        ids = inputs["input_ids"]
+        described = T("model.described-given", batch=ids.shape[0], length=ids.shape[1])
+    if inputs.get("position_ids") is not None and inputs.get("attention_mask") is None \
+            and generate:
+        raise ValueError(T("load.packed-decoding"))
+    return inputs, described

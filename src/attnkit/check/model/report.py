@@ -15,7 +15,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from ..catalogue import T, check_language, code_words, get_language, render, style, words
+from ..catalogue import (
+    CATALOGUE,
+    ERROR,
+    T,
+    check_language,
+    code_words,
+    get_language,
+    render,
+    style,
+    words,
+)
 from ..catalogue.text import Text, join
 from ..core.report import Finding
 from ..render.json import finding_dict
@@ -127,6 +137,15 @@ class ImplementationResult:
         """Attention calls seen (judged, or raised: a ``call-failed`` finding)."""
         return sum(row.calls for row in self.layers)
 
+    def add(self, finding: ModelFinding) -> None:
+        """Keep the first finding of each code, errors first, then in the catalogue's
+        order."""
+        if any(f.code == finding.code for f in self.findings):
+            return
+        self.findings.append(finding)
+        order = list(CATALOGUE)
+        self.findings.sort(key=lambda f: (f.severity != ERROR, order.index(f.code)))
+
     @property
     def note(self) -> str:
         """A warning when this implementation was not checked (transformers or the model
@@ -192,6 +211,16 @@ class ModelReport:
     @property
     def codes(self) -> list[str]:
         return sorted({f.code for r in self.implementations for f in r.findings})
+
+    def add(self, finding: Finding) -> None:
+        """Keep ``finding`` (a :class:`ModelFinding`, as :func:`attnkit.check.core.spine.follow`
+        hands it) in the result of its implementation: the latest result of that name, the
+        run it was found in."""
+        if not isinstance(finding, ModelFinding):
+            raise TypeError(f"a model report keeps ModelFinding, got {type(finding).__name__}")
+        result = next(r for r in reversed(self.implementations)
+                      if r.name == finding.implementation)
+        result.add(finding)
 
     def findings(self, implementation: str) -> list[ModelFinding]:
         return next(r.findings for r in self.implementations if r.name == implementation)
@@ -259,58 +288,19 @@ class ModelReport:
         lines += [w["fact line"].format(note=render(n, lang, literal)) for n in self.notes]
         first = self.implementations[0].name if self.implementations else ""
         for r in self.implementations:
-            status = w["ran"] if r.status == "ran" else render(r.status, lang, literal)
-            masks = words(lang)["sep.list"].join(render(m, lang, literal) for m in r.masks)
-            lines += ["", f"{r.name}: {status}" + (f"{w['masks']}{masks}" if r.masks else "")]
-            if r.note:
-                lines.append(w["not checked"])
-            if r.layers:
-                diff_head = w["vs"].format(first=first) if r.name != first else ""
-                head = (f"  {_pad(w['layer'], 34)} {_pad(w['calls'], 5, True)}  "
-                        f"{_pad(w['worst'], 20)} {_pad(w['first failure'], 34)} "
-                        f"{_pad(w['empty rows'], 14)} {_pad(w['verdict'], 18)} {diff_head}")
-                lines.append(head.rstrip())
-                shown = [_short(row.layer) for row in r.layers]
-                if len(set(shown)) < len(set(row.layer for row in r.layers)):
-                    shown = [row.layer for row in r.layers]  # shortened, two would merge
-                for row, name in zip(r.layers, shown):
-                    hold = "/".join(row.empty_hold) if row.empty_rows else ""
-                    empty = f"{row.empty_rows} ({hold})" if row.empty_rows else "0"
-                    err = f"{row.worst_error:.1e} / {row.bound:.1e}" if row.bound else "-"
-                    diff = "" if row.diff_attention is None else f"{row.diff_attention:.1e}"
-                    if row.diff_hidden is not None:
-                        diff += f" / {row.diff_hidden:.1e}"
-                    if row.origin:
-                        diff += f" {w.get(row.origin, row.origin)}"
-                    first_failure = render(row.first_failure, lang, literal) or "-"
-                    lines.append(f"  {name:<34} {row.calls:>5}  {err:<20} "
-                                 f"{_pad(first_failure, 34)} {empty:<14} "
-                                 f"{row.verdict:<18} {diff}".rstrip())
-            if r.hidden and r.name != first:
-                worst = max(r.hidden, key=lambda h: h["diff"])
-                lines.append("  " + w["hidden"].format(first=first, diff=worst["diff"],
-                                                       name=render(worst["name"], lang,
-                                                                   literal)))
-            if r.first_failing_layer:
-                lines.append("  " + w["first failing"].format(
-                    layer=render(r.first_failing_layer, lang, literal)))
-            for f in r.findings:
-                lines += _finding_lines(f, w, lang, literal)
-            for row in r.layers:  # a layer (or calls of it) never judged: named, with why
-                if row.note:
-                    lines.append(w["layer not checked"].format(
-                        layer=row.layer, why=render(row.note, lang, literal)))
-            if reproducers:
-                for f in r.findings:
-                    if f.reproducer:
-                        lines += ["  " + w["reproducer"].format(code=f.code, path=r.reproducer)]
-                        lines += ["    " + x for x in render(f.reproducer, lang).splitlines()]
-                        break
+            lines += _result_lines(r, first, w, lang, literal, reproducers)
+        return "\n".join(lines + self._verdict_lines(w, lang, literal))
+
+    def _verdict_lines(self, w: dict[str, str], lang: str,
+                       literal: Callable[[str], str] | None) -> list[str]:
+        """The last lines: the verdict with the count of errors and warnings, and what it
+        does not cover (nothing judged, layers not checked, an implementation not
+        loaded)."""
         n_err = sum(f.is_error for r in self.implementations for f in r.findings)
         n_warn = sum(len(r.findings) + bool(r.note) + sum(bool(x.note) for x in r.layers)
                      for r in self.implementations) - n_err
-        lines += ["", w["verdict line"].format(verdict=w["OK"] if self.ok else w["FAILED"],
-                                               errors=n_err, warnings=n_warn)]
+        lines = ["", w["verdict line"].format(verdict=w["OK"] if self.ok else w["FAILED"],
+                                              errors=n_err, warnings=n_warn)]
         if not self.judged:
             lines.append(w["nothing judged"])
         else:
@@ -320,10 +310,71 @@ class ModelReport:
                 lines.append(w["layers not checked"].format(n=unseen))
         if any(r.unloaded for r in self.implementations):
             lines.append(w["failed because"].format(reason=render(self.reason, lang, literal)))
-        return "\n".join(lines)
+        return lines
 
     def __str__(self) -> str:
         return self.text()
+
+
+def _result_lines(r: ImplementationResult, first: str, w: dict[str, str], lang: str,
+                  literal: Callable[[str], str] | None, reproducers: bool) -> list[str]:
+    """One implementation's part of the text: its status, its table by layer, the hidden
+    states' difference to the first implementation, its findings, the layers not judged
+    and (``reproducers``) its first reproducer."""
+    status = w["ran"] if r.status == "ran" else render(r.status, lang, literal)
+    masks = words(lang)["sep.list"].join(render(m, lang, literal) for m in r.masks)
+    lines = ["", f"{r.name}: {status}" + (f"{w['masks']}{masks}" if r.masks else "")]
+    if r.note:
+        lines.append(w["not checked"])
+    if r.layers:
+        lines += _table_lines(r, first, w, lang, literal)
+    if r.hidden and r.name != first:
+        worst = max(r.hidden, key=lambda h: h["diff"])
+        lines.append("  " + w["hidden"].format(first=first, diff=worst["diff"],
+                                               name=render(worst["name"], lang, literal)))
+    if r.first_failing_layer:
+        lines.append("  " + w["first failing"].format(
+            layer=render(r.first_failing_layer, lang, literal)))
+    for f in r.findings:
+        lines += _finding_lines(f, w, lang, literal)
+    for row in r.layers:  # a layer (or calls of it) never judged: named, with why
+        if row.note:
+            lines.append(w["layer not checked"].format(
+                layer=row.layer, why=render(row.note, lang, literal)))
+    if reproducers:
+        for f in r.findings:
+            if f.reproducer:
+                lines += ["  " + w["reproducer"].format(code=f.code, path=r.reproducer)]
+                lines += ["    " + x for x in render(f.reproducer, lang).splitlines()]
+                break
+    return lines
+
+
+def _table_lines(r: ImplementationResult, first: str, w: dict[str, str], lang: str,
+                 literal: Callable[[str], str] | None) -> list[str]:
+    """The table by layer of one implementation: a header, then a row per layer."""
+    diff_head = w["vs"].format(first=first) if r.name != first else ""
+    head = (f"  {_pad(w['layer'], 34)} {_pad(w['calls'], 5, True)}  "
+            f"{_pad(w['worst'], 20)} {_pad(w['first failure'], 34)} "
+            f"{_pad(w['empty rows'], 14)} {_pad(w['verdict'], 18)} {diff_head}")
+    lines = [head.rstrip()]
+    shown = [_short(row.layer) for row in r.layers]
+    if len(set(shown)) < len(set(row.layer for row in r.layers)):
+        shown = [row.layer for row in r.layers]  # shortened, two would merge
+    for row, name in zip(r.layers, shown):
+        hold = "/".join(row.empty_hold) if row.empty_rows else ""
+        empty = f"{row.empty_rows} ({hold})" if row.empty_rows else "0"
+        err = f"{row.worst_error:.1e} / {row.bound:.1e}" if row.bound else "-"
+        diff = "" if row.diff_attention is None else f"{row.diff_attention:.1e}"
+        if row.diff_hidden is not None:
+            diff += f" / {row.diff_hidden:.1e}"
+        if row.origin:
+            diff += f" {w.get(row.origin, row.origin)}"
+        first_failure = render(row.first_failure, lang, literal) or "-"
+        lines.append(f"  {name:<34} {row.calls:>5}  {err:<20} "
+                     f"{_pad(first_failure, 34)} {empty:<14} "
+                     f"{row.verdict:<18} {diff}".rstrip())
+    return lines
 
 
 def _finding_lines(f: ModelFinding, w: dict[str, str], lang: str,

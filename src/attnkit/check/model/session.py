@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from ..catalogue import T
-from .report import ImplementationResult, LayerRow
+from .report import ImplementationResult, LayerRow, ModelFinding
 
 __all__ = ["WRAPPER_PREFIX", "CheckFailed", "Session", "Stopped", "first_line",
            "known_implementations", "register_wrapper", "unregister_wrappers"]
@@ -33,6 +33,7 @@ class Session:
         self.check, self.impl, self.reference = check, impl, reference
         self.result = ImplementationResult(impl)
         self.rows: dict[str, LayerRow] = {}
+        self.found: list[ModelFinding] = []  # the run's first finding of each code
         self.first_fail_key: tuple | None = None
         self.step = 0
         self.call_index = 0
