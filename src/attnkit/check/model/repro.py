@@ -27,14 +27,16 @@ def model_reproducer(folder: Path, impl: str, f: Any, call: tuple,
     float64 oracle, and fails while the bug is there.
 
     ``call`` is ``(q, k, v), mask, kwargs, keep, expected, place, fn, module`` as the
-    check recorded it (``keep`` None for a call that raised). A ``mask-mismatch`` shows
-    the pair of masks (:func:`_mask_lines`); any other finding calls the implementation
-    again against the oracle.
+    check recorded it (``keep`` None for a call that raised). A ``mask-mismatch`` that
+    names a query and a key (``f.key`` set: the mask the call received differs from the
+    expected one at that pair) shows the pair of masks (:func:`_mask_lines`); any other
+    finding (a sliding window the function ignores: the mask was right, the output is not)
+    calls the implementation again against the oracle.
     """
     keep4, fn, module = call[3], call[6], call[7]
     path, data = _save_call(folder, impl, f, call)
     load_fn = _load_fn(impl, fn, module)
-    if f.code == "mask-mismatch" and "ignores" not in f.message:
+    if f.code == "mask-mismatch" and f.key is not None:
         return path, _mask_lines(path, f, data)
     lines = ["import torch",
              "from transformers import AttentionInterface",
