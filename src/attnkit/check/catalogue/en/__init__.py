@@ -11,10 +11,11 @@ from .codes import CODES
 from .model import TEXTS as _MODEL
 from .multihead import TEXTS as _MULTIHEAD
 from .oracle import TEXTS as _ORACLE
+from .repro import TEXTS as _REPRO
 
 __all__ = ["CODES", "STYLE", "TEXTS"]
 
 STYLE = "table"
 
 TEXTS: dict[str, str] = {**_CHECKS, **_BEHAVIOUR, **_MULTIHEAD, **_ORACLE, **_BLOCK, **_MODEL,
-                          **_ANYMODEL}
+                          **_ANYMODEL, **_REPRO}
