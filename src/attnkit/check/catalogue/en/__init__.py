@@ -7,6 +7,7 @@ from .anymodel import TEXTS as _ANYMODEL
 from .behaviour import TEXTS as _BEHAVIOUR
 from .block import TEXTS as _BLOCK
 from .checks import TEXTS as _CHECKS
+from .cli import TEXTS as _CLI
 from .codes import CODES
 from .model import TEXTS as _MODEL
 from .multihead import TEXTS as _MULTIHEAD
@@ -18,4 +19,4 @@ __all__ = ["CODES", "STYLE", "TEXTS"]
 STYLE = "table"
 
 TEXTS: dict[str, str] = {**_CHECKS, **_BEHAVIOUR, **_MULTIHEAD, **_ORACLE, **_BLOCK, **_MODEL,
-                          **_ANYMODEL, **_REPRO}
+                          **_ANYMODEL, **_REPRO, **_CLI}

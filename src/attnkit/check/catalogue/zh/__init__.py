@@ -8,6 +8,7 @@ from .anymodel import TEXTS as _ANYMODEL
 from .behaviour import TEXTS as _BEHAVIOUR
 from .block import TEXTS as _BLOCK
 from .checks import TEXTS as _CHECKS
+from .cli import TEXTS as _CLI
 from .codes import CODES
 from .model import TEXTS as _MODEL
 from .multihead import TEXTS as _MULTIHEAD
@@ -19,4 +20,4 @@ __all__ = ["CODES", "STYLE", "TEXTS"]
 STYLE = "blocks"
 
 TEXTS: dict[str, str] = {**_CHECKS, **_BEHAVIOUR, **_MULTIHEAD, **_ORACLE, **_BLOCK, **_MODEL,
-                          **_ANYMODEL, **_REPRO}
+                          **_ANYMODEL, **_REPRO, **_CLI}
