@@ -97,3 +97,16 @@ def test_a_reproducer_in_chinese_has_chinese_comments_and_fails_the_same(
     expected = RuntimeError if which == "fill" else AssertionError
     with pytest.raises(expected):
         exec(zh, {})
+
+
+def test_json_in_chinese_writes_the_reproducer_in_chinese():
+    import json
+
+    report = check_model(tiny_model("mistral", "float32"),
+                         implementations=["fault-no-window"], padding="none")
+    (f,) = report.findings("fault-no-window")
+    (item,) = json.loads(report.to_json("zh"))["implementations"][0]["findings"]
+    assert item["reproducer"] == render(f.reproducer, "zh") != f.reproducer
+    assert "参考实现" in item["reproducer"]
+    (item,) = json.loads(report.to_json("en"))["implementations"][0]["findings"]
+    assert item["reproducer"] == f.reproducer
