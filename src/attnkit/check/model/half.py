@@ -60,8 +60,12 @@ def half_cause(dtype: str, problem: str, fn: Any = None, module: Any = None) -> 
         with the code named as not read.
     """
     read = [obj for obj in (fn, module) if _own(obj)]
+    # a float32 tensor kept on a module is named only for an error that mixes dtypes (a
+    # model may keep one on purpose, e.g. rotary tables; it overflows nothing)
+    said = problem.lower()
+    mixes = "expected" in said and any(w in said for w in ("half", "bfloat16", "dtype"))
     for obj in read:
-        half_copy = obj if hasattr(obj, "named_modules") else None
+        half_copy = obj if mixes and hasattr(obj, "named_modules") else None
         cause = overflow_cause(obj, dtype, problem, half_copy)
         if cause.key != "overflow.range":
             return cause
