@@ -237,12 +237,11 @@ def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from attnkit.check.meet.targets import TargetLoadError, stdout_to_stderr
 
     if args.causal and args.kind not in ("attention", "multi-head"):
-        parser.error(f"--causal applies to attention and multi-head, not {args.kind}")
+        parser.error(T("cli.causal-kind", kind=args.kind))
     options = {"causal": True} if args.causal else {}
     if args.per_query_lens:
         if args.kind not in ("masked-softmax", "attention"):
-            parser.error(f"--per-query-lens applies to masked-softmax and attention, not "
-                         f"{args.kind}")
+            parser.error(T("cli.per-query-kind", kind=args.kind))
         options["per_query_lens"] = True
     # Whatever the user's code prints (at import, per call) goes to stderr: stdout carries
     # the report alone, so --json is one JSON document.
@@ -250,7 +249,8 @@ def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         try:
             target = load_target(args.target)
         except (ValueError, ImportError) as err:
-            parser.error(f"TARGET {args.target}: {err}")
+            parser.error(T("cli.target", target=args.target,
+                           error=err.args[0] if err.args else str(err)))
         except TargetLoadError as err:
             report = Report(args.kind, args.target)
             report.add(Finding("call-failed", T("load.failed", error=err.args[0]),
@@ -259,7 +259,7 @@ def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             try:
                 report = CHECKS[args.kind](target, convention=args.convention, **options)
             except (ValueError, TypeError) as err:  # a convention the check does not take
-                parser.error(str(err))
+                parser.error(err.args[0] if err.args else str(err))
     lang = args.lang or get_language()
     print(report.to_json(lang) if args.json else report.text(lang))
     return 0 if report.ok else 1
@@ -267,9 +267,16 @@ def cmd_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 # -- parser ----------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
-    """argparse, with an argument error reported as exactly one line (exit code 2)."""
+    """argparse, with an argument error reported as exactly one line (exit code 2), in the
+    parser's language (``attnkit check``: the report's)."""
+
+    lang = "en"
 
     def error(self, message: str) -> NoReturn:
+        if self.lang != "en":
+            from attnkit.check.catalogue.command import error_line
+
+            self.exit(2, error_line(self.prog, message, self.lang))
         self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
 
 
@@ -277,7 +284,9 @@ class _Parser(argparse.ArgumentParser):
 TRAIN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(lang: str = "en") -> argparse.ArgumentParser:
+    """The parser of ``attnkit``; ``lang``: the language of ``attnkit check``'s help and
+    usage errors (``"en"`` or ``"zh"``)."""
     parser = _Parser(
         prog="attnkit",
         description="attnkit: attention building blocks, shown at work.",
@@ -381,60 +390,57 @@ def build_parser() -> argparse.ArgumentParser:
     add_view_arguments(view)
     view.set_defaults(func=run_view)
 
-    check = sub.add_parser(
-        "check", help="test your softmax/attention/multi-head attention against the oracle",
-        description="Judge a NumPy or PyTorch implementation against attnkit's float64 oracle "
-                    "on the inputs that break attention (odd head dims, Tq != Tk, logits "
-                    "~1e4, fully masked rows, half precision) and print each finding: a "
-                    "stable code, a diagnosis in words, the measured error and a reproducer. "
-                    "Exit status 1 when any finding is an error. See docs/check.md.",
-    )
-    check.add_argument("kind", choices=("softmax", "masked-softmax", "attention", "multi-head"),
-                       help="what TARGET is (multi-head: a class, built from its constructor's "
-                            "parameter names, or a factory: TARGET(embed_dim, num_heads))")
-    check.add_argument("target", metavar="TARGET",
-                       help="path/to/file.py:name, notes.ipynb:name or package.module:name "
-                            "(a function, an instance, a bound method such as "
-                            "file.py:layer.forward, a class or a factory)")
-    check.add_argument("--convention", default="auto",
-                       choices=("auto", "valid_lens", "masked", "keep", "sdpa", "additive",
-                                "none"),
-                       help="the mask argument: valid_lens (d2l), masked (True = masked), keep "
-                            "(True = may attend), sdpa (attn_mask=, is_causal=), additive (a "
-                            "float mask added to the scores: 0 or finfo.min), none "
-                            "(default: auto, from the signature and behaviour)")
-    check.add_argument("--causal", action="store_true",
-                       help="TARGET is meant to be causal (attention, multi-head): a query "
-                            "that sees later positions is the error causal-leak")
-    check.add_argument("--per-query-lens", action="store_true",
-                       help="with valid_lens (masked-softmax, attention): also pass d2l's "
-                            "per-query lengths (B, Tq), not only (B,)")
-    check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.add_argument("--lang", choices=("en", "zh"), default=None,
-                       help="the language of the report: en or zh (中文); codes are the "
-                            "same in both (default: $ATTNKIT_LANG, else en)")
-    check.set_defaults(func=cmd_check)
-    check.epilog = ("attnkit check model MODEL|--tiny FAMILY [--implementations eager,sdpa,"
-                    "attnkit] [--generate N] ...: every attention call of a transformers "
-                    "model (see: attnkit check model --help)")
+    _add_check(sub, lang)
     return parser
 
 
+def _add_check(sub: Any, lang: str) -> None:
+    """``attnkit check``: its help and errors in ``lang`` (the words: the catalogue's)."""
+    from attnkit.check.catalogue.command import help_words, localize
+
+    h = help_words(lang)
+    check = sub.add_parser("check", help=help_words("en")("help.check"),
+                           description=h("help.check.description"))
+    check.add_argument("kind", choices=("softmax", "masked-softmax", "attention", "multi-head"),
+                       help=h("help.check.kind"))
+    check.add_argument("target", metavar="TARGET", help=h("help.check.target"))
+    check.add_argument("--convention", default="auto",
+                       choices=("auto", "valid_lens", "masked", "keep", "sdpa", "additive",
+                                "none"),
+                       help=h("help.check.convention"))
+    check.add_argument("--causal", action="store_true", help=h("help.check.causal"))
+    check.add_argument("--per-query-lens", action="store_true",
+                       help=h("help.check.per-query-lens"))
+    check.add_argument("--json", action="store_true", help=h("help.json"))
+    check.add_argument("--lang", choices=("en", "zh"), default=None, help=h("help.lang"))
+    check.set_defaults(func=cmd_check)
+    check.epilog = h("help.check.epilog", help="attnkit check model --help",
+                     usage="attnkit check model MODEL|--tiny FAMILY [--implementations "
+                           "eager,sdpa,attnkit] [--generate N] ...")
+    localize(check, lang)
+
+
 # -- attnkit check model (its arguments are not a function check's: its own parser) ---------
-def cmd_check_model(argv: Sequence[str]) -> int:
+def cmd_check_model(argv: Sequence[str], lang: str = "en") -> int:
+    from attnkit.check.catalogue.command import localize
     from attnkit.check.model import command as model_command
 
-    parser = _Parser(prog="attnkit check model", description=model_command.DESCRIPTION)
-    model_command.add_arguments(parser, positive_int, non_negative_int)
+    parser = _Parser(prog="attnkit check model", description=model_command.description(lang))
+    model_command.add_arguments(parser, positive_int, non_negative_int, lang)
+    localize(parser, lang)
     return model_command.run(parser.parse_args(argv), parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``attnkit`` and ``python -m attnkit``; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    lang = "en"  # of attnkit check's help and errors: its --lang, else $ATTNKIT_LANG
+    if argv[:1] == ["check"]:
+        from attnkit.check.catalogue.command import command_language
+        lang = command_language(argv)
     if argv[:2] == ["check", "model"]:
-        return cmd_check_model(argv[2:])
-    parser = build_parser()
+        return cmd_check_model(argv[2:], lang)
+    parser = build_parser(lang)
     args = parser.parse_args(argv)
     sub = parser._subparsers._group_actions[0].choices[args.command]  # type: ignore[union-attr]
     return args.func(args, sub)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..catalogue import T, Text
 
-__all__ = ["fill_words", "overflow_cause"]
+__all__ = ["FLOAT16_MAX", "fill_words", "has_source", "overflow_cause"]
 
 FLOAT16_MAX = 65504.0
 
@@ -37,6 +37,11 @@ def _sources(obj: Any) -> list[tuple[str, int]]:
             continue
         found.append(("".join(lines), start))
     return found
+
+
+def has_source(obj: Any) -> bool:
+    """Whether the source of ``obj`` (a function, or a module's methods) can be read."""
+    return bool(_sources(obj))
 
 
 def _constants(obj: Any) -> list[tuple[str, str]]:

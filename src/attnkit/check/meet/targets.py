@@ -50,8 +50,7 @@ def load_target(spec: str) -> Any:
         TargetLoadError: the target's own code raised (importing the file, a cell).
     """
     if ":" not in spec:
-        raise ValueError(f"expected FILE.py:NAME, NOTEBOOK.ipynb:NAME or package.module:NAME, "
-                         f"got {spec!r}")
+        raise ValueError(T("target.spec", spec=repr(spec)))
     where, name = spec.rsplit(":", 1)
     origin, found_again = "", spec
     if where.endswith((".py", ".ipynb")) or os.sep in where or "/" in where:
@@ -75,7 +74,8 @@ def load_target(spec: str) -> Any:
     obj: Any = module
     for part in name.split("."):
         if not hasattr(obj, part):
-            raise ValueError(f"{spec}: {where} has no attribute {part!r}")
+            raise ValueError(T("target.no-attribute", spec=spec, where=where,
+                               name=repr(part)))
         obj = getattr(obj, part)
     _LOADED[id(obj)] = (obj, found_again, origin)
     return obj
@@ -84,7 +84,7 @@ def load_target(spec: str) -> Any:
 def _import_file(where: str) -> Any:
     path = os.path.abspath(where)
     if not os.path.isfile(path):
-        raise ValueError(f"{where}: no such file")
+        raise ValueError(T("target.no-file", where=where))
     folder = os.path.dirname(path)
     if folder not in sys.path:
         sys.path.insert(0, folder)
@@ -94,7 +94,7 @@ def _import_file(where: str) -> Any:
     if module is None:
         loader_spec = importlib.util.spec_from_file_location(module_name, path)
         if loader_spec is None or loader_spec.loader is None:
-            raise ValueError(f"{where}: cannot be imported as Python")
+            raise ValueError(T("target.not-python", where=where))
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[module_name] = module
         try:
@@ -114,8 +114,8 @@ def notebook_cells(path: str) -> list[tuple[int, str]]:
             nb = json.load(f)
         cells = nb["cells"]
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{path}: not a Jupyter notebook ({type(err).__name__}: "
-                         f"{first_line(err, 200)})") from err
+        raise ValueError(T("target.not-notebook", path=path,
+                           error=f"{type(err).__name__}: {first_line(err, 200)}")) from err
     found = []
     for number, cell in enumerate(cells, 1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
@@ -133,7 +133,7 @@ def notebook_cells(path: str) -> list[tuple[int, str]]:
 def _run_notebook(where: str, name: str) -> tuple[Any, str]:
     path = os.path.abspath(where)
     if not os.path.isfile(path):
-        raise ValueError(f"{where}: no such file")
+        raise ValueError(T("target.no-file", where=where))
     base = os.path.basename(path)
     stem = os.path.splitext(base)[0]
     module_name = f"_attnkit_check_{stem}_ipynb_{abs(hash((path, name))) % 10**8}"
@@ -160,7 +160,7 @@ def _run_notebook(where: str, name: str) -> tuple[Any, str]:
             module.__attnkit_origin__ = origin
             return module, origin
     del sys.modules[module_name]
-    raise ValueError(f"{where}: no code cell defines {name!r}")
+    raise ValueError(T("target.no-cell", where=where, name=repr(name)))
 
 
 def origin_of(obj: Any) -> str:

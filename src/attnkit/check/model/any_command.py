@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..catalogue import T
+from ..catalogue import T, Text
 from ..meet.targets import TargetLoadError, load_target
 from .session import first_line
 
@@ -30,8 +30,8 @@ def _load(spec: str, what: str) -> Any:
     try:
         return load_target(spec)
     except (ValueError, ImportError) as err:
-        raise ValueError(T("cmd.load", what=what, spec=repr(spec),
-                           error=first_line(err))) from None
+        said = err.args[0] if err.args and isinstance(err.args[0], Text) else first_line(err)
+        raise ValueError(T("cmd.load", what=what, spec=repr(spec), error=said)) from None
     except TargetLoadError as err:
         raise ValueError(T("cmd.import-raised", what=what, spec=repr(spec),
                            error=first_line(err))) from None

@@ -25,6 +25,7 @@ import numpy as np
 from ...testing import max_mean_error, reference_attention
 from ..catalogue import T
 from ..core.oracle import Baseline, bound_of, rule_error
+from .half import half_cause
 
 __all__ = ["Judged", "call_arguments", "judge_raised", "judge_sdpa", "twin_finite"]
 
@@ -218,7 +219,9 @@ def _explain(j: Judged, call: Any, got: np.ndarray, keep: np.ndarray,
         ref, _ = oracle(keep, j.scale if j.scale else 1.0)
         if np.isfinite(ref[rows]).all():
             if dtype in _HALF and twin_finite(call):
-                j.code, j.message = "float16-overflow", _overflow_words(dtype)
+                j.code, j.message = "float16-overflow", T(
+                    "any.half", dtype=dtype,
+                    cause=_overflow_cause(call, dtype, "NaN/inf in the output"))
             else:
                 j.code, j.message = "nan-or-inf", T("model.non-finite")
             return j
@@ -237,8 +240,14 @@ def _explain(j: Judged, call: Any, got: np.ndarray, keep: np.ndarray,
     return j
 
 
-def _overflow_words(dtype: str) -> str:
-    return T("any.half", dtype=dtype)
+def _overflow_cause(call: Any, dtype: str, problem: str) -> Any:
+    """Why ``call`` fails in ``dtype``, from the code that can be read: the implementation
+    under test (torch's own SDPA is not read), and the module the call came from."""
+    import torch.nn.functional as F
+
+    fn = None if call.function is F.scaled_dot_product_attention or call.kind == "mha" \
+        else call.function
+    return half_cause(dtype, problem, fn, call.module)
 
 
 def _float32(x: Any) -> Any:
@@ -295,8 +304,9 @@ def judge_raised(call: Any) -> Judged:
     text = (str(err).strip().splitlines() or [""])[0][:200]
     dtype = _dtype(call.arguments.get("query"))
     if dtype in _HALF and twin_finite(call):
-        return Judged("float16-overflow", T("any.half-raised", cause=_overflow_words(dtype),
-                                            error=f"{type(err).__name__}: {text}"),
+        error = f"{type(err).__name__}: {text}"
+        return Judged("float16-overflow", T("any.half-raised", dtype=dtype, error=error,
+                                            cause=_overflow_cause(call, dtype, error)),
                       type(err).__name__)
     return Judged("call-failed", T("any.raised", error=f"{type(err).__name__}: {text}",
                                    shape=tuple(call.arguments["query"].shape), dtype=dtype),

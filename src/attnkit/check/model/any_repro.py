@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..catalogue import T, Text, join
 from ..meet.targets import target_spec
 from .torch_calls import SDPA_PARAMETERS
 
@@ -30,7 +31,7 @@ def file_spec(obj: Any) -> str | None:
     return f"{os.path.abspath(path)}:{qualname}"
 
 
-def _function_lines(fn: Any) -> list[str]:
+def _function_lines(fn: Any) -> list[str | Text]:
     """Lines that bind ``fn`` to what ran: torch's SDPA, or the implementation under test
     loaded again from the file that defines it (the custom function registered inside the
     reproducer)."""
@@ -41,10 +42,9 @@ def _function_lines(fn: Any) -> list[str]:
     spec = file_spec(fn) or target_spec(fn)
     if spec is None:
         name = getattr(fn, "__qualname__", type(fn).__name__)
-        return [f"fn = ...  # {name}: the implementation under test (no file names it; "
-                f"define it here)"]
+        return ["fn = ...  # " + T("repro.define-here", name=name)]
     return ["from attnkit.check import load_target",
-            f"fn = load_target({spec!r})  # the implementation under test"]
+            f"fn = load_target({spec!r})  # " + T("repro.under-test")]
 
 
 def _save(folder: Path, f: Any, data: dict) -> Path:
@@ -57,7 +57,7 @@ def _save(folder: Path, f: Any, data: dict) -> Path:
     return path
 
 
-def _sdpa(folder: Path, f: Any, call: Any, judged: Any, bound: str) -> tuple[Path, str]:
+def _sdpa(folder: Path, f: Any, call: Any, judged: Any, bound: str) -> tuple[Path, Text]:
     import torch
 
     a = call.arguments
@@ -74,37 +74,37 @@ def _sdpa(folder: Path, f: Any, call: Any, judged: Any, bound: str) -> tuple[Pat
                     v=_four(a["value"].cpu()), keep=torch.as_tensor(judged.keep.copy()),
                     bias=judged.bias, scale=judged.scale)
     path = _save(folder, f, data)
-    lines = ["import torch"]
+    lines: list[str | Text] = ["import torch"]
     if judged.keep is not None:
         lines.append("from attnkit.testing import reference_attention")
     lines += [f"d = torch.load({str(path)!r}, weights_only=True)"] + _function_lines(
         call.function)
     if call.error is not None:  # the call raised: calling it again raises the same
-        lines.append(f"fn(*d['args'], **d['kwargs'])  # raises ({f.measured})")
-        return path, "\n".join(lines)
+        lines.append("fn(*d['args'], **d['kwargs'])  # " + T("repro.raises", error=f.measured))
+        return path, join(lines, "line")
     if judged.keep is None:  # a wrong shape
         want = tuple(a["query"].shape[:-1]) + (a["value"].shape[-1],)
         lines += ["out = fn(*d['args'], **d['kwargs'])",
-                  "print('output shape', tuple(out.shape))",
+                  "print('" + T("repro.output-shape") + "', tuple(out.shape))",
                   f"assert tuple(out.shape) == {want}, 'shape'"]
-        return path, "\n".join(lines)
+        return path, join(lines, "line")
     b, h, i = f.batch or 0, f.head or 0, f.query or 0
     lines += ["out = fn(*d['args'], **d['kwargs'])",
               "got = out.double().reshape(*d['keep'].shape[:-1], -1)  # (B, H, Tq, Dv)",
               "want = reference_attention(d['q'], d['k'], d['v'], mask=d['keep'], "
-              "bias=d['bias'], scale=d['scale']).out  # float64 oracle, on what fn received",
+              "bias=d['bias'], scale=d['scale']).out  # " + T("repro.oracle-received"),
               f"b, h, i = {b}, {h}, {i}",
               "err = abs(got[b, h, i].numpy() - want[b, h, i]).max()",
-              "print('max error of that row against the oracle:', err)",
+              "print('" + T("repro.row-error") + "', err)",
               f"assert err <= {bound}, {f.code!r}"]
-    return path, "\n".join(lines)
+    return path, join(lines, "line")
 
 
 _MHA_INIT = ("embed_dim", "num_heads", "bias", "add_bias_kv", "add_zero_attn", "kdim", "vdim",
              "batch_first")
 
 
-def _mha(folder: Path, f: Any, call: Any, judged: Any, bound: str) -> tuple[Path, str]:
+def _mha(folder: Path, f: Any, call: Any, judged: Any, bound: str) -> tuple[Path, Text]:
     import torch
 
     m, a = call.module, call.arguments
@@ -125,44 +125,45 @@ def _mha(folder: Path, f: Any, call: Any, judged: Any, bound: str) -> tuple[Path
     path = _save(folder, f, data)
     spec = "torch.nn:MultiheadAttention" if cls is torch.nn.MultiheadAttention else \
         file_spec(cls) or target_spec(cls)
-    lines = ["import torch"] + (["from attnkit.check import load_target"]
+    lines: list[str | Text] = ["import torch"] + (["from attnkit.check import load_target"]
                                 if cls is not torch.nn.MultiheadAttention else []) + [
              "from attnkit.check.model.any_mha import mha_reference",
              f"d = torch.load({str(path)!r}, weights_only=True)"]
     if spec is None:
-        lines.append(f"m = ...  # build your {cls.__name__} as the model does")
+        lines.append("m = ...  # " + T("repro.build-yours", name=cls.__name__))
     elif cls is torch.nn.MultiheadAttention:
         lines.append("m = torch.nn.MultiheadAttention(**d['init'])")
     else:  # the class's own forward on nn.MultiheadAttention's structure
         lines += [f"cls = load_target({spec!r})",
                   "m = cls.__new__(cls)",
                   "torch.nn.MultiheadAttention.__init__(m, **d['init'])"]
-    lines += ["for name, x in d['attrs'].items():  # its own settings, as in the model",
+    lines += ["for name, x in d['attrs'].items():  # " + T("repro.own-settings"),
               "    setattr(m, name, x)",
               "m.load_state_dict(d['state'])",
               "m = m.to(getattr(torch, d['dtype'])).eval()"]
     call_line = "out = m(d['query'], d['key'], d['value'], **d['kwargs'])[0]"
     if call.error is not None:
         lines.append("with torch.no_grad():")
-        lines.append(f"    {call_line}  # raises ({f.measured})")
-        return path, "\n".join(lines)
+        lines.append(f"    {call_line}  # " + T("repro.raises", error=f.measured))
+        return path, join(lines, "line")
     lines += ["with torch.no_grad():", f"    {call_line}",
               "got = out.double()" + ("" if m.batch_first or a["query"].ndim == 2
                                       else ".transpose(0, 1)") +
               ("[None]" if a["query"].ndim == 2 else "") + "  # (N, L, E)",
               "want, _ = mha_reference(m, d['query'], d['key'], d['value'], "
-              "**d['kwargs'])  # float64, from the module's weights",
+              "**d['kwargs'])  # " + T("repro.from-weights"),
               f"b, i = {f.batch or 0}, {f.query or 0}",
               "err = abs(got[b, i].numpy() - want[b, i]).max()",
-              "print('max error of that row against the oracle:', err)",
+              "print('" + T("repro.row-error") + "', err)",
               f"assert err <= {bound}, {f.code!r}"]
-    return path, "\n".join(lines)
+    return path, join(lines, "line")
 
 
-def any_reproducer(folder: Path, f: Any, call: Any, judged: Any) -> tuple[Path, str]:
+def any_reproducer(folder: Path, f: Any, call: Any, judged: Any) -> tuple[Path, Text]:
     """Save the inputs of the call behind finding ``f`` to a ``.pt`` file in ``folder``
     and return ``(path, lines)``: Python that runs as printed and fails while the bug is
-    there.
+    there (a :class:`Text`: the same code in every language, its comments and printed
+    words in the report's).
 
     Args:
         folder: where the ``.pt`` file goes (made when missing).
@@ -174,14 +175,14 @@ def any_reproducer(folder: Path, f: Any, call: Any, judged: Any) -> tuple[Path, 
     if call.kind == "flex":  # score_mod and mask_mod are code: only the tensors are saved
         q, k, v = call.arguments["args"][:3]
         path = _save(folder, f, {"q": q.cpu(), "k": k.cpu(), "v": v.cpu()})
-        return path, "\n".join([
+        return path, join([
             "import torch",
             "from torch.nn.attention.flex_attention import flex_attention",
             f"d = torch.load({str(path)!r}, weights_only=True)",
-            f"# the layer's score_mod and block_mask are functions of your code ({f.layer}):",
+            "# " + T("repro.flex-code", layer=f.layer),
             "# out = flex_attention(d['q'], d['k'], d['v'], score_mod=..., block_mask=...)",
-            f"# row batch {f.batch}, head {f.head}, query {f.query} is off by more than "
-            f"{bound}"])
+            "# " + T("repro.flex-off", batch=f.batch, head=f.head, query=f.query,
+                     bound=bound)], "line")
     if call.kind == "mha":
         return _mha(folder, f, call, judged, bound)
     return _sdpa(folder, f, call, judged, bound)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from ..catalogue import T, get_language, render
+from ..catalogue.command import help_words
 from .any_command import (
     cast_inputs,
     is_target_spec,
@@ -19,70 +21,43 @@ from .any_command import (
 )
 from .load import TINY_FAMILIES, load_model, require_transformers, tiny_model
 
-__all__ = ["DESCRIPTION", "add_arguments", "run"]
+__all__ = ["add_arguments", "description", "run"]
 
-DESCRIPTION = (
-    "Run a transformers model under each attention implementation and judge every attention "
-    "call (prefill and, with --generate, each decoding step) against attnkit's float64 oracle "
-    "on what it received, compare the mask it received with the one the config and padding "
-    "call for, and show per layer where implementations part. Nothing is downloaded and no "
-    "model code is run (no trust_remote_code). Exit status 1 when any finding is an error. "
-    "See docs/check.md."
-)
+def description(lang: str = "en") -> str:
+    """What ``attnkit check model --help`` says it does, in ``lang``."""
+    return help_words(lang)("help.model.description")
 
 
 def add_arguments(p: argparse.ArgumentParser, positive_int: Callable[[str], int],
-                  non_negative_int: Callable[[str], int]) -> None:
-    """Add the arguments of ``attnkit check model`` to ``p``."""
-    p.add_argument("model", metavar="MODEL", nargs="?", default=None,
-                   help="a local model folder (from_pretrained), a config.json (random "
-                        "weights), or any PyTorch model as FILE.py:NAME (an nn.Module, or a "
-                        "function or class that builds one with no arguments, or returns "
-                        "(module, inputs)): its SDPA, flex_attention and "
-                        "nn.MultiheadAttention calls are judged")
-    p.add_argument("--tiny", choices=TINY_FAMILIES, default=None,
-                   help="instead of MODEL: a small random model of this family")
+                  non_negative_int: Callable[[str], int], lang: str = "en") -> None:
+    """Add the arguments of ``attnkit check model`` to ``p``, their help in ``lang``."""
+    h = help_words(lang)
+    p.add_argument("model", metavar="MODEL", nargs="?", default=None, help=h("help.model.model"))
+    p.add_argument("--tiny", choices=TINY_FAMILIES, default=None, help=h("help.model.tiny"))
     p.add_argument("--implementations", default="eager,sdpa,attnkit", metavar="NAMES",
-                   help="comma-separated attn_implementation names; differences are measured "
-                        "against the first (default: %(default)s)")
+                   help=h("help.model.implementations"))
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "float64"),
-                   default=None, help="the model's dtype (default: float32; a FILE.py model "
-                                      "keeps its own)")
+                   default=None, help=h("help.model.dtype"))
     p.add_argument("--implementation", default=None, metavar="FILE.py:FN",
-                   help="your attention function, with the signature of "
-                        "F.scaled_dot_product_attention: it runs in place of the model's SDPA "
-                        "calls and each call is judged (a transformers model is switched to "
-                        "sdpa for it)")
-    p.add_argument("--layers", default=None, metavar="PATTERNS",
-                   help="with --implementation: only in these layers (comma-separated module "
-                        "names or fnmatch patterns, e.g. blocks.1.attn or 'blocks.*.attn')")
-    p.add_argument("--inputs", default=None, metavar="FILE",
-                   help="the inputs, from a .pt (torch.load(weights_only=True): a tensor, a "
-                        "tuple, or a dict of keyword arguments) or .safetensors file; no code "
-                        "in it runs. Required for a FILE.py model that gives none")
-    p.add_argument("--seed", type=non_negative_int, default=0,
-                   help="seeds the random weights and inputs (default: %(default)s)")
+                   help=h("help.model.implementation"))
+    p.add_argument("--layers", default=None, metavar="PATTERNS", help=h("help.model.layers"))
+    p.add_argument("--inputs", default=None, metavar="FILE", help=h("help.model.inputs"))
+    p.add_argument("--seed", type=non_negative_int, default=0, help=h("help.model.seed"))
     p.add_argument("--padding", choices=("left", "right", "none"), default="left",
-                   help="padding of the random inputs (default: %(default)s)")
+                   help=h("help.model.padding"))
     # --batch-size and --seq-len as in every subcommand; --batch and --length also work
     p.add_argument("--batch-size", "--batch", dest="batch", metavar="B", type=positive_int,
-                   default=2, help="B of the random inputs (default: 2)")
+                   default=2, help=h("help.model.batch"))
     p.add_argument("--seq-len", "--length", dest="length", metavar="T", type=positive_int,
-                   default=12, help="T of the random inputs (default: 12)")
+                   default=12, help=h("help.model.length"))
     p.add_argument("--generate", type=non_negative_int, default=0, metavar="N",
-                   help="decoding steps with a KV cache after the prefill (default: 0)")
-    p.add_argument("--generate-api", action="store_true",
-                   help="with --generate, also run the model's own generate() with a dynamic "
-                        "and a static cache, every attention call judged")
+                   help=h("help.model.generate"))
+    p.add_argument("--generate-api", action="store_true", help=h("help.model.generate-api"))
     p.add_argument("--sample", type=positive_int, default=None, metavar="N",
-                   help="judge at most N heads and N queries per call against the oracle "
-                        "(large models)")
-    p.add_argument("--save", default=None, metavar="DIR",
-                   help="folder for the reproducers' .pt files (default: a temporary folder)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--lang", choices=("en", "zh"), default=None,
-                   help="the language of the report: en or zh (中文); codes are the same in "
-                        "both (default: $ATTNKIT_LANG, else en)")
+                   help=h("help.model.sample"))
+    p.add_argument("--save", default=None, metavar="DIR", help=h("help.model.save"))
+    p.add_argument("--json", action="store_true", help=h("help.json"))
+    p.add_argument("--lang", choices=("en", "zh"), default=None, help=h("help.lang"))
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -108,12 +83,19 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         else:
             report = _run_transformers(args, impls)
     except ImportError as err:  # the transformers extra is missing: the install line
-        print(f"attnkit check model: error: {err}", file=sys.stderr)
+        print(render(T("cli.error-only", prog=parser.prog, message=_missing(err)), lang),
+              file=sys.stderr)
         return 2
     except ValueError as err:  # one line, in the report's language where the catalogue has it
         refuse(err.args[0] if err.args else str(err))
     print(report.to_json(lang) if args.json else report.text(lang))
     return 0 if report.ok else 1
+
+
+def _missing(err: ImportError) -> Any:
+    """The install line of a missing extra as a sentence (any other error as written)."""
+    m = re.fullmatch(r"(.+) needs (\w+), which is not installed: (.+)", str(err))
+    return T("cli.missing", user=m[1], module=m[2], install=m[3]) if m else str(err)
 
 
 def _implementation(args: argparse.Namespace) -> Any:

@@ -17,6 +17,7 @@ from ...testing import max_mean_error, reference_attention
 from ..catalogue import T, Text
 from ..core.oracle import Baseline, bound_of, rule_error
 from ..core.readings import first_fit, polarity_reading, scale_readings, top_left_reading
+from .half import half_cause
 from .masks import CallPlace, expected_keep, mask_difference, received_keep
 from .report import LayerRow
 from .session import first_line
@@ -145,7 +146,9 @@ class CallJudge:
                 message = T("model.non-finite-kv", n=int(masked_bad.sum()))
             if sm.dtype in ("float16", "bfloat16") and self.twin_finite(fn, module, snap,
                                                                         mask, kwargs):
-                return "float16-overflow", T("model.half-non-finite", dtype=sm.dtype)
+                return "float16-overflow", T(
+                    "model.half-non-finite", dtype=sm.dtype,
+                    cause=half_cause(sm.dtype, "NaN/inf in the output", fn, module))
             return "nan-or-inf", message
         Tq, Tk = keep4.shape[-2], k.shape[-2]
         if Tq != Tk and first_fit([top_left_reading(Tq, Tk, keep4, torch)], sm.fits):
@@ -258,8 +261,10 @@ class CallJudge:
         row.first_failure = row.first_failure or T("model.failure-raised", step=s.step)
         if dtype in ("float16", "bfloat16") and self.twin_finite(fn, module, snap, mask,
                                                                  kwargs):
+            error = f"{type(err).__name__}: {first_line(err)}"
             self.find(s, row, "float16-overflow", T(
-                "model.half-raises", dtype=dtype, error=f"{type(err).__name__}: {first_line(err)}"),
+                "model.half-raises", dtype=dtype, error=error,
+                cause=half_cause(dtype, error, fn, module)),
                 T("measured.raised", name=type(err).__name__), where,
                 call=(snap, mask, kwargs, None, None, None, fn, module))
             return

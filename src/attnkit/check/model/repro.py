@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..catalogue import T, Text, join
 from ..meet.targets import target_spec
 from .any_repro import file_spec
 from .masks import received_keep
@@ -20,21 +21,24 @@ _KWARGS_SAVED = ("softcap", "s_aux", "sliding_window", "position_bias", "is_caus
 
 
 def model_reproducer(folder: Path, impl: str, f: Any, call: tuple,
-                     measured: str) -> tuple[Path, str]:
+                     measured: str) -> tuple[Path, Text]:
     """Save the inputs of the call behind finding ``f`` of implementation ``impl`` to a
     ``.pt`` file in ``folder`` and return ``(path, lines)``: Python that loads the file
     with ``torch.load(..., weights_only=True)``, calls the implementation again and the
-    float64 oracle, and fails while the bug is there.
+    float64 oracle, and fails while the bug is there. The lines are a :class:`Text`: the
+    code is the same in every language, its comments and printed words are the report's.
 
     ``call`` is ``(q, k, v), mask, kwargs, keep, expected, place, fn, module`` as the
-    check recorded it (``keep`` None for a call that raised). A ``mask-mismatch`` shows
-    the pair of masks (:func:`_mask_lines`); any other finding calls the implementation
-    again against the oracle.
+    check recorded it (``keep`` None for a call that raised). A ``mask-mismatch`` that
+    names a query and a key (``f.key`` set: the mask the call received differs from the
+    expected one at that pair) shows the pair of masks (:func:`_mask_lines`); any other
+    finding (a sliding window the function ignores: the mask was right, the output is not)
+    calls the implementation again against the oracle.
     """
     keep4, fn, module = call[3], call[6], call[7]
     path, data = _save_call(folder, impl, f, call)
     load_fn = _load_fn(impl, fn, module)
-    if f.code == "mask-mismatch" and "ignores" not in f.message:
+    if f.code == "mask-mismatch" and f.key is not None:
         return path, _mask_lines(path, f, data)
     lines = ["import torch",
              "from transformers import AttentionInterface",
@@ -42,28 +46,29 @@ def model_reproducer(folder: Path, impl: str, f: Any, call: tuple,
     if impl == "attnkit":
         lines.append("from attnkit.integrations.transformers import register; register()")
     lines += [f"d = torch.load({str(path)!r}, weights_only=True)", load_fn,
-              "module = torch.nn.Module().eval()  # what fn reads off the calling module",
+              "module = torch.nn.Module().eval()  # " + T("repro.stand-in"),
               "module.is_causal, module.layer_idx = d['is_causal'], d['layer_idx']",
               "module.num_key_value_groups = d['num_key_value_groups']",
-              "for name, x in d['module'].items():  # its settings and own tensors (sinks)",
+              "for name, x in d['module'].items():  # " + T("repro.module-state"),
               "    setattr(module, name, x)"]
     if keep4 is None:  # the call raised: calling it again raises the same
-        why = "in half precision" if f.code == "float16-overflow" else f"({f.measured})"
+        why = T("repro.raises-half") if f.code == "float16-overflow" else \
+            T("repro.raises", error=f.measured)
         lines += ["fn(module, d['q'], d['k'], d['v'], d.get('attention_mask'), "
-                  f"scaling=d['scaling'], **d['kwargs'])  # raises {why}"]
-        return path, "\n".join(lines)
+                  "scaling=d['scaling'], **d['kwargs'])  # " + why]
+        return path, join(lines, "line")
     lines += ["out, _ = fn(module, d['q'], d['k'], d['v'], d.get('attention_mask'), "
               "scaling=d['scaling'], dropout=0.0, **d['kwargs'])",
               "got = out.transpose(1, 2).double()  # (B, H, Tq, Dv)"]
     lines += ["kw = d['kwargs']",
               "want = reference_attention(d['q'], d['k'], d['v'], mask=d['keep'], "
               "bias=d.get('bias'), scale=d['scaling'], softcap=kw.get('softcap'),"
-              " sinks=kw.get('s_aux')).out  # float64 oracle, on what fn received",
+              " sinks=kw.get('s_aux')).out  # " + T("repro.oracle-received"),
               f"b, h, i = {f.batch}, {f.head}, {f.query}",
               "err = abs(got[b, h, i].numpy() - want[b, h, i]).max()",
-              "print('max error of that row against the oracle:', err)",
+              "print('" + T("repro.row-error") + "', err)",
               f"assert err <= {_bound_text(measured)}, {f.code!r}"]
-    return path, "\n".join(lines)
+    return path, join(lines, "line")
 
 
 def _save_call(folder: Path, impl: str, f: Any, call: tuple) -> tuple[Path, dict[str, Any]]:
@@ -98,7 +103,7 @@ def _save_call(folder: Path, impl: str, f: Any, call: tuple) -> tuple[Path, dict
     return path, data
 
 
-def _load_fn(impl: str, fn: Any, module: Any) -> str:
+def _load_fn(impl: str, fn: Any, module: Any) -> str | Text:
     """The line(s) that bind ``fn`` to the implementation in a reproducer."""
     if impl == "eager":
         mod = type(module).__module__
@@ -107,26 +112,28 @@ def _load_fn(impl: str, fn: Any, module: Any) -> str:
         return f"fn = AttentionInterface()[{impl!r}]"
     # the user's own function: registered inside the reproducer, from its file
     spec = file_spec(fn) or target_spec(fn)
-    return (f"fn = AttentionInterface()[{impl!r}]  # register your function first"
+    return (f"fn = AttentionInterface()[{impl!r}]  # " + T("repro.register-first")
             if spec is None else
             f"from attnkit.check import load_target\n"
             f"fn = load_target({spec!r})\n"
-            f"AttentionInterface.register({impl!r}, fn)  # as the model ran it")
+            f"AttentionInterface.register({impl!r}, fn)  # " + T("repro.as-ran"))
 
 
-def _mask_lines(path: Path, f: Any, data: dict[str, Any]) -> str:
+def _mask_lines(path: Path, f: Any, data: dict[str, Any]) -> Text:
     """A ``mask-mismatch`` reproducer: the mask the call received against the one config
     and padding call for, at the pair the finding names."""
     h = 0 if data["keep"].shape[1] == 1 else f.head
-    where = f"batch row {f.batch}, " + (f"head {f.head}, " if f.head is not None else "")
-    return "\n".join([
+    where = T("repro.pair", batch=f.batch) if f.head is None else \
+        T("repro.pair-head", batch=f.batch, head=f.head)
+    return join([
         "import torch",
         f"d = torch.load({str(path)!r}, weights_only=True)",
-        f"b, h, i, j = {f.batch}, {h}, {f.query}, {f.key}  # {where}query i, key j",
-        "received = bool(d['keep'][b, h, i, j])  # what the call's mask allows",
-        "expected = bool(d['expected'][b, 0, i, j])  # what config and padding allow",
-        "print('query i may see key j: received', received, '| expected', expected)",
-        f"assert received == expected, {f.message!r}"])
+        f"b, h, i, j = {f.batch}, {h}, {f.query}, {f.key}  # " + where,
+        "received = bool(d['keep'][b, h, i, j])  # " + T("repro.received-allows"),
+        "expected = bool(d['expected'][b, 0, i, j])  # " + T("repro.expected-allows"),
+        "print('" + T("repro.may-see") + "', received, '" + T("repro.expected")
+        + "', expected)",
+        "assert received == expected, " + T("repro.quoted", text=f.message)], "line")
 
 
 def module_state(module: Any) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """A check's report as plain data (``--json``), in any language of the catalogue: the
-codes, severities, figures and reproducers are the same in every language; the sentences
-(``message``, ``measured``, ``case`` and the header's) are written in the language asked
-for, and outside English each finding also carries its code's ``title`` and
-``diagnosis``."""
+codes, severities, figures and the reproducers' code are the same in every language; the
+sentences (``message``, ``measured``, ``case``, the header's, and the comments of a model
+check's reproducer) are written in the language asked for, and outside English each
+finding also carries its code's ``title`` and ``diagnosis``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ def finding_dict(finding: Any, item: dict, lang: str) -> dict:
     item["doc"] = doc_link(finding.code)
     for name in _SENTENCES:
         item[name] = render(getattr(finding, name), lang)
+    # the same code in every language; a model check's comments in it are sentences
+    item["reproducer"] = render(getattr(finding, "reproducer", ""), lang)
     if lang != "en":
         cw = code_words(finding.code, lang)
         item["title"], item["diagnosis"] = cw["title"], cw["what"] + cw["fix"]

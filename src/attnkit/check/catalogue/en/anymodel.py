@@ -71,10 +71,9 @@ TEXTS.update({
     "any.top-left": "is_causal with Tq = {Tq} != Tk = {Tk} aligned bottom-right; SDPA's "
                     "is_causal is top-left (query i sees keys j <= i)",
     "any.all-masked": "every query's keys are masked: nothing to compare with the oracle",
-    "any.half": "NaN/inf (or an error) in {dtype} where the same call in float32 is finite: a "
-                "fill like -1e9 does not fit half precision; fill with -inf or "
-                "torch.finfo(dtype).min and keep softmax statistics in float32",
-    "any.half-raised": "{cause} (it raised {error})",
+    "any.half": "NaN/inf in {dtype} where the same call in float32 is finite: {cause}",
+    "any.half-raised": "the call raises in {dtype} where the same call in float32 runs "
+                       "({error}): {cause}",
     "any.raised": "the attention call raised {error} (query {shape}, {dtype})",
     "any.mha-shape": "nn.MultiheadAttention returned {shape}; its query {query} calls for "
                      "(N, L, E) = {want}",

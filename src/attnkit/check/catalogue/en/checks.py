@@ -269,6 +269,13 @@ TEXTS.update({
                          "guard empty rows",
     "overflow.range": "a value overflows {dtype}'s range or precision (exp, a sum of squares, "
                       "a product of scores): keep the softmax's statistics in float32",
+    "overflow.setting": "{attr} = {value} does not fit in float16, whose largest value is "
+                        "65504: fill with -inf or torch.finfo(dtype).min and guard empty rows",
+    "overflow.unread": "a value leaves {dtype}'s range, in code the check cannot read (the "
+                       "library's own functions, or code with no source file): a fill or "
+                       "bias constant too large for {dtype}, exp of large scores, or a sum of "
+                       "squares; fill with torch.finfo(dtype).min (or -inf, guarding empty "
+                       "rows) and keep the softmax's statistics in float32",
     "overflow.fill": "a large negative fill",
     "overflow.fill-here": "a large negative fill ({value} here)",
     "overflow.nan-in-output": "NaN/inf in the output",

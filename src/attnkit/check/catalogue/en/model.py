@@ -81,10 +81,8 @@ TEXTS.update({
                            "hold NaN/inf at {n} key(s) the mask excludes, e.g. from an "
                            "earlier layer's rows with no allowed key: they reach the output "
                            "as 0 * NaN)",
-    "model.half-non-finite": "NaN/inf in {dtype} where the same call in float32 is finite (a "
-                             "fill like -1e9 overflows half precision, or exp overflows): "
-                             "fill with -inf or torch.finfo(dtype).min and keep softmax "
-                             "statistics in float32",
+    "model.half-non-finite": "NaN/inf in {dtype} where the same call in float32 is finite: "
+                             "{cause}",
     "model.causal-leak": "the attention function lets queries see later keys that the mask "
                          "it received forbids (it ignores the causal part of the mask, or "
                          "builds none): a token's output depends on tokens after it",
@@ -104,8 +102,7 @@ TEXTS.update({
     "model.beyond-rule": "the attention output is further from the oracle than 2x the error "
                          "of plain {dtype} math",
     "model.half-raises": "the attention function raises in {dtype} but not in float32 "
-                         "({error}): a constant like -1e9 does not fit in half precision; "
-                         "use -inf or torch.finfo(dtype).min",
+                         "({error}): {cause}",
     "model.raised": "the attention function raised {error} at step {step}, layer {layer}: "
                     "{line} (q {q}, k {k}, {dtype}); the layers after it did not run",
     "model.empty-nan": "queries with no allowed key (padding) get NaN: through the padded "

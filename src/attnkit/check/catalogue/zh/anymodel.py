@@ -63,10 +63,9 @@ TEXTS.update({
     "any.top-left": "在 Tq = {Tq} != Tk = {Tk} 时 is_causal 按右下角对齐；SDPA 的 is_causal "
                     "按左上角对齐（查询 i 只看键 j <= i）",
     "any.all-masked": "每个查询的键都被掩蔽了：没有可与参考实现比较的内容",
-    "any.half": "在 {dtype} 下出现 NaN/inf（或报错），同样的调用在 float32 下却是有限值："
-                "像 -1e9 这样的填充值超出了半精度的范围；请用 -inf 或 torch.finfo(dtype).min "
-                "填充，并在 float32 下计算 softmax 的统计量",
-    "any.half-raised": "{cause}（它抛出了 {error}）",
+    "any.half": "在 {dtype} 下出现 NaN/inf，而同样的调用在 float32 下是有限值：{cause}",
+    "any.half-raised": "这次调用在 {dtype} 下报错，而同样的调用在 float32 下能运行（{error}）："
+                       "{cause}",
     "any.raised": "注意力调用抛出了 {error}（查询 {shape}，{dtype}）",
     "any.mha-shape": "nn.MultiheadAttention 返回的形状是 {shape}；按它的查询 {query}，"
                      "应为 (N, L, E) = {want}",

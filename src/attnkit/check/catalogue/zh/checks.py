@@ -243,10 +243,18 @@ TEXTS.update({
                           "转换它（它们只转换参数和缓冲区）："
                           "请用 self.register_buffer({name}, ...) "
                           "注册它",
-    "overflow.constant": "常数 {constant}（{line}）超出了 float16 的范围（最大值为 65504）：请改用 "
-                         "-inf 或 torch.finfo(dtype).min 填充，并单独处理没有可关注键的行",
+    "overflow.constant": "常数 {constant}（{line}）超出了 float16 的范围（最大值为 65504）：请把"
+                         "被掩蔽的分数替换为 -inf 或 torch.finfo(dtype).min，并单独处理没有"
+                         "可关注键的行",
     "overflow.range": "某个值超出了 {dtype} 的范围或精度（exp、平方和、分数的乘积）：请让 softmax "
                       "的统计量保持 float32",
+    "overflow.setting": "{attr} = {value} 超出了 float16 的范围（最大值为 65504）：请把被掩蔽的"
+                        "分数替换为 -inf 或 torch.finfo(dtype).min，并单独处理没有可关注键的行",
+    "overflow.unread": "某个值超出了 {dtype} 的范围，而算出它的代码无法读取（库自带的函数，"
+                       "或没有源文件的代码）：可能是对 {dtype} 过大的掩码常数或偏置常数、"
+                       "较大分数的 exp，或平方和；请把被掩蔽的分数替换为 torch.finfo(dtype).min"
+                       "（或 -inf，并单独处理没有可关注键的行），并让 softmax 的统计量保持 "
+                       "float32",
     "overflow.fill": "用大负数填充",
     "overflow.fill-here": "用大负数填充（这里是 {value}）",
     "overflow.nan-in-output": "输出中有 NaN/inf",

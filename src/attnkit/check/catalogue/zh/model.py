@@ -73,9 +73,8 @@ TEXTS.update({
     "model.non-finite-kv": "参考实现给出有限值的地方，注意力输出里出现了 NaN/inf（在掩码排除的 "
                            "{n} 个键上，k/v 含有 NaN/inf，例如来自前面某层没有可关注键的行："
                            "它们以 0 * NaN 的形式进入了输出）",
-    "model.half-non-finite": "在 {dtype} 下出现 NaN/inf，而同样的调用在 float32 下是有限值"
-                             "（-1e9 这样的填充值超出了半精度的范围，或者 exp 上溢）：请用 -inf "
-                             "或 torch.finfo(dtype).min 填充，并让 softmax 的统计量保持 float32",
+    "model.half-non-finite": "在 {dtype} 下出现 NaN/inf，而同样的调用在 float32 下是有限值："
+                             "{cause}",
     "model.causal-leak": "注意力函数让查询看到了它收到的掩码所禁止的后续键（它忽略了掩码中的"
                          "因果部分，或者根本没有构造因果掩码）：一个词元的输出依赖于它之后的词元",
     "model.padding-ignored": "真实的查询把权重分给了填充位置上的键：注意力函数没有用上它收到的"
@@ -88,8 +87,7 @@ TEXTS.update({
                     "键，而它收到的掩码排除了这些键）",
     "model.scale": "注意力分数{scaled}（模型传入的是 scaling={scale:.4g}）",
     "model.beyond-rule": "注意力输出与参考实现的差距，超过了同精度 {dtype} 朴素实现误差的 2 倍",
-    "model.half-raises": "注意力函数在 {dtype} 下报错，在 float32 下不报错（{error}）：-1e9 这样"
-                         "的常数超出了半精度的范围；请改用 -inf 或 torch.finfo(dtype).min",
+    "model.half-raises": "注意力函数在 {dtype} 下报错，在 float32 下不报错（{error}）：{cause}",
     "model.raised": "注意力函数在第 {step} 步、层 {layer} 报错 {error}：{line}（q {q}，k {k}，"
                     "{dtype}）；其后的层没有运行",
     "model.empty-nan": "没有可关注键的查询（填充位置）得到了 NaN：它会经由填充的词元传到后面的层；"
