@@ -143,9 +143,10 @@ class Report:
         return report_dict(self, lang)
 
     def to_json(self, lang: str = "en") -> str:
-        import json
+        """:meth:`to_dict` as strict JSON (:func:`attnkit.check.render.json.strict_json`)."""
+        from ..render.json import strict_json
 
-        return json.dumps(self.to_dict(lang), indent=2, ensure_ascii=False)
+        return strict_json(self.to_dict(lang))
 
     def table(self, reproducers: bool = True, lang: str | None = None) -> str:
         """The report as text for a terminal (:meth:`text`)."""

@@ -4,31 +4,21 @@ implementation, one :class:`LayerRow` per attention module, :class:`ModelFinding
 The findings use the codes of ``attnkit check`` (:data:`attnkit.check.CODES`), plus
 ``mask-mismatch``; each names the step (0 = the prefill), the layer (the attention module's
 path) and the first batch row, head, query and key concerned.
+
+How a report is shown (text, ``--json``): :mod:`attnkit.check.render`.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import unicodedata
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..catalogue import (
-    CATALOGUE,
-    ERROR,
-    T,
-    check_language,
-    code_words,
-    get_language,
-    render,
-    style,
-    words,
-)
+from ..catalogue import CATALOGUE, ERROR, T, check_language, get_language
 from ..catalogue.text import Text, join
 from ..core.report import Finding
-from ..render.json import finding_dict
+from ..render.json import model_dict, strict_json
+from ..render.text import model_text
 
 __all__ = ["ImplementationResult", "LayerRow", "ModelFinding", "ModelReport"]
 
@@ -226,42 +216,15 @@ class ModelReport:
         return next(r.findings for r in self.implementations if r.name == implementation)
 
     def to_dict(self, lang: str = "en") -> dict:
-        """The report as plain data (``--json``). With ``lang="zh"`` each finding also
-        carries its code's Chinese ``title`` and ``diagnosis``; codes never change."""
-        check_language(lang)
-        d = asdict(self)
-        d["inputs"] = render(self.inputs, lang)
-        d["ok"] = self.ok
-        d["judged"] = self.judged
-        d["reason"] = render(self.reason, lang) or None
-        # As on every report: whether the calls were compared with the float64 oracle (each
-        # judged call is; a run that judged none says why).
-        why = "" if self.judged else (d["reason"] or next(
-            (render(r.status, lang) for r in self.implementations if r.status), ""))
-        d["oracle"] = {"compared": self.judged, "why": why}
-        d["notes"] = [render(n, lang) for n in self.notes]
-        for r, item in zip(self.implementations, d["implementations"]):
-            item["ok"], item["calls"] = r.ok, r.calls
-            item["warning"] = render(r.note, lang) or None
-            item["status"] = render(r.status, lang)
-            item["masks"] = [render(m, lang) for m in r.masks]
-            for h in item["hidden"]:
-                h["name"] = render(h["name"], lang)
-            item["first_failing_layer"] = render(r.first_failing_layer, lang) or None
-            for f, fi in zip(r.findings, item["findings"]):
-                finding_dict(f, fi, lang)
-            for row in item["layers"]:
-                row["first_failure"] = render(row["first_failure"], lang)
-                row["note"] = render(row.get("note", ""), lang)
-                row.pop("_ratio", None)
-                row.pop("_nan_step", None)
-        return d
+        """The report as plain data (``--json``, :func:`attnkit.check.render.json.model_dict`):
+        its sentences in ``lang``; outside English each finding also carries its code's
+        ``title`` and ``diagnosis``. Codes and figures are the same in every language."""
+        return model_dict(self, lang)
 
     def to_json(self, lang: str = "en") -> str:
         """Strict JSON: a non-finite number is ``null`` (NaN) or the string ``"inf"`` /
         ``"-inf"``, never the ``NaN``/``Infinity`` that JSON parsers refuse."""
-        return json.dumps(_strict(self.to_dict(lang)), indent=2, ensure_ascii=False,
-                          allow_nan=False)
+        return strict_json(self.to_dict(lang))
 
     def table(self, reproducers: bool = True, lang: str | None = None) -> str:
         """The report as text (:meth:`text`)."""
@@ -269,153 +232,20 @@ class ModelReport:
 
     def text(self, lang: str | None = None, reproducers: bool = True,
              literal: Callable[[str], str] | None = None) -> str:
-        """The report as text: per implementation a table by layer, then its findings.
+        """The report as text (:func:`attnkit.check.render.text.model_text`): per
+        implementation a table by layer, then its findings.
 
         Args:
             lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.catalogue.get_language`.
-                In Chinese the headers are Chinese and every finding gets its code's
-                Chinese title and diagnosis, with the check's English sentence under it;
-                codes, figures and reproducers are the same.
+                Every sentence is written in ``lang``; outside English each finding gets
+                its code's title and diagnosis above the check's own sentence. Codes and
+                figures are the same in every language; a reproducer's code too, while
+                its comments follow ``lang``.
             reproducers: print the first failing call's reproducer of each implementation.
             literal: rewrites every field a sentence quotes as written (tests).
         """
-        lang = check_language(lang or get_language())
-        w = {k[len("model."):]: v for k, v in words(lang).items() if k.startswith("model.")}
-        inputs = render(self.inputs, lang, literal)
-        lines = [w["title"].format(model=self.model),
-                 "  " + w["inputs"].format(dtype=self.dtype, inputs=inputs,
-                                           seconds=self.seconds)]
-        lines += [w["fact line"].format(note=render(n, lang, literal)) for n in self.notes]
-        first = self.implementations[0].name if self.implementations else ""
-        for r in self.implementations:
-            lines += _result_lines(r, first, w, lang, literal, reproducers)
-        return "\n".join(lines + self._verdict_lines(w, lang, literal))
-
-    def _verdict_lines(self, w: dict[str, str], lang: str,
-                       literal: Callable[[str], str] | None) -> list[str]:
-        """The last lines: the verdict with the count of errors and warnings, and what it
-        does not cover (nothing judged, layers not checked, an implementation not
-        loaded)."""
-        n_err = sum(f.is_error for r in self.implementations for f in r.findings)
-        n_warn = sum(len(r.findings) + bool(r.note) + sum(bool(x.note) for x in r.layers)
-                     for r in self.implementations) - n_err
-        lines = ["", w["verdict line"].format(verdict=w["OK"] if self.ok else w["FAILED"],
-                                              errors=n_err, warnings=n_warn)]
-        if not self.judged:
-            lines.append(w["nothing judged"])
-        else:
-            unseen = sum(row.verdict == "not checked" for r in self.implementations
-                         for row in r.layers)
-            if unseen:
-                lines.append(w["layers not checked"].format(n=unseen))
-        if any(r.unloaded for r in self.implementations):
-            lines.append(w["failed because"].format(reason=render(self.reason, lang, literal)))
-        return lines
+        return model_text(self, check_language(lang or get_language()), reproducers, literal)
 
     def __str__(self) -> str:
         return self.text()
 
-
-def _result_lines(r: ImplementationResult, first: str, w: dict[str, str], lang: str,
-                  literal: Callable[[str], str] | None, reproducers: bool) -> list[str]:
-    """One implementation's part of the text: its status, its table by layer, the hidden
-    states' difference to the first implementation, its findings, the layers not judged
-    and (``reproducers``) its first reproducer."""
-    status = w["ran"] if r.status == "ran" else render(r.status, lang, literal)
-    masks = words(lang)["sep.list"].join(render(m, lang, literal) for m in r.masks)
-    lines = ["", f"{r.name}: {status}" + (f"{w['masks']}{masks}" if r.masks else "")]
-    if r.note:
-        lines.append(w["not checked"])
-    if r.layers:
-        lines += _table_lines(r, first, w, lang, literal)
-    if r.hidden and r.name != first:
-        worst = max(r.hidden, key=lambda h: h["diff"])
-        lines.append("  " + w["hidden"].format(first=first, diff=worst["diff"],
-                                               name=render(worst["name"], lang, literal)))
-    if r.first_failing_layer:
-        lines.append("  " + w["first failing"].format(
-            layer=render(r.first_failing_layer, lang, literal)))
-    for f in r.findings:
-        lines += _finding_lines(f, w, lang, literal)
-    for row in r.layers:  # a layer (or calls of it) never judged: named, with why
-        if row.note:
-            lines.append(w["layer not checked"].format(
-                layer=row.layer, why=render(row.note, lang, literal)))
-    if reproducers:
-        for f in r.findings:
-            if f.reproducer:
-                lines += ["  " + w["reproducer"].format(code=f.code, path=r.reproducer)]
-                lines += ["    " + x for x in render(f.reproducer, lang).splitlines()]
-                break
-    return lines
-
-
-def _table_lines(r: ImplementationResult, first: str, w: dict[str, str], lang: str,
-                 literal: Callable[[str], str] | None) -> list[str]:
-    """The table by layer of one implementation: a header, then a row per layer."""
-    diff_head = w["vs"].format(first=first) if r.name != first else ""
-    head = (f"  {_pad(w['layer'], 34)} {_pad(w['calls'], 5, True)}  "
-            f"{_pad(w['worst'], 20)} {_pad(w['first failure'], 34)} "
-            f"{_pad(w['empty rows'], 14)} {_pad(w['verdict'], 18)} {diff_head}")
-    lines = [head.rstrip()]
-    shown = [_short(row.layer) for row in r.layers]
-    if len(set(shown)) < len(set(row.layer for row in r.layers)):
-        shown = [row.layer for row in r.layers]  # shortened, two would merge
-    for row, name in zip(r.layers, shown):
-        hold = "/".join(row.empty_hold) if row.empty_rows else ""
-        empty = f"{row.empty_rows} ({hold})" if row.empty_rows else "0"
-        err = f"{row.worst_error:.1e} / {row.bound:.1e}" if row.bound else "-"
-        diff = "" if row.diff_attention is None else f"{row.diff_attention:.1e}"
-        if row.diff_hidden is not None:
-            diff += f" / {row.diff_hidden:.1e}"
-        if row.origin:
-            diff += f" {w.get(row.origin, row.origin)}"
-        first_failure = render(row.first_failure, lang, literal) or "-"
-        lines.append(f"  {name:<34} {row.calls:>5}  {err:<20} "
-                     f"{_pad(first_failure, 34)} {empty:<14} "
-                     f"{row.verdict:<18} {diff}".rstrip())
-    return lines
-
-
-def _finding_lines(f: ModelFinding, w: dict[str, str], lang: str,
-                   literal: Callable[[str], str] | None) -> list[str]:
-    sev = words(lang)[f.severity]
-    message, measured, case = (render(x, lang, literal) for x in (f.message, f.measured,
-                                                                   f.case))
-    if style(lang) == "blocks":
-        cw = code_words(f.code, lang)
-        lines = [f"  [{sev}] {f.code}：{cw['title']}", f"    {cw['what']}{cw['fix']}",
-                 f"    {w['detail']}：{message}"]
-        lines += [f"    {w['measured']}：{measured}"] if measured else []
-        return lines + ([f"    {w['at']}：{case}"] if case else [])
-    lines = [f"  {sev:<7}  {f.code}: {message}"]
-    lines += [f"           {w['measured']}: {measured}"] if measured else []
-    return lines + ([f"           {w['at']}: {case}"] if case else [])
-
-
-def _strict(x: object) -> object:
-    """``x`` with every non-finite float replaced: NaN by None, +-inf by ``"inf"``,
-    ``"-inf"`` (in dicts, lists and tuples)."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    if isinstance(x, dict):
-        return {k: _strict(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_strict(v) for v in x]
-    return x
-
-
-def _pad(text: str, width: int, right: bool = False) -> str:
-    """``text`` padded to ``width`` terminal columns (a Chinese character takes two)."""
-    cols = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-    fill = " " * max(0, width - cols)
-    return fill + text if right else text + fill
-
-
-def _short(path: str) -> str:
-    """A module path that fits the table's first column (34 characters)."""
-    for long, short in (("model.layers.", "layers."), ("transformer.h.", "h."),
-                        ("encoder.block.", "encoder."), ("decoder.block.", "decoder."),
-                        (".layer.0.", "."), (".layer.1.", ".")):
-        path = path.replace(long, short) if len(path) > 34 else path
-    return path if len(path) <= 34 else "..." + path[-31:]

@@ -2,16 +2,20 @@
 codes, severities, figures and the reproducers' code are the same in every language; the
 sentences (``message``, ``measured``, ``case``, the header's, and the comments of a model
 check's reproducer) are written in the language asked for, and outside English each
-finding also carries its code's ``title`` and ``diagnosis``."""
+finding also carries its code's ``title`` and ``diagnosis``. :func:`report_dict` for a
+function, multi-head or block check, :func:`model_dict` for a model check, and
+:func:`strict_json` to write either."""
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import asdict
 from typing import Any
 
 from ..catalogue import check_language, code_words, doc_link, render
 
-__all__ = ["finding_dict", "report_dict"]
+__all__ = ["finding_dict", "model_dict", "report_dict", "strict_json"]
 
 _SENTENCES = ("message", "measured", "case")
 _HEADER = ("convention", "layout", "causality", "origin")
@@ -44,3 +48,56 @@ def report_dict(report: Any, lang: str = "en") -> dict:
     for f, item in zip(report.findings, d["findings"]):
         finding_dict(f, item, lang)
     return d
+
+
+def model_dict(report: Any, lang: str = "en") -> dict:
+    """``report`` (a :class:`attnkit.check.model.report.ModelReport`) as plain data: as
+    :func:`dataclasses.asdict`, with its verdict (``ok``, ``judged``, ``reason``), whether
+    the calls were compared with the oracle, and each implementation's and finding's
+    sentences in ``lang``."""
+    check_language(lang)
+    d = asdict(report)
+    d["inputs"] = render(report.inputs, lang)
+    d["ok"] = report.ok
+    d["judged"] = report.judged
+    d["reason"] = render(report.reason, lang) or None
+    # As on every report: whether the calls were compared with the float64 oracle (each
+    # judged call is; a run that judged none says why).
+    why = "" if report.judged else (d["reason"] or next(
+        (render(r.status, lang) for r in report.implementations if r.status), ""))
+    d["oracle"] = {"compared": report.judged, "why": why}
+    d["notes"] = [render(n, lang) for n in report.notes]
+    for r, item in zip(report.implementations, d["implementations"]):
+        item["ok"], item["calls"] = r.ok, r.calls
+        item["warning"] = render(r.note, lang) or None
+        item["status"] = render(r.status, lang)
+        item["masks"] = [render(m, lang) for m in r.masks]
+        for h in item["hidden"]:
+            h["name"] = render(h["name"], lang)
+        item["first_failing_layer"] = render(r.first_failing_layer, lang) or None
+        for f, fi in zip(r.findings, item["findings"]):
+            finding_dict(f, fi, lang)
+        for row in item["layers"]:
+            row["first_failure"] = render(row["first_failure"], lang)
+            row["note"] = render(row.get("note", ""), lang)
+            row.pop("_ratio", None)
+            row.pop("_nan_step", None)
+    return d
+
+
+def strict_json(data: dict) -> str:
+    """``data`` as strict JSON: a non-finite number is ``null`` (NaN) or the string
+    ``"inf"`` / ``"-inf"``, never the ``NaN``/``Infinity`` that JSON parsers refuse."""
+    return json.dumps(_finite(data), indent=2, ensure_ascii=False, allow_nan=False)
+
+
+def _finite(x: object) -> object:
+    """``x`` with every non-finite float replaced: NaN by None, +-inf by ``"inf"``,
+    ``"-inf"`` (in dicts, lists and tuples)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
