@@ -152,6 +152,20 @@ def test_no_file_over_max_lines():
     )
 
 
+def test_the_renderers_import_only_the_catalogue():
+    """``attnkit.check.render`` writes every kind of report (a function's, a module's, a
+    model's) reading it by its attributes: it imports the catalogue of words and nothing
+    of the checks, so that every check may import it."""
+    graph = import_graph(SRC, PACKAGE)
+    render = "attnkit.check.render"
+    outside = {f"{name} -> {dep}" for name, deps in graph.items()
+               if name == render or name.startswith(render + ".")
+               for dep in deps if not dep.startswith(("attnkit.check.catalogue", render))}
+    assert not outside, f"render/ imports more than the catalogue: {sorted(outside)}"
+    users = {name for name, deps in graph.items() if any(d.startswith(render) for d in deps)}
+    assert "attnkit.check.model.report" in users  # a model's report is shown by render/
+
+
 def test_known_pending_is_still_pending():
     """An entry fixed elsewhere must leave KNOWN_PENDING, so the list only shrinks."""
     now = set(long_files(SRC, PACKAGE)) | {
