@@ -1,7 +1,8 @@
 """A check's report as text for a terminal, in the layout its language chooses: ``"table"``
 (a row per finding) or ``"blocks"`` (a block per finding, with the code's title and what
-to do). Every sentence comes from the catalogue; figures, codes, identifiers and
-reproducers are written as they are in every language."""
+to do). Every sentence comes from the catalogue; figures, codes, identifiers and the code
+of reproducers are written as they are in every language (a reproducer's comments, printed
+labels and assertion messages are sentences)."""
 
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ def report_text(report: Any, lang: str, reproducers: bool = True,
         for f in report.findings:
             if f.reproducer:
                 lines += ["", w["report.reproducer"].format(code=f.code),
-                          textwrap.indent(f.reproducer, "    ")]
+                          textwrap.indent(render(f.reproducer, lang, literal), "    ")]
     n_err = sum(f.is_error for f in report.findings)
     verdict = w["report.ok"] if report.ok else w["report.failed"]
     lines += ["", w["report.verdict"].format(verdict=verdict, errors=n_err,
