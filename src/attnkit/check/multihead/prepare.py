@@ -151,10 +151,10 @@ def no_layout_finding(h: Any, tried: Text) -> Finding:
     first = items[0] if items else tried
     expr = re.sub(r"=4\b", "=H", re.sub(r"=16\b", "=E", h.built.expr or f"{h.name}(E, H)"))
     inputs = "x" if h.self_only else "query, key, value"
-    factory = (f"class Checked(torch.nn.Module): def __init__(self, E, H): super().__init__(); "
-               f"self.inner = {expr}; def forward(self, {inputs}, mask=None): return "
-               f"self.inner({inputs}, {h.mask_name}=...)  # from mask (B, Tq, Tk), True = "
-               f"may attend, make the mask it asserts")
+    factory = note(f"class Checked(torch.nn.Module): def __init__(self, E, H): "
+                   f"super().__init__(); self.inner = {expr}; def forward(self, {inputs}, "
+                   f"mask=None): return self.inner({inputs}, {h.mask_name}=...)",
+                   "repro.make-mask")
     key_only = h.prefer_key_only or h.convention == "valid_lens"
     shape = f"{B}, {T}" if key_only else f"{B}, {T}, {T}"
     fill = "zeros" if h.convention == "masked" else "ones"

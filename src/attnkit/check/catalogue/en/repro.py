@@ -83,6 +83,7 @@ TEXTS.update({
     "repro.error-top-left": "error against top-left causal:",
     "repro.two-calls": "largest difference of two identical calls:",
     # a multi-head module (multihead/)
+    "repro.make-mask": "from mask (B, Tq, Tk), True = may attend, make the mask it asserts",
     "repro.factory-checked": "the class or factory you checked",
     "repro.factory-named": "{name}: your module's class or factory",
     "repro.dropout-off": "dropout off, as in the check",

@@ -79,6 +79,7 @@ TEXTS.update({
     "repro.error-top-left": "与按左上角对齐的因果注意力相比的误差：",
     "repro.two-calls": "两次相同调用之间的最大差异：",
     # 多头注意力模块（multihead/）
+    "repro.make-mask": "由 mask (B, Tq, Tk)（True 表示可以关注）构造它所断言的那种掩码",
     "repro.factory-checked": "你检查的类或工厂函数",
     "repro.factory-named": "{name}：你的模块的类或工厂函数",
     "repro.dropout-off": "关闭暂退法，与检查时相同",
