@@ -36,8 +36,8 @@ TEXTS: dict[str, str] = {
 # multihead/） ------------------------------------------------------------------------------
 TEXTS.update({
     # 输入（core/cases.py）
-    "repro.per-query-lens": "每个查询有自己的长度：第 b 行的查询 i 只看键 j < valid_lens[b, i]",
-    "repro.lens": "只有键 j < {lens}[b] 参与",
+    "repro.per-query-lens": "每个查询有自己的长度：第 b 行的查询 i 只看 j < valid_lens[b, i] 的键",
+    "repro.lens": "只有 j < {lens}[b] 的键参与注意力",
     "repro.may-attend-per-key": "True 表示可以关注，每个键一个值",
     "repro.batch-keeps": "批量中的每一行保留一个键、掩蔽一个键",
     "repro.batch0-no-key": "批量中第 0 行没有可关注的键",
@@ -49,7 +49,7 @@ TEXTS.update({
     "repro.query0-no-key": "查询 0 没有可关注的键",
     "repro.bottom-right": "按右下角对齐的因果掩码",
     "repro.every-score": "每个分数都是 {logit} + O(1)",
-    "repro.but-query0": "查询 0 的除外：其余各行的分数是 O(1)",
+    "repro.but-query0": "除查询 0 外都置零：其余各行的分数是 O(1)",
     "repro.row0-near": "第 0 行在 {logit} 附近，其余各行在 0 附近",
     # 调用函数（meet/calls.py、function/）
     "repro.fn-notebook": "你检查的函数，定义在你的笔记本中",
