@@ -5,6 +5,7 @@ code is the same token for token, and run as printed they fail as the English on
 from __future__ import annotations
 
 import io
+import json
 import re
 import tokenize
 
@@ -79,7 +80,7 @@ def test_a_chinese_reproducer_is_the_same_code_and_fails_the_same(check, target,
             assert CJK.search(str(raised_zh)), (f.code, raised_zh)
 
 
-def test_the_text_report_prints_the_reproducer_in_its_language():
+def test_the_text_and_json_reports_write_the_reproducer_in_their_language():
     report = check_attention(load_target("examples/check/attention_bugs.py:attention_unscaled"))
     (f,) = [f for f in report.findings if f.code == "wrong-scale"]
     zh, en = report.text(lang="zh"), report.text(lang="en")
@@ -87,3 +88,6 @@ def test_the_text_report_prints_the_reproducer_in_its_language():
     assert "# the float64 oracle" in en and "参考实现" not in en
     for line in code_of(render(f.reproducer, "zh")):
         assert line[1] in zh
+    items = json.loads(report.to_json("zh"))["findings"]
+    assert [i["reproducer"] for i in items if i["code"] == "wrong-scale"] == \
+        [render(f.reproducer, "zh")]
