@@ -396,7 +396,7 @@ def build_parser(lang: str = "en") -> argparse.ArgumentParser:
 
 def _add_check(sub: Any, lang: str) -> None:
     """``attnkit check``: its help and errors in ``lang`` (the words: the catalogue's)."""
-    from attnkit.check.catalogue.command import help_words, localize
+    from attnkit.check.catalogue.command import LANGUAGES, help_words, localize
 
     h = help_words(lang)
     check = sub.add_parser("check", help=help_words("en")("help.check"),
@@ -412,7 +412,7 @@ def _add_check(sub: Any, lang: str) -> None:
     check.add_argument("--per-query-lens", action="store_true",
                        help=h("help.check.per-query-lens"))
     check.add_argument("--json", action="store_true", help=h("help.json"))
-    check.add_argument("--lang", choices=("en", "zh"), default=None, help=h("help.lang"))
+    check.add_argument("--lang", choices=LANGUAGES, default=None, help=h("help.lang"))
     check.set_defaults(func=cmd_check)
     check.epilog = h("help.check.epilog", help="attnkit check model --help",
                      usage="attnkit check model MODEL|--tiny FAMILY [--implementations "

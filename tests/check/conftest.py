@@ -4,9 +4,11 @@
 And every report a check test makes is also read in Chinese when the test ends: with the
 fields its sentences quote as written (names, figures, the first line of an error) blanked
 out, no English sentence may be left (a sentence a check wrote without the catalogue, or a
-Chinese template that kept English words). A test whose report is made by hand from English
+Chinese template that kept English words), and none in what a reader reads in the findings'
+reproducers either: their comments, printed labels and assertion messages (their code is
+code, the same in every language). A test whose report is made by hand from English
 words, or comes from a check whose sentences are not in the catalogue yet, says so with
-``@pytest.mark.english_report`` (no test needs it today).
+``@pytest.mark.english_report`` (a test that writes reproducers by hand).
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import re
 
 import pytest
 
-from attnkit.check.catalogue import set_language
+from attnkit.check.catalogue import render, set_language
 from attnkit.check.core.report import Report
 from attnkit.check.model.report import ModelReport
 from attnkit.check.render.text import report_text
 
-from .reproducers import ROOT
+from .reproducers import ROOT, reproducer_prose
 
 # Code, shapes, paths and names: words a reader meets as written in any language.
 _CODE = re.compile(r"`[^`]*`|'[^']*'|\"[^\"]*\"|\bdef \w+\(.*?\): return \S+|\([^()]*\)"
@@ -71,6 +73,12 @@ def reports_read_in_chinese(request, monkeypatch):
             text = report_text(report, "zh", reproducers=False, literal=lambda s: "…")
         left = english_sentences(text)
         assert not left, f"English in a Chinese report: {left}\n{text}"
+        findings = ([f for r in report.implementations for f in r.findings]
+                    if isinstance(report, ModelReport) else report.findings)
+        for f in findings:
+            code = render(f.reproducer, "zh", literal=lambda s: "…")
+            left = [s for prose in reproducer_prose(code) for s in english_sentences(prose)]
+            assert not left, f"English in a Chinese reproducer of {f.code}: {left}\n{code}"
 
 
 @pytest.fixture

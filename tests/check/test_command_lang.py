@@ -92,3 +92,20 @@ def test_a_missing_extra_is_said_in_the_language(capsys, monkeypatch, english_in
     assert capsys.readouterr().err == ("attnkit check model: error: attnkit check model needs "
                                        "transformers, which is not installed: pip install "
                                        "'attnkit[transformers]'\n")
+
+
+def test_lang_takes_the_languages_of_the_catalogue():
+    """``--lang`` of both commands offers :data:`LANGUAGES` itself, so a language is added
+    by its folder of templates and its name there, not in each parser too."""
+    import argparse
+
+    from attnkit.check.catalogue import LANGUAGES
+    from attnkit.check.model import command as model_command
+    from attnkit.cli import build_parser, non_negative_int, positive_int
+
+    check = build_parser()._subparsers._group_actions[0].choices["check"]  # type: ignore
+    model = argparse.ArgumentParser()
+    model_command.add_arguments(model, positive_int, non_negative_int)
+    for parser in (check, model):
+        (lang,) = [a for a in parser._actions if "--lang" in a.option_strings]
+        assert lang.choices is LANGUAGES

@@ -167,6 +167,7 @@ def test_the_command_names_the_causality(capsys):
 
 
 # -- the reproducer test itself ---------------------------------------------------------------
+@pytest.mark.english_report  # reproducers written by hand, in English
 def test_a_reproducer_that_crashes_does_not_count_as_failing():
     report = Report("attention", "fn")
     report.add(Finding("inaccurate", "made up", reproducer="import numpy as np\n"

@@ -97,6 +97,11 @@ def test_the_catalogue_is_written_in_the_terms_of_the_chapters():
     text += "".join(words("zh").values())
     assert "屏蔽" not in text and "遮住" not in text  # the chapters say 掩蔽, as d2l does
     assert "掩蔽" in text and "暂退法" in text and "缩放点积注意力" in text
+    # A large negative value written into masked scores: 替换 in the chapters, which keep
+    # 填充 for padding.
+    assert not re.search(r"填充值|inf 填充|大负数填充|填充被掩蔽|填充为|填充成", text)
+    assert "被掩蔽的分数替换" in text
+    assert "大负数 -1e9" in render(T("overflow.fill-here", value="-1e9"), "zh")
 
 
 def test_a_sentence_is_a_template_and_renders_in_each_language():

@@ -17,6 +17,7 @@ from attnkit.check import (  # noqa: E402
     check_softmax,
     load_target,
 )
+from attnkit.check.catalogue import render  # noqa: E402
 
 from .reproducers import raises_as_printed  # noqa: E402
 
@@ -221,6 +222,10 @@ def test_module_asserting_a_mask_it_cannot_get_names_the_line_and_the_factory():
     finding = next(f for f in report.findings if f.code == "call-failed")
     assert "assert key_padding_mask.is_floating_point()" in finding.message, finding.message
     assert "class Checked(torch.nn.Module)" in finding.message, finding.message
+    # the factory's code as written, its comment a sentence in the report's language
+    zh = render(finding.message, "zh")
+    assert "class Checked(torch.nn.Module)" in zh and "构造它所断言的那种掩码" in zh, zh
+    assert "make the mask it asserts" in finding.message and "make the mask" not in zh
     assert_reproduces(report, "call-failed")
 
 

@@ -116,16 +116,17 @@ WRONG = [
 ]
 
 # What the report must say about each (a pattern of its finding's message, in English, and
-# found again in the Chinese report): the line to change.
+# found again in the Chinese report, where words that are not code have their Chinese
+# after a |): the line to change.
 DIAGNOSIS = {
     "masked_softmax_fill_in_place": r"in-place|copy",
     "masked_softmax_fill_minus_1e6": r"-inf|fill",
     "masked_softmax_no_guard": r"guard|empty",
     "masked_softmax_over_queries": r"keys|last axis",
     "masked_softmax_per_query_first_length": r"per-query|\(B, Tq\)",
-    "masked_softmax_per_query_minus_1e6": r"fill",
+    "masked_softmax_per_query_minus_1e6": r"fill|替换",
     "masked_softmax_per_query_batch_lens_only": r"per-query|\(B, Tq\)",
-    "attention_masked_inverted": r"other way round|~mask",
+    "attention_masked_inverted": r"other way round|~mask|相反的含义",
     "attention_masked_minus_1e9": r"-1e9|-inf",
     "attention_masked_no_guard": r"guard|empty",
     "attention_masked_in_place": r"in-place|copy",

@@ -186,13 +186,14 @@ WRONG = [
 ]
 
 # What the report must say about each (a pattern of its finding's message, in English, and
-# found again in the Chinese report): the line to change.
+# found again in the Chinese report, where words that are not code have their Chinese
+# after a |): the line to change.
 DIAGNOSIS = {
     "MultiHeadPlainList": r"ModuleList",
     "MultiHeadViewWithoutTranspose": r"transpose",
     "MultiHeadMergeWithoutTranspose": r"merge|transpose\(1, 2\)\.contiguous",
     "MultiHeadMinus1e9": r"-inf",
-    "MultiHeadInvertedMask": r"other way round",
+    "MultiHeadInvertedMask": r"other way round|相反的含义",
     "MultiHeadNoScale": r"sqrt\(Dk\)",
     "SelfAttentionPlainTensor": r"nn\.Param",
     "SelfAttentionUnusedParameter": r"log_temperature",

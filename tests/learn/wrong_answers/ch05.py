@@ -124,14 +124,15 @@ WRONG = [
 ]
 
 # What the report must say about each (a pattern of its finding's message, in English, and
-# found again in the Chinese report): the line to change.
+# found again in the Chinese report, where words that are not code have their Chinese
+# after a |): the line to change.
 DIAGNOSIS = {
-    "SoftmaxNoRowTerm": r"respect to x",
-    "SoftmaxRowSumOfDy": r"respect to x",
-    "SoftmaxDiagonalFormula": r"respect to x",
+    "SoftmaxNoRowTerm": r"respect to x|关于 x 的梯度",
+    "SoftmaxRowSumOfDy": r"respect to x|关于 x 的梯度",
+    "SoftmaxDiagonalFormula": r"respect to x|关于 x 的梯度",
     "SoftmaxNaiveForward": r"max",
-    "AttentionDqUnscaled": r"respect to q\b",
-    "AttentionDkNotTransposed": r"respect to k\b",
-    "AttentionDvNotTransposed": r"respect to v\b",
-    "AttentionNoRowTerm": r"respect to q\b",
+    "AttentionDqUnscaled": r"respect to q\b|关于 q 的梯度",
+    "AttentionDkNotTransposed": r"respect to k\b|关于 k 的梯度",
+    "AttentionDvNotTransposed": r"respect to v\b|关于 v 的梯度",
+    "AttentionNoRowTerm": r"respect to q\b|关于 q 的梯度",
 }

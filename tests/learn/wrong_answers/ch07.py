@@ -82,9 +82,10 @@ WRONG = [
 ]
 
 # What the report must say about each (a pattern of its finding's message, in English, and
-# found again in the Chinese report): the line to change.
+# found again in the Chinese report, where words that are not code have their Chinese
+# after a |): the line to change.
 DIAGNOSIS = {
-    "causal_keep_top_left": r"bottom-right",
+    "causal_keep_top_left": r"bottom-right|右下角",
     "causal_keep_sign_flipped": r"j <= i \+ Tk - Tq",
     "causal_keep_future": r"j <= i \+ Tk - Tq",
     "KVCacheWritesAtZero": r"length|cache|append",

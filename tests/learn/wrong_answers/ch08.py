@@ -90,11 +90,12 @@ WRONG = [
 ]
 
 # What the report must say about each (a pattern of its finding's message, in English, and
-# found again in the Chinese report): the line to change.
+# found again in the Chinese report, where words that are not code have their Chinese
+# after a |): the line to change.
 DIAGNOSIS = {
     "attention_with_weights_scores": r"weights",
     "attention_with_weights_unmasked": r"mask",
-    "attention_with_weights_minus_1e9": r"fill",
+    "attention_with_weights_minus_1e9": r"fill|替换",
     "LookingFunctionalDropout": r"training=self\.training|nn\.Dropout",
     "LookingDropoutMadeInForward": r"training=self\.training|nn\.Dropout",
     "LookingAlwaysTraining": r"training=self\.training|nn\.Dropout",

@@ -17,7 +17,8 @@ from typing import Any
 from .lang import LANGUAGES, get_language
 from .text import T, render
 
-__all__ = ["command_language", "error_line", "help_words", "localize"]
+# LANGUAGES: what --lang may name (one folder of templates each, see the package).
+__all__ = ["LANGUAGES", "command_language", "error_line", "help_words", "localize"]
 
 
 def command_language(argv: Sequence[str]) -> str:

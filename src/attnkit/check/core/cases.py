@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..catalogue import T, Text, join
+from .repro import note
 
 __all__ = ["Case", "attention_cases", "case_title", "masked_softmax_cases", "softmax_cases"]
 
@@ -113,7 +114,7 @@ def _shape(*dims: int) -> str:
     return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
 
 
-def _mask_lines(case: Case, lead: tuple[int, ...], Tq: int, Tk: int) -> list[str]:
+def _mask_lines(case: Case, lead: tuple[int, ...], Tq: int, Tk: int) -> list[Text]:
     B = lead[0]
     if case.mask in ("lens-2d", "lens-2d-empty"):
         g = np.random.default_rng(1)
@@ -121,51 +122,52 @@ def _mask_lines(case: Case, lead: tuple[int, ...], Tq: int, Tk: int) -> list[str
         lens[:, 0], lens[:, -1] = 1, Tk  # the queries of a batch row differ in length
         if case.mask == "lens-2d-empty":
             lens[0, 0] = 0
-        return [f"valid_lens = np.array({lens.tolist()})"
-                f"  # per query: query i of row b sees keys j < valid_lens[b, i]"]
+        return [note(f"valid_lens = np.array({lens.tolist()})", "repro.per-query-lens")]
     if case.mask in ("lens", "lens-empty"):
         g = np.random.default_rng(1)
         lens = g.integers(1, Tk + 1, size=B)
         if case.mask == "lens-empty":
             lens[0] = 0
-        return [f"valid_lens = np.array({lens.tolist()})  # keys j < valid_lens[b] count"]
+        return [note(f"valid_lens = np.array({lens.tolist()})", "repro.lens",
+                     lens="valid_lens")]
     if case.mask in ("random", "empty") and case.per_key:
         heads = ", None" * (len(lead) - 1)
-        lines = [f"keep_keys = g.random({_shape(B, Tk)}) < 0.6  # True = may attend, per key",
-                 "keep_keys[:, 0], keep_keys[:, 1] = True, False  # each batch keeps a key, "
-                 "drops one"]
+        lines = [note(f"keep_keys = g.random({_shape(B, Tk)}) < 0.6",
+                      "repro.may-attend-per-key"),
+                 note("keep_keys[:, 0], keep_keys[:, 1] = True, False", "repro.batch-keeps")]
         if case.mask == "empty":
-            lines.append("keep_keys[0] = False  # batch 0 may attend no key")
-        return lines + [f"keep = np.broadcast_to(keep_keys[:{heads}, None, :], "
-                        f"{_shape(*lead, Tq, Tk)})  # the same for every query"]
+            lines.append(note("keep_keys[0] = False", "repro.batch0-no-key"))
+        return lines + [note(f"keep = np.broadcast_to(keep_keys[:{heads}, None, :], "
+                             f"{_shape(*lead, Tq, Tk)})", "repro.every-query")]
     if case.mask in ("random", "empty"):
-        lines = [f"keep = g.random({_shape(*lead, Tq, Tk)}) < 0.6  # True = may attend",
-                 "keep[..., 0], keep[..., 1] = True, False  # each row keeps a key, drops one"]
+        lines = [note(f"keep = g.random({_shape(*lead, Tq, Tk)}) < 0.6", "repro.may-attend"),
+                 note("keep[..., 0], keep[..., 1] = True, False", "repro.row-keeps")]
         if case.mask == "empty":
-            lines.append("keep[..., 0, :] = False  # query 0 may attend no key")
+            lines.append(note("keep[..., 0, :] = False", "repro.query0-no-key"))
         return lines
     if case.causal:
         diag = Tk - Tq
-        return [f"keep = np.tril(np.ones(({Tq}, {Tk}), dtype=bool), k={diag})"
-                "  # bottom-right causal"]
+        return [note(f"keep = np.tril(np.ones(({Tq}, {Tk}), dtype=bool), k={diag})",
+                     "repro.bottom-right")]
     return []
 
 
-def attention_setup(case: Case) -> str:
-    """NumPy source defining ``q``, ``k``, ``v``, ``d_out`` and ``keep`` or ``valid_lens``."""
+def attention_setup(case: Case) -> Text:
+    """NumPy source defining ``q``, ``k``, ``v``, ``d_out`` and ``keep`` or ``valid_lens``
+    (its comments in any language: a :class:`Text`)."""
     B, H, Tq, Tk, Dk, Dv = case.sizes
     lead = (B,) if H == 0 else (B, H)
-    lines = ["g = np.random.default_rng(0)"]
+    lines: list = ["g = np.random.default_rng(0)"]
     if case.logit:
         assert Dk == 16, "large-logit cases use Dk = 16 (scale 1/4, exact in float32)"
         lines += [
             f"q = np.round(g.uniform(-2, 2, {_shape(*lead, Tq, Dk)}) * 8) / 8",
             f"k = np.round(g.uniform(-2, 2, {_shape(*lead, Tk, Dk)}) * 8) / 8",
-            f"q[..., 0], k[..., 0] = 64.0, {case.logit / 16!r}"
-            f"  # every score is {case.logit:g} + O(1)",
+            note(f"q[..., 0], k[..., 0] = 64.0, {case.logit / 16!r}", "repro.every-score",
+                 logit=f"{case.logit:g}"),
         ]
         if case.spread:
-            lines.append("q[..., 1:, 0] = 0.0  # but query 0's: the other rows' scores are O(1)")
+            lines.append(note("q[..., 1:, 0] = 0.0", "repro.but-query0"))
     else:
         lines += [f"q = g.standard_normal({_shape(*lead, Tq, Dk)})",
                   f"k = g.standard_normal({_shape(*lead, Tk, Dk)})"]
@@ -173,25 +175,25 @@ def attention_setup(case: Case) -> str:
     lines += _mask_lines(case, lead, Tq, Tk)
     if case.grads:
         lines.append(f"d_out = g.standard_normal({_shape(*lead, Tq, Dv)})")
-    return "\n".join(lines)
+    return join(lines, "line")
 
 
-def softmax_setup(case: Case) -> str:
+def softmax_setup(case: Case) -> Text:
     """NumPy source defining ``x`` (and ``keep`` or ``valid_lens``, and ``d_y``)."""
     B, H, Tq, Tk, _, _ = case.sizes
     lead = (B,) if H == 0 else (B, H)
-    lines = ["g = np.random.default_rng(0)"]
+    lines: list = ["g = np.random.default_rng(0)"]
     if case.logit:
         lines.append(f"x = {case.logit!r} + 4 * g.standard_normal({_shape(*lead, Tq, Tk)})")
         if case.spread:
-            lines.append(f"x[..., 1:, :] -= {case.logit!r}  # row 0 near {case.logit:g}, "
-                         f"the other rows near 0")
+            lines.append(note(f"x[..., 1:, :] -= {case.logit!r}", "repro.row0-near",
+                              logit=f"{case.logit:g}"))
     else:
         lines.append(f"x = 3 * g.standard_normal({_shape(*lead, Tq, Tk)})")
     lines += _mask_lines(case, lead, Tq, Tk)
     if case.grads:
         lines.append(f"d_y = g.standard_normal({_shape(*lead, Tq, Tk)})")
-    return "\n".join(lines)
+    return join(lines, "line")
 
 
 def run_setup(source: str) -> dict[str, np.ndarray]:

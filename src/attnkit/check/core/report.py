@@ -159,7 +159,8 @@ class Report:
         Args:
             lang: ``"en"`` or ``"zh"``; None: :func:`attnkit.check.catalogue.get_language`
                 (``set_language``, else ``ATTNKIT_LANG``, else English). Every sentence is
-                written in ``lang``; codes, figures and reproducers are the same.
+                written in ``lang`` (a reproducer's comments too); codes, figures and the
+                code of reproducers are the same in every language.
         """
         from ..render.text import report_text
 

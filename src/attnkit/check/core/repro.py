@@ -4,6 +4,11 @@ Each one makes the case's inputs with the very source the checker ran, calls the
 as the checker did, computes the oracle, prints both, and ends in an ``assert`` that fails
 while the bug is there (or in the function's own exception). Once the bug is fixed, the
 same lines run clean: they double as a regression test.
+
+A reproducer is a :class:`~attnkit.check.catalogue.Text`: its code is the same in every
+language, and what a learner reads in it (a comment, a printed label, an assertion's
+message) is a sentence of the catalogue (``repro.*``), written in the report's language
+(:func:`note`, :func:`quoted`, :func:`said`).
 """
 
 from __future__ import annotations
@@ -11,10 +16,27 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-__all__ = ["function_reproducer"]
+from ..catalogue import T, Text, join
+
+__all__ = ["function_reproducer", "note", "quoted", "said"]
 
 
 LENS_KINDS = ("lens", "lens-empty", "lens-2d", "lens-2d-empty")  # d2l's valid_lens
+
+
+def note(code: str, key: str, **fields: Any) -> Text:
+    """The line ``code`` with the comment ``key`` of the catalogue after it."""
+    return code + "  # " + T(key, **fields)
+
+
+def quoted(text: Any) -> Text:
+    """``text`` (a sentence, or a finding's message) as a string literal of the reproducer."""
+    return T("repro.quoted", text=text)
+
+
+def said(key: str, **fields: Any) -> Text:
+    """The sentence ``key`` as a string literal (what a line prints, an assertion's message)."""
+    return quoted(T(key, **fields))
 
 
 def _oracle_text(run: Any, case: Any, keep_expr: str = "keep", scale: str = "",
@@ -47,7 +69,7 @@ def _oracle_text(run: Any, case: Any, keep_expr: str = "keep", scale: str = "",
             f"reference_masked_softmax({x64}, {opts})")
 
 
-def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
+def function_reproducer(run: Any, case: Any, verdict: Any) -> Text:
     """The reproducer of ``verdict``, found on ``case`` by ``run`` (a ``functions._Run``):
     the case's inputs, then the lines that show the finding (:func:`_gradient_lines` for a
     ``gradient``, else :func:`_output_lines`)."""
@@ -55,14 +77,14 @@ def function_reproducer(run: Any, case: Any, verdict: Any) -> str:
     grads = verdict.code == "gradient"
     imp, oracle = _oracle_text(run, case, grads=grads and t.check == "attention")
     # The cotangent is drawn last, so leaving it out changes no other input.
-    lines = t.header(imp) + run.setup(replace(case, grads=grads)).splitlines()
+    lines = t.header(imp) + [run.setup(replace(case, grads=grads))]
     lines += t.convert_lines(case.dtype, grad=grads)
     arrays = run.arrays(case)
     show = _gradient_lines if grads else _output_lines
-    return "\n".join(lines + show(run, case, verdict, oracle, arrays))
+    return join(lines + show(run, case, verdict, oracle, arrays), "line")
 
 
-def _gradient_lines(run: Any, case: Any, verdict: Any, oracle: str, arrays: Any) -> list[str]:
+def _gradient_lines(run: Any, case: Any, verdict: Any, oracle: str, arrays: Any) -> list:
     """Backward through fn and the gradient the finding names against the oracle's (or
     fn's output with no ``grad_fn``)."""
     t, d = run.t, verdict.detail
@@ -70,29 +92,30 @@ def _gradient_lines(run: Any, case: Any, verdict: Any, oracle: str, arrays: Any)
     lines = t.got_lines(arrays, case.causal, case.dtype)[:-1]
     cot = "d_out" if t.check == "attention" else "d_y"
     if d.get("grad") is None:
-        return lines + [f"assert out.grad_fn is not None, {verdict.message!r}",
+        return lines + ["assert out.grad_fn is not None, " + quoted(verdict.message),
                         f"out.backward(torch.from_numpy({cot}).to(out.dtype))"]
     name = d["grad"]
     lines.append(f"out.backward(torch.from_numpy({cot}).to(out.dtype))")
     if t.check == "attention":
-        lines.append(f"want = {oracle}.d{name}  # the float64 oracle's gradient")
+        lines.append(note(f"want = {oracle}.d{name}", "repro.oracle-grad"))
     else:
         lines += [f"y = {want}",
-                  "want = y * (d_y - (y * d_y).sum(-1, keepdims=True))  # softmax backward"]
+                  note("want = y * (d_y - (y * d_y).sum(-1, keepdims=True))",
+                       "repro.softmax-backward")]
     return lines + [f"got = {name.upper()}.grad.double().numpy()",
                     "err = np.abs(got - want).max()",
-                    f"print('max error of d{name}:', err)",
-                    f"assert err <= {d.get('bound', 1e-5):.3g}, {verdict.message!r}"]
+                    "print(" + said("repro.grad-error", name=name) + ", err)",
+                    f"assert err <= {d.get('bound', 1e-5):.3g}, " + quoted(verdict.message)]
 
 
-def _output_lines(run: Any, case: Any, verdict: Any, oracle: str, arrays: Any) -> list[str]:
+def _output_lines(run: Any, case: Any, verdict: Any, oracle: str, arrays: Any) -> list:
     """fn's output against the oracle's, with the assertion that fits the finding."""
     t, fw = run.t, run.fw
     code, d = verdict.code, verdict.detail
     big = [n.upper() for n in t.inputs]
     equal = "torch.equal" if fw.name == "torch" else "np.array_equal"
     tail = ".out" if t.check == "attention" else ""
-    lines = [f"want = {oracle}{tail}  # the float64 oracle"]
+    lines: list = [note(f"want = {oracle}{tail}", "repro.oracle")]
     if code == "mutates-input":
         lines.append(f"before = [a.{'clone' if fw.name == 'torch' else 'copy'}() "
                      f"for a in ({', '.join(big)}{',' if len(big) == 1 else ''})]")
@@ -100,11 +123,12 @@ def _output_lines(run: Any, case: Any, verdict: Any, oracle: str, arrays: Any) -
     if code == "mutates-input":
         lines.append(f"changed = [n for n, a, b in zip({t.inputs!r}, ({', '.join(big)}"
                      f"{',' if len(big) == 1 else ''}), before) if not {equal}(a, b)]")
-        lines.append("assert not changed, f'fn wrote into its argument(s) {changed}'")
+        lines.append("assert not changed, f" + said("repro.wrote-into", changed="{changed}"))
     elif code == "shape":
-        lines.append("assert got.shape == want.shape, f'shape {got.shape} != {want.shape}'")
+        lines.append("assert got.shape == want.shape, f" + said(
+            "repro.shape", got="{got.shape}", want="{want.shape}"))
     elif code in ("nan-or-inf", "float16-overflow"):
-        lines += ["print(got)", f"assert np.isfinite(got).all(), {verdict.message!r}"]
+        lines += ["print(got)", "assert np.isfinite(got).all(), " + quoted(verdict.message)]
     elif code == "fully-masked-row":
         empty = ("valid_lens == 0" if case.mask == "lens-empty"
                  else "(valid_lens == 0)[..., None].repeat(got.shape[-1], -1)"
@@ -112,36 +136,36 @@ def _output_lines(run: Any, case: Any, verdict: Any, oracle: str, arrays: Any) -
                  else "valid_lens == 0" if case.mask == "lens-2d-empty"
                  else "~keep.any(-1)" if t.check == "attention"
                  else "~keep.any(-1, keepdims=True).repeat(keep.shape[-1], -1)")
-        lines += [f"empty = {empty}  # rows with no allowed key",
+        lines += [note(f"empty = {empty}", "repro.no-allowed-key"),
                   "print(got[empty])",
-                  f"assert np.abs(got[empty]).max() <= 1e-6, {verdict.message!r}"]
+                  "assert np.abs(got[empty]).max() <= 1e-6, " + quoted(verdict.message)]
     else:
         lines += _reading_lines(run, case, code, d, tail)
         lines += ["err = np.abs(got - want).max()",
-                  "print('max error against the oracle:', err)",
-                  "if got.size <= 64:  # small enough to read: where they differ",
-                  "    print('fn:    ', np.round(got, 4).tolist())",
-                  "    print('oracle:', np.round(want, 4).tolist())",
-                  f"assert err <= {d.get('bound', 1e-5):.3g}, {verdict.message!r}"]
+                  "print(" + said("repro.max-error") + ", err)",
+                  note("if got.size <= 64:", "repro.small-enough"),
+                  "    print(" + said("repro.label-fn") + ", np.round(got, 4).tolist())",
+                  "    print(" + said("repro.label-oracle") + ", np.round(want, 4).tolist())",
+                  f"assert err <= {d.get('bound', 1e-5):.3g}, " + quoted(verdict.message)]
     return lines
 
 
-def _reading_lines(run: Any, case: Any, code: str, d: dict, tail: str) -> list[str]:
+def _reading_lines(run: Any, case: Any, code: str, d: dict, tail: str) -> list[Text]:
     """The line that prints fn's error against the other reading that explains the finding
     (another scale, the mask inverted, no causal mask, top-left causal), if any."""
     t = run.t
     if code == "wrong-scale":
         _, alt = _oracle_text(run, case, scale=repr(d["scale"]))
-        return [f"print('error with scale={d['scale']:.4g}:', np.abs(got - {alt}{tail}).max())"]
+        return ["print(" + said("repro.error-scale", scale=f"{d['scale']:.4g}")
+                + f", np.abs(got - {alt}{tail}).max())"]
     if code == "mask-polarity" and case.mask:
         _, alt = _oracle_text(run, case, keep_expr="~keep")
-        return [f"print('error with the mask inverted:', np.abs(got - {alt}{tail}).max())"]
+        return ["print(" + said("repro.error-inverted") + f", np.abs(got - {alt}{tail}).max())"]
     if code == "causal-leak" and "moved" not in d:
         _, alt = _oracle_text(run, case, keep_expr="no-causal")
-        return [f"print('error against attention with no causal mask:', "
-                f"np.abs(got - {alt}{tail}).max())"]
+        return ["print(" + said("repro.error-no-causal") + f", np.abs(got - {alt}{tail}).max())"]
     if code == "causal-alignment":
         _, alt = _oracle_text(run, case, keep_expr="top-left" if t.causal
                               else "np.tril(np.ones_like(keep))")
-        return [f"print('error against top-left causal:', np.abs(got - {alt}{tail}).max())"]
+        return ["print(" + said("repro.error-top-left") + f", np.abs(got - {alt}{tail}).max())"]
     return []

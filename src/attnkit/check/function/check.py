@@ -23,7 +23,7 @@ from ..core.behaviour import same_reading
 from ..core.cases import Case, attention_cases, case_title, masked_softmax_cases, softmax_cases
 from ..core.judge import Run
 from ..core.report import Finding, Report, first_line
-from ..core.repro import function_reproducer
+from ..core.repro import function_reproducer, quoted, said
 from ..core.spine import follow
 from ..meet.adapt import CONVENTIONS, Call, origin_of, read_call, target_spec, unwrap
 from ..meet.build import BuildError, build_callable
@@ -87,17 +87,17 @@ def _nondeterministic(run: Run, fn: Any, case: Case) -> Finding | None:
     msg = T("call.nondeterministic-train" if train else "call.nondeterministic")
     t = run.t
     arrays = run.arrays(case)
-    lines = t.header("") + run.setup(case).splitlines() + t.convert_lines(case.dtype)
+    lines = t.header("") + [run.setup(case)] + t.convert_lines(case.dtype)
     lines = [ln for ln in lines if ln]
     lines += t.got_lines(arrays, case.causal) + ["first = got"]
     lines += t.got_lines(arrays, case.causal)
-    lines += ["print('largest difference of two identical calls:', np.abs(got - first).max())",
-              f"assert np.array_equal(got, first), {str(msg)!r}"]
+    lines += ["print(" + said("repro.two-calls") + ", np.abs(got - first).max())",
+              "assert np.array_equal(got, first), " + quoted(msg)]
     diff = np.abs(outs[0] - outs[1])
     return Finding("nondeterministic", msg,
                    T("measured.differ-by", value=float(np.nanmax(diff)))
                    if outs[0].shape == outs[1].shape else T("measured.differ-in-shape"),
-                   case.label(t.check != "attention"), "\n".join(lines))
+                   case.label(t.check != "attention"), join(lines, "line"))
 
 
 def _header(report: Report, target: Any, call: Call, conv: str, how: str, check: str,

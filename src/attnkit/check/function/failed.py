@@ -12,6 +12,7 @@ from typing import Any
 
 from ..catalogue import T, Text, join
 from ..core.report import Finding
+from ..core.repro import note, said
 from ..meet.adapt import Call
 from ..meet.calls import Target
 from .detect import probe, probe_case
@@ -53,9 +54,9 @@ def find_target(fn: Any, check: str, conv: str | None, call: Call, spec: str | N
                                  error=lead.split(": ", 1)[-1])
             return target, target.call, notes, None
     base = load or (f"fn = load_target({spec!r})" if spec else f"fn = {name}"
-                    if name.isidentifier() else "fn = ...  # your function here")
+                    if name.isidentifier() else note("fn = ...", "repro.fn-here"))
     target, _ = probe(unbatched(fn), check, conv, call, spec, name, causal,
-                      "\n".join([base, "one = fn", WRAPPER]))
+                      join([base, "one = fn", WRAPPER], "line"))
     if target is not None:
         notes["one-sequence"] = "yes"
         return target, call, notes, _one_sequence(fn, errors, attempts)
@@ -139,7 +140,7 @@ def leading_attempt(fn: Any, attempts: list) -> int:
     return best
 
 
-def attempt_reproducer(t: Target, error: BaseException | None, expected: Any) -> str:
+def attempt_reproducer(t: Target, error: BaseException | None, expected: Any) -> Text:
     """Lines that call ``t.fn`` as one try of the probe did: they raise what it raised, or
     (``expected``, an output shape) fail an assert on the shape it returned."""
     from ..core.judge import Run
@@ -147,16 +148,17 @@ def attempt_reproducer(t: Target, error: BaseException | None, expected: Any) ->
     case = probe_case(t)
     run = Run(t)
     arrays = run.arrays(case)
-    lines = [ln for ln in t.header("") + run.setup(case).splitlines() if ln]
+    lines = [ln for ln in t.header("") + [run.setup(case)] if ln]
     lines += t.convert_lines(case.dtype)
     call = t.got_lines(arrays, case.causal, case.dtype)
     if error is not None:
-        return "\n".join(lines + [call[0] + f"  # raises {type(error).__name__}"])
+        return join(lines + [note(call[0], "repro.raises-name", error=type(error).__name__)],
+                    "line")
     lines += call[:2]
     if expected is None:
-        return "\n".join(lines + [f"assert isinstance(out, {_array_type(t)}), "
-                                  f"f'fn returned {{type(out).__name__}}, not an array'"])
-    return "\n".join(lines + [f"assert tuple(out.shape) == {tuple(expected)!r}, out.shape"])
+        return join(lines + [f"assert isinstance(out, {_array_type(t)}), f"
+                             + said("repro.not-array", type="{type(out).__name__}")], "line")
+    return join(lines + [f"assert tuple(out.shape) == {tuple(expected)!r}, out.shape"], "line")
 
 
 def _array_type(t: Target) -> str:

@@ -10,35 +10,40 @@ from typing import Any
 
 import numpy as np
 
+from ..catalogue import T, join
+from ..core.repro import note
+
 __all__ = ["WRAPPER", "unbatched"]
 
-# Source of the wrapper: ``one`` is the function that takes one sequence.
-WRAPPER = '''\
-def fn(*args, **kw):
-    """one() takes one sequence (2-D inputs): call it per batch row and head, then stack."""
-    lead = tuple(args[0].shape[:-2])
-    n = int(np.prod(lead))
-
-    def row(a, i):  # an input or mask with the batch (and head) axes: its i-th sequence
-        if hasattr(a, "shape") and tuple(a.shape[:len(lead)]) == lead:
-            return a.reshape((n,) + tuple(a.shape[len(lead):]))[i]
-        return a
-
-    outs = [one(*(row(a, i) for a in args), **{k: row(a, i) for k, a in kw.items()})
-            for i in range(n)]
-
-    def stack(parts):
-        if isinstance(parts[0], np.ndarray):
-            joined = np.stack(parts)
-        else:
-            import torch
-            joined = torch.stack(parts)
-        return joined.reshape(lead + tuple(joined.shape[1:]))
-
-    if isinstance(outs[0], (tuple, list)):
-        return tuple(stack([o[j] for o in outs]) for j in range(len(outs[0])))
-    return stack(outs)
-'''
+# Source of the wrapper: ``one`` is the function that takes one sequence. Its docstring
+# and comment are sentences, in the report's language where a reproducer prints it.
+WRAPPER = join([
+    'def fn(*args, **kw):',
+    '    """' + T("repro.one-sequence") + '"""',
+    '    lead = tuple(args[0].shape[:-2])',
+    '    n = int(np.prod(lead))',
+    '',
+    note("    def row(a, i):", "repro.row-of"),
+    '        if hasattr(a, "shape") and tuple(a.shape[:len(lead)]) == lead:',
+    '            return a.reshape((n,) + tuple(a.shape[len(lead):]))[i]',
+    '        return a',
+    '',
+    '    outs = [one(*(row(a, i) for a in args), **{k: row(a, i) for k, a in kw.items()})',
+    '            for i in range(n)]',
+    '',
+    '    def stack(parts):',
+    '        if isinstance(parts[0], np.ndarray):',
+    '            joined = np.stack(parts)',
+    '        else:',
+    '            import torch',
+    '            joined = torch.stack(parts)',
+    '        return joined.reshape(lead + tuple(joined.shape[1:]))',
+    '',
+    '    if isinstance(outs[0], (tuple, list)):',
+    '        return tuple(stack([o[j] for o in outs]) for j in range(len(outs[0])))',
+    '    return stack(outs)',
+    '',
+], "line")
 
 
 def unbatched(fn: Any) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.repro import note
 from .adapt import Call, Framework, unwrap
 
 __all__ = ["Target", "additive_fill"]
@@ -152,17 +153,19 @@ class Target:
 
     # -- the same call as text ------------------------------------------------------------
     def header(self, oracle_import: str) -> list[str]:
+        """The imports of a reproducer and the lines that bind ``fn`` (one item, which may
+        hold several lines: a :class:`~attnkit.check.catalogue.Text` keeps its comments in
+        every language)."""
         if self.load or self.spec:
             load = self.load or f"fn = load_target({self.spec!r})"
         elif self.name.isidentifier():  # defined where the check ran: a notebook, a session
-            load = f"fn = {self.name}  # the function you checked, defined in your notebook"
+            load = note(f"fn = {self.name}", "repro.fn-notebook")
         else:
-            load = f"fn = ...  # {self.name}: your function here"
+            load = note("fn = ...", "repro.fn-named", name=self.name)
         stand_in = (["from types import SimpleNamespace"]
                     if "module" in self.call.fixed.values() else [])
         loader = ["from attnkit.check import load_target"] if "load_target" in load else []
-        return stand_in + self.framework.imports() + [*loader, oracle_import, "",
-                                                      *load.splitlines()]
+        return stand_in + self.framework.imports() + [*loader, oracle_import, "", load]
 
     def convert_lines(self, dtype: str, grad: bool = False) -> list[str]:
         fw = self.framework
@@ -239,7 +242,6 @@ class Target:
         lines = [f"result = {self.call_text(arrays, causal, dtype)}",
                  "out = result[0] if isinstance(result, (tuple, list)) else result"]
         if self.out_layout == "bthd":
-            lines.append("out = out.transpose(1, 2)  # fn returns (B, Tq, H, Dv)"
-                         if self.framework.name == "torch"
-                         else "out = np.swapaxes(out, 1, 2)  # fn returns (B, Tq, H, Dv)")
+            lines.append(note("out = out.transpose(1, 2)" if self.framework.name == "torch"
+                              else "out = np.swapaxes(out, 1, 2)", "repro.fn-returns"))
         return lines + [f"got = {self.framework.to_float64_text('out')}"]

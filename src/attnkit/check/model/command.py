@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from ..catalogue import T, get_language, render
+from ..catalogue import LANGUAGES, T, get_language, render
 from ..catalogue.command import help_words
 from .any_command import (
     cast_inputs,
@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser, positive_int: Callable[[str], int]
                    help=h("help.model.sample"))
     p.add_argument("--save", default=None, metavar="DIR", help=h("help.model.save"))
     p.add_argument("--json", action="store_true", help=h("help.json"))
-    p.add_argument("--lang", choices=("en", "zh"), default=None, help=h("help.lang"))
+    p.add_argument("--lang", choices=LANGUAGES, default=None, help=h("help.lang"))
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

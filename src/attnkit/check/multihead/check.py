@@ -39,6 +39,7 @@ import numpy as np
 from ..catalogue import T as Tx
 from ..catalogue import Text
 from ..core.report import Finding, Report
+from ..core.repro import note
 from ..core.spine import follow
 from ..meet.adapt import CONVENTIONS, PADDING_NAMES, target_spec
 from .oracle_words import say
@@ -186,8 +187,8 @@ class MultiHeadCheck:
                     if mask_name and self.conv != "none" else
                     Tx("mha.calling", call=args, shape=(B, T, E)))
             failed = failed_call(err, what, Tx("mha.fix-call"))
-            failed.reproducer = h.repro([f"out = run({h.args_text('x')})"
-                                         f"  # raises {type(err).__name__}"])
+            failed.reproducer = h.repro([note(f"out = run({h.args_text('x')})",
+                                              "repro.raises-name", error=type(err).__name__)])
             report.add(failed)
             return False
         return True

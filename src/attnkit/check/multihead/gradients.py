@@ -14,6 +14,7 @@ from torch import nn
 from ..catalogue import T as Tx
 from ..core.overflow import overflow_cause
 from ..core.report import Finding, first_line
+from ..core.repro import note, quoted, said
 
 __all__ = ["dropout", "dropout_knobs", "gradients", "half_precision", "state_dict"]
 
@@ -71,7 +72,7 @@ def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
                              reproducer=h.repro([
                                  f"out = run({h.args_text('x')})", "out.sum().backward()",
                                  f"p = m.get_parameter({none[0]!r})",
-                                 f"assert p.grad is not None, {str(msg)!r}"])))
+                                 "assert p.grad is not None, " + quoted(msg)])))
     grads = [g for g in [x.grad for x in xs] + [p.grad for p in m.parameters()] if g is not None]
     if any(not torch.isfinite(g).all() for g in grads):
         found.append(Finding("gradient", Tx("mha.grad-non-finite"),
@@ -150,13 +151,13 @@ def state_dict(h: Any) -> list[Finding]:
                     reproducer=h.repro([
                         "with torch.no_grad():",
                         "    for p in m.parameters():",
-                        "        p.add_(0.1 * torch.randn_like(p))  # as if trained",
+                        note("        p.add_(0.1 * torch.randn_like(p))", "repro.as-if-trained"),
                         "torch.manual_seed(1)", f"m2 = {h.built.expr or 'factory(16, 4)'}",
                         "m2.load_state_dict(m.state_dict())",
                         "m.eval(), m2.eval()",
                         f"a, b = run({h.args_text('x')}), m2({h.args_text('x')})",
                         "b = b[0] if isinstance(b, tuple) else b",
-                        f"assert torch.allclose(a, b), {str(msg)!r}"]))]
+                        "assert torch.allclose(a, b), " + quoted(msg)]))]
 
 
 def dropout(h: Any) -> list[Finding]:
@@ -186,7 +187,7 @@ def dropout(h: Any) -> list[Finding]:
                     Tx("measured.eval-differ", value=float((a - b).detach().abs().max())),
                     reproducer=h.repro(knobs + ([] if h.numpy else ["m.eval()"]) + [
                         f"a, b = run({h.args_text('x')}), run({h.args_text('x')})",
-                        f"assert torch.equal(a, b), {str(msg)!r}"], dropout=True))]
+                        "assert torch.equal(a, b), " + quoted(msg)], dropout=True))]
 
 
 def half_precision(h: Any, dtype: str) -> list[Finding]:
@@ -215,17 +216,17 @@ def half_precision(h: Any, dtype: str) -> list[Finding]:
             return []  # not a half-precision problem (nan-or-inf says it)
     except Exception:
         return []
-    body: list[str] = []
+    body: list = []
     call = f"out = run({h.args_text('x')})"
     if has_mask:
         kl, kwt = h.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",
-                                  "keep[0] = False  # query 0 may attend no key"],
+                                  note("keep[0] = False", "repro.query0-no-key")],
                                  f"[0, {T}]")
         body, call = kl, f"out = run({h.args_text('x')}, {kwt})"
     return [Finding("float16-overflow", Tx("mha.half", dtype=dtype, problem=problem,
                                            cause=overflow_cause(h.m, dtype, str(problem), m16)),
                     Tx("measured.raised", name=problem),
                     reproducer=h.repro(body + [
-                        call, "print(out[0, :2])", f"assert torch.isfinite(out).all(), "
-                        f"'NaN/inf in {dtype} where float32 is finite'"],
+                        call, "print(out[0, :2])", "assert torch.isfinite(out).all(), "
+                        + said("repro.half-non-finite", dtype=dtype)],
                                           dtype=dtype))]

@@ -10,8 +10,10 @@ from typing import Any
 import torch
 
 from ..catalogue import T as Tx
+from ..catalogue import Text
 from ..core.overflow import fill_words
 from ..core.report import Finding
+from ..core.repro import note, quoted
 from .probe import B, E, Harness, NoMaskLayout, T, _rand
 
 __all__ = ["mask_polarity", "mask_probes", "per_example_masks"]
@@ -93,9 +95,9 @@ def _masked_keys(h: Harness, m: Any, x: torch.Tensor, kv: torch.Tensor) -> list[
     bq = bumped if h.self_only else x
     a = h.call(m, xq, kv, keep=keep, lens=lens)
     b = h.call(m, bq, bumped, keep=keep, lens=lens)
-    words = "keys 0 and 1 are masked" if early else "keys 3 and 4 are masked"
     mask_lines = h.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",
-                              f"keep{cols_text} = False  # {words}"],
+                              note(f"keep{cols_text} = False", "repro.keys-masked",
+                                   a=0 if early else 3, b=1 if early else 4)],
                              None if early else "[3, 3]")
     if torch.allclose(a[:, rows], b[:, rows], atol=1e-5):
         return []
@@ -122,7 +124,7 @@ def _masked_keys(h: Harness, m: Any, x: torch.Tensor, kv: torch.Tensor) -> list[
 
 
 def _masked_keys_repro(h: Harness, early: bool, mask_lines: tuple[list[str], str],
-                       msg: Any) -> str:
+                       msg: Any) -> Text:
     """The reproducer of :func:`_masked_keys`'s finding ``msg`` (``mask_lines``: what
     :meth:`Harness.mask_text` wrote for its mask)."""
     cols_text = "[:, :2]" if early else "[:, 3:]"
@@ -130,14 +132,14 @@ def _masked_keys_repro(h: Harness, early: bool, mask_lines: tuple[list[str], str
     kvq = "kv" if h.self_only else "x"
     n_masked = 2
     body = kl + ["kv = torch.randn(2, 5, 16)", "bumped = kv.clone()",
-                 f"bumped{cols_text} += 2 * torch.randn(2, {n_masked}, 16)"
-                 f"  # change only the masked keys",
+                 note(f"bumped{cols_text} += 2 * torch.randn(2, {n_masked}, 16)",
+                      "repro.change-masked"),
                  f"a = run({h.args_text(kvq, 'kv')}, {kwt})",
                  f"b = run({h.args_text('bumped' if h.self_only else 'x', 'bumped')},"
                  f" {kwt})"]
     rows_text = ("[:, 2:]" if early else "[:, :3]") if h.self_only else ""
     return h.repro(body + [f"assert torch.allclose(a{rows_text}, b{rows_text}, atol=1e-5), "
-                           f"{str(msg)!r}"])
+                           + quoted(msg)])
 
 
 def _empty_row(h: Harness, m: Any, x: torch.Tensor, kv: torch.Tensor) -> list[Finding]:
@@ -155,7 +157,7 @@ def _empty_row(h: Harness, m: Any, x: torch.Tensor, kv: torch.Tensor) -> list[Fi
     row = (slice(0, 1), slice(None)) if h.key_only \
         else (slice(None), slice(0, 1))
     kl, kwt = h.mask_text(["keep = torch.ones(5, 5, dtype=torch.bool)",
-                              "keep[0] = False  # query 0 may attend no key"], f"[0, {T}]")
+                              note("keep[0] = False", "repro.query0-no-key")], f"[0, {T}]")
     sel = "[:1]" if h.key_only else "[:, :1]"
     body = kl + ["kv = torch.randn(2, 5, 16)", "bumped = kv.clone()",
                  "bumped[:, 1:] += 3.0",
@@ -166,14 +168,14 @@ def _empty_row(h: Harness, m: Any, x: torch.Tensor, kv: torch.Tensor) -> list[Fi
         msg = Tx("mha.empty-row-nan")
         return [Finding("nan-or-inf", msg, Tx("measured.nan-empty-row"),
                         reproducer=h.repro(body + [
-                            f"assert torch.isfinite(a{sel}).all(), {str(msg)!r}"]))]
+                            f"assert torch.isfinite(a{sel}).all(), " + quoted(msg)]))]
     if not torch.allclose(a[row], b[row], atol=1e-5):
         why = (Tx("mha.uniform-additive") if h.convention == "additive"
                else Tx("mha.uniform-fill", fill=fill_words(h.m)))
         msg = Tx("mha.empty-row-averages", why=why)
         return [Finding("fully-masked-row", msg, Tx("measured.moves-with-values"),
                         reproducer=h.repro(body + [
-                            f"assert torch.allclose(a{sel}, b{sel}), {str(msg)!r}"]))]
+                            f"assert torch.allclose(a{sel}, b{sel}), " + quoted(msg)]))]
     return []
 
 
@@ -204,27 +206,27 @@ def per_example_masks(h: Harness) -> list[Finding]:
         lines, kwt = ["valid_lens = torch.tensor([2, 4])"], f"{h.mask_name}=valid_lens"
     else:
         shaped = _PER_EXAMPLE[h.layout or "btt"]
-        lines = [f"keep = torch.ones({B}, {T}, {T}, dtype=torch.bool)",
-                 "keep[0, :, 2:] = False  # example 0 may attend keys 0 and 1",
-                 "keep[1, :, 4:] = False  # example 1 keys 0..3"]
+        lines: list = [f"keep = torch.ones({B}, {T}, {T}, dtype=torch.bool)",
+                       note("keep[0, :, 2:] = False", "repro.example0-keys"),
+                       note("keep[1, :, 4:] = False", "repro.example1-keys")]
         if h.convention == "additive":
-            lines.append(f"mask = torch.zeros({shaped}.shape).masked_fill(~{shaped}, "
-                         f"torch.finfo(torch.float32).min)  # additive: 0 = may attend")
+            lines.append(note(f"mask = torch.zeros({shaped}.shape).masked_fill(~{shaped}, "
+                              f"torch.finfo(torch.float32).min)", "repro.additive"))
         else:
             flip = "~" if h.convention == "masked" else ""
-            lines.append(f"mask = {flip}{shaped}  # True = "
-                         + ("masked" if flip else "may attend"))
+            lines.append(note(f"mask = {flip}{shaped}",
+                              "repro.masked" if flip else "repro.may-attend"))
         kwt = f"{h.mask_name}=mask"
     msg = Tx("mha.per-example")
     change = float((a - b)[:, :2].detach().abs().max())
     kvq = "kv" if h.self_only else "x"
     body = lines + [f"kv = torch.randn({B}, {T}, {E})",
-                    "bumped = kv.clone()", "bumped[0, 2:] += 2.0  # keys example 0 masks",
-                    "bumped[1, 4:] += 2.0  # the key example 1 masks",
+                    "bumped = kv.clone()", note("bumped[0, 2:] += 2.0", "repro.example0-masks"),
+                    note("bumped[1, 4:] += 2.0", "repro.example1-masks"),
                     f"a = run({h.args_text(kvq, 'kv')}, {kwt})",
                     f"b = run({h.args_text('bumped' if h.self_only else 'x', 'bumped')}, "
                     f"{kwt})",
-                    f"assert torch.allclose(a[:, :2], b[:, :2], atol=1e-5), {str(msg)!r}"]
+                    "assert torch.allclose(a[:, :2], b[:, :2], atol=1e-5), " + quoted(msg)]
     return [Finding("inaccurate", msg, Tx("measured.max-change-01", value=change),
                     Tx("probe.per-example"),
                     reproducer=h.repro(body))]

@@ -8,20 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..catalogue import Text
+from ..core.repro import note, said
 from .structure import Candidate, Capture
 
 __all__ = ["batch_mixing_repro", "core_repro"]
 
 
-def batch_mixing_repro(h: Any) -> str:
+def batch_mixing_repro(h: Any) -> Text:
     """Change example 1 only; example 0's output must not move."""
     return h.repro([
         "y = x.clone()",
         "y[1] += 2 * torch.randn(y.shape[1:], generator=torch.Generator().manual_seed(1))",
         "with torch.no_grad():",
         f"    a, b = run({h.args_text('x')}), run({h.args_text('y')})",
-        "assert torch.allclose(a[0], b[0], atol=1e-5), "
-        "\"example 0's output moved when only example 1 changed\""])
+        "assert torch.allclose(a[0], b[0], atol=1e-5), " + said("repro.example0-moved")])
 
 
 def _bf(cap: Capture, i: int, out: bool) -> str:
@@ -33,12 +34,12 @@ def _bf(cap: Capture, i: int, out: bool) -> str:
 
 
 def core_repro(h: Any, cap: Capture, cand: Candidate, o_index: int | None,
-               causal: bool) -> str:
+               causal: bool) -> Text:
     """The module's attention core against the float64 formula on its own q, k, v."""
     Bn, T = cap.xq.shape[:2]
     used = sorted({i for i, _, _ in cand.parts} | ({o_index} if o_index is not None else set()))
     names = {i: cap.linears[i].name for i in used}
-    lines = [
+    lines: list = [
         "seen = {}", "",
         "def keep(name):",
         "    def hook(mod, args, out):",
@@ -76,9 +77,8 @@ def core_repro(h: Any, cap: Capture, cand: Candidate, o_index: int | None,
     lines.append(f"want = (scores.softmax(-1) @ v).{merge}  # float64")
     got = (f"seen[{names[o_index]!r}][0]{_bf(cap, o_index, False)}" if o_index is not None
            else "out.double()")
-    lines += [f"got = {got}  # the module's core: what its output projection reads",
+    lines += [note(f"got = {got}", "repro.core-reads"),
               "err = (got - want).abs().max().item()",
-              "print(f'attention core off by {err:.3g}')",
-              "assert err < 1e-4, 'the attention core differs from softmax(q k^T / sqrt(d)) v "
-              "on the q, k, v its own projections produced'"]
+              "print(f" + said("repro.core-off", err="{err:.3g}") + ")",
+              "assert err < 1e-4, " + said("repro.core-differs")]
     return h.repro(lines)

@@ -10,6 +10,7 @@ import torch
 
 from ..catalogue import T as Tx
 from ..core.report import Finding
+from ..core.repro import note, quoted, said
 from .probe import B, E, Harness, T, _rand
 
 __all__ = ["causality", "causal_leak", "mixes_queries"]
@@ -36,9 +37,9 @@ def causal_leak(h: Harness) -> Finding:
     msg = Tx("mha.causal-leak")
     return Finding("causal-leak", msg, Tx("measured.early-moved"),
                    reproducer=h.repro([
-        "y = x.clone()", "y[:, 3:] += 1.0  # change only the later positions",
+        "y = x.clone()", note("y[:, 3:] += 1.0", "repro.change-later"),
         f"a, b = run({h.args_text('x')}), run({h.args_text('y')})",
-        f"assert torch.allclose(a[:, :3], b[:, :3], atol=1e-5), {str(msg)!r}"]))
+        "assert torch.allclose(a[:, :3], b[:, :3], atol=1e-5), " + quoted(msg)]))
 
 
 def _raises_on_lengths(h: Harness, m: torch.nn.Module) -> bool:
@@ -81,8 +82,6 @@ def mixes_queries(h: Harness) -> list[Finding]:
              if not torch.allclose(a[:, i], b[:, i], rtol=1e-5, atol=1e-5)]
     msg = Tx("mha.mixes-queries-lengths" if _raises_on_lengths(h, m) else
              "mha.mixes-queries", query=T - 1, moved=str(moved))
-    short = ("changing one query changed other queries' outputs: heads split/merged "
-             "without transpose(1, 2)")
     return [Finding("mixes-queries", msg,
                     Tx("measured.queries-moved", moved=str(moved),
                       value=float((a - b)[:, rows].abs().max())),
@@ -90,7 +89,7 @@ def mixes_queries(h: Harness) -> list[Finding]:
                         f"kv = torch.randn({B}, {T}, {E}, "
                         f"generator=torch.Generator().manual_seed(1))",
                         "y = x.clone()",
-                        f"y[:, {T - 1}] += 1.0  # change only the last query",
+                        note(f"y[:, {T - 1}] += 1.0", "repro.change-last"),
                         "a, b = run(x, kv, kv), run(y, kv, kv)",
                         f"assert torch.allclose(a[:, :{T - 1}], b[:, :{T - 1}], "
-                        f"atol=1e-5), {short!r}"]))]
+                        "atol=1e-5), " + said("repro.mixes-queries")]))]

@@ -14,6 +14,7 @@ from ..catalogue import T as Tx
 from ..catalogue import Text, join
 from ..core.judge import first_line
 from ..core.report import Finding, Report
+from ..core.repro import note
 from ..core.where import failing_line
 from ..meet.adapt import LENS_NAMES, QKV_NAMES, Call, origin_of, read_call
 from ..meet.build import BuildError, BuildRaised, build_module
@@ -150,19 +151,19 @@ def no_layout_finding(h: Any, tried: Text) -> Finding:
     first = items[0] if items else tried
     expr = re.sub(r"=4\b", "=H", re.sub(r"=16\b", "=E", h.built.expr or f"{h.name}(E, H)"))
     inputs = "x" if h.self_only else "query, key, value"
-    factory = (f"class Checked(torch.nn.Module): def __init__(self, E, H): super().__init__(); "
-               f"self.inner = {expr}; def forward(self, {inputs}, mask=None): return "
-               f"self.inner({inputs}, {h.mask_name}=...)  # from mask (B, Tq, Tk), True = "
-               f"may attend, make the mask it asserts")
+    factory = note(f"class Checked(torch.nn.Module): def __init__(self, E, H): "
+                   f"super().__init__(); self.inner = {expr}; def forward(self, {inputs}, "
+                   f"mask=None): return self.inner({inputs}, {h.mask_name}=...)",
+                   "repro.make-mask")
     key_only = h.prefer_key_only or h.convention == "valid_lens"
     shape = f"{B}, {T}" if key_only else f"{B}, {T}, {T}"
     fill = "zeros" if h.convention == "masked" else "ones"
     mask = (f"torch.full(({B},), {T})" if h.convention == "valid_lens"
-            else f"torch.{fill}({shape}, dtype=torch.bool)  # nothing masked")
+            else note(f"torch.{fill}({shape}, dtype=torch.bool)", "repro.nothing-masked"))
     return Finding("call-failed", Tx("mha.no-mask-layout", name=h.mask_name, first=first,
                                      factory=factory),
                    Tx("measured.tried-layouts", tries=tried),
-                   reproducer=h.repro([f"mask = {mask}",
+                   reproducer=h.repro(["mask = " + mask,
                                        f"out = run({h.args_text('x')}, {h.mask_name}=mask)"]))
 
 
@@ -188,8 +189,9 @@ def raised_building(raised: BuildRaised, spec: str | None) -> Finding:
         "call-failed", Tx("mha.raised-at", what=what, error=error, where=where, fix=fix)
         if where else Tx("mha.raised", what=what, error=error, fix=fix),
         Tx("measured.raised", name=type(err).__name__),
-        reproducer="\n".join(["from attnkit.check import load_target", *raised.loads,
-                              f"m = {raised.expr}  # raises {type(err).__name__}"]))
+        reproducer=join(["from attnkit.check import load_target", *raised.loads,
+                         note(f"m = {raised.expr}", "repro.raises-name",
+                              error=type(err).__name__)], "line"))
 
 
 def _tried(factory: Any) -> str:

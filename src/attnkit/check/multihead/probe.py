@@ -19,6 +19,7 @@ from torch import nn
 from ..catalogue import T as Tx
 from ..catalogue import Text, join
 from ..core.report import Finding, first_line
+from ..core.repro import note, said
 from ..core.where import failing_line
 from ..meet.build import Built, safe_copy
 from .gradients import dropout_knobs
@@ -174,7 +175,7 @@ class Harness:
                     Tx("measured.differs-after", name=what),
                     reproducer=self.repro([
                         "before = x.clone()", "run(x)" if self.self_only else "run(x, x, x)",
-                        "assert torch.equal(x, before), 'the module wrote into its input'"]))
+                        "assert torch.equal(x, before), " + said("repro.wrote-input")]))
         return out.transpose(0, 1) if not self.batch_first else out
 
     def find_batch_first(self) -> None:
@@ -244,33 +245,33 @@ class Harness:
         raise NoMaskLayout(join(self.tried_layouts))
 
     # -- reproducer text ------------------------------------------------------------------
-    def repro(self, body: list[str], dtype: str | None = None, dropout: bool = False) -> str:
+    def repro(self, body: list, dtype: str | None = None, dropout: bool = False) -> Text:
         """A reproducer: build the module as the check did (eval mode, dropout 0 unless
         ``dropout``), make ``x`` and ``run()``, then ``body``."""
         if self.built.expr:
             load = self.built.load_lines
             build = self.built.expr
         else:
-            load = [f"factory = {self.name}  # the class or factory you checked" if
+            load = [note(f"factory = {self.name}", "repro.factory-checked") if
                     self.name.isidentifier() else
-                    f"factory = ...  # {self.name}: your module's class or factory"]
+                    note("factory = ...", "repro.factory-named", name=self.name)]
             build = "factory(16, 4)"
         tr = "" if self.batch_first else ".transpose(0, 1)"
-        lines = (["import numpy as np"] if self.numpy else []) + [
+        lines: list = (["import numpy as np"] if self.numpy else []) + [
             "import torch", "from attnkit.check import load_target", "", *load,
             "torch.manual_seed(0)"] + (["np.random.seed(0)"] if self.numpy else []) + [
             f"m = {build}"]
         if not self.numpy and not dropout:
             if self._knobs is None:
                 self._knobs = dropout_knobs(self.fresh(), 0.0)
-            lines += ["m.eval()"] + [f"{k}  # dropout off, as in the check" for k in self._knobs]
+            lines += ["m.eval()"] + [note(k, "repro.dropout-off") for k in self._knobs]
         if dtype:
             lines.append(f"m = m.to(torch.{dtype})")
         lines += [f"x = torch.randn({B}, {T}, {E}, generator=torch.Generator().manual_seed(0))"
                   + (f".to(torch.{dtype})" if dtype else ""), "",
                   "def run(*inputs, **mask):"]
         if not self.mask_optional and self.convention != "none" and self.mask_name:
-            lines += ["    if not mask:  # forward's mask is required: one that masks nothing",
+            lines += [note("    if not mask:", "repro.mask-required"),
                       "        Tq, Tk = inputs[0].shape[1], inputs[-1].shape[1]",
                       f"        mask = {{{self.mask_name!r}: {self._nothing_masked_text()}}}"]
         if self.numpy:
@@ -286,7 +287,7 @@ class Harness:
             lines += [f"    out = m(*(t{tr} for t in inputs), **mask)" if tr else
                       "    out = m(*inputs, **mask)",
                       f"    return (out[0] if isinstance(out, tuple) else out){tr}", ""]
-        return "\n".join(lines + body)
+        return join(lines + body, "line")
 
     def _nothing_masked_text(self) -> str:
         if self.convention == "valid_lens":
@@ -299,30 +300,30 @@ class Harness:
         fill = "zeros" if self.convention == "masked" else "ones"
         return f"torch.{fill}({shape}, dtype=torch.bool)"
 
-    def mask_text(self, keep_lines: list[str], lens: str | None = None) -> tuple[list[str], str]:
+    def mask_text(self, keep_lines: list, lens: str | None = None) -> tuple[list, str]:
         """Lines making the mask the module takes, and the keyword text that passes it."""
         if self.convention == "valid_lens":
             return [f"valid_lens = torch.tensor({lens})"], f"{self.mask_name}=valid_lens"
         if self.layout in KEY_ONLY and lens is None:
-            keep_lines = keep_lines + [f"keep = keep[-1].expand({B}, -1)  # per key: the same "
-                                       f"for every query"]
+            keep_lines = keep_lines + [note(f"keep = keep[-1].expand({B}, -1)", "repro.per-key")]
             shaped = {"bt": "keep", "b1t": "keep[:, None]", "b11t": "keep[:, None, None]"}[
                 self.layout]
         elif self.layout in KEY_ONLY:
-            keep_lines = [f"keep = torch.arange({T})[None, :] < torch.tensor({lens})[:, None]"
-                          f"  # keys j < {lens}[b] count"]
+            keep_lines = [note(f"keep = torch.arange({T})[None, :] < torch.tensor({lens})[:, None]",
+                               "repro.lens", lens=lens)]
             shaped = {"bt": "keep", "b1t": "keep[:, None]", "b11t": "keep[:, None, None]"}[
                 self.layout]
         else:
             shaped = {"tt": "keep", "btt": f"keep.expand({B}, -1, -1)",
                       "b1tt": "keep[None, None]"}[self.layout or "tt"]
         if self.convention == "additive":
-            return keep_lines + [
+            return keep_lines + [note(
                 f"mask = torch.zeros({shaped}.shape, dtype=x.dtype).masked_fill(~{shaped}, "
-                f"torch.finfo(x.dtype).min)  # additive: 0 = may attend"], f"{self.mask_name}=mask"
-        flip = f"~{shaped}" if self.convention == "masked" else shaped
-        note = "True = masked" if self.convention == "masked" else "True = may attend"
-        return keep_lines + [f"mask = {flip}  # {note}"], f"{self.mask_name}=mask"
+                f"torch.finfo(x.dtype).min)", "repro.additive")], f"{self.mask_name}=mask"
+        masked = self.convention == "masked"
+        return keep_lines + [note(f"mask = {'~' + shaped if masked else shaped}",
+                                  "repro.masked" if masked else "repro.may-attend")], \
+            f"{self.mask_name}=mask"
 
     def call_words(self) -> Text:
         """How the module is called, in words (for the report)."""
@@ -368,7 +369,7 @@ class Harness:
             reproducer=self.repro([
                 "registered = {id(p) for p in m.parameters()}",
                 f"p = m.{first}",
-                f"assert id(p) in registered, 'm.{first} is not a registered parameter'"]))]
+                "assert id(p) in registered, " + said("repro.not-registered", name=first)]))]
 
     def shapes(self) -> list[Finding]:
         found = []
@@ -418,7 +419,7 @@ class Harness:
                     reproducer=self.repro([f"out = run({self.args_text(f'{c:g} * x')})",
                                            "print(out[0, 0])",
                                            "assert torch.isfinite(out).all(), "
-                                           "'NaN/inf from finite inputs'"]))]
+                                           + said("repro.nan-from-finite")]))]
         return []
 
 def _walk(value: Any, path: str, depth: int):

@@ -2,9 +2,9 @@
 (a row per finding) or ``"blocks"`` (a block per finding, with the code's title and what
 to do): :func:`report_text` for a function, multi-head or block check, :func:`model_text`
 for a model check, both writing a finding with :func:`finding_lines` and ending with
-:func:`verdict_line`. Every sentence comes from the catalogue; figures, codes and
-identifiers are written as they are in every language, and so is a reproducer's code (a
-model check's reproducer writes its comments in the report's language)."""
+:func:`verdict_line`. Every sentence comes from the catalogue; figures, codes, identifiers
+and the code of reproducers are written as they are in every language (a reproducer's
+comments, printed labels and assertion messages are sentences, in the report's language)."""
 
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ def report_text(report: Any, lang: str, reproducers: bool = True,
         for f in report.findings:
             if f.reproducer:
                 lines += ["", w["report.reproducer"].format(code=f.code),
-                          textwrap.indent(f.reproducer, "    ")]
+                          textwrap.indent(render(f.reproducer, lang, literal), "    ")]
     n_err = sum(f.is_error for f in report.findings)
     lines += ["", verdict_line(report.ok, n_err, len(report.findings) - n_err, lang)]
     return "\n".join(lines)
@@ -210,7 +210,7 @@ def _result_lines(r: Any, first: str, lang: str, literal: Literal,
     repro = next((f for f in r.findings if f.reproducer), None) if reproducers else None
     if repro is not None:
         lines.append("  " + w["model.reproducer"].format(code=repro.code, path=r.reproducer))
-        lines += ["    " + x for x in render(repro.reproducer, lang).splitlines()]
+        lines += ["    " + x for x in render(repro.reproducer, lang, literal).splitlines()]
     return lines
 
 

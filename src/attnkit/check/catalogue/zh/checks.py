@@ -79,7 +79,7 @@ TEXTS.update({
     "judge.weights": "返回的注意力权重与参考实现的 softmax 不一致（输出本身是对的）",
     "judge.row-uniform-additive": "均匀的一行（加性的 finfo.min 掩码，也就是 transformers 的 "
                                   "eager 注意力所用的那种，让这一行的分数全都相等）",
-    "judge.row-uniform": "均匀的一行（{fill}让这一行的分数全都相等）",
+    "judge.row-uniform": "均匀的一行（{fill}，这一行的分数就全都相等了）",
     "judge.row-other": "既不是 0 也不是 NaN 的值",
     "judge.empty-row": "没有可关注键的查询得到了{what}；attnkit、SDPA 和 flash-attn 输出 0"
                        "（JAX 和 d2l 输出均匀的一行）",
@@ -255,8 +255,8 @@ TEXTS.update({
                        "较大分数的 exp，或平方和；请把被掩蔽的分数替换为 torch.finfo(dtype).min"
                        "（或 -inf，并单独处理没有可关注键的行），并让 softmax 的统计量保持 "
                        "float32",
-    "overflow.fill": "用大负数填充",
-    "overflow.fill-here": "用大负数填充（这里是 {value}）",
+    "overflow.fill": "把被掩蔽的分数替换成大负数",
+    "overflow.fill-here": "把被掩蔽的分数替换成大负数 {value}",
     "overflow.nan-in-output": "输出中有 NaN/inf",
 })
 TEXTS.update({

@@ -30,8 +30,9 @@ CODES: dict[str, dict[str, str]] = {
     "float16-overflow": dict(
         title="半精度下溢出",
         what="float32 下一切正常，换成 float16/bfloat16 就报错或出现非有限值。",
-        why="float16 能表示的最大值只有 65504：-1e9 这样的填充值会变成 -inf，exp 也更早上溢。",
-        fix="改用 -inf 填充（并单独处理整行都被掩蔽的情况），或用 torch.finfo(dtype).min；"
+        why="float16 能表示的最大值只有 65504：替换被掩蔽分数的 -1e9 这类常数会变成 -inf，exp "
+            "也更早上溢。",
+        fix="把被掩蔽的分数替换为 -inf（并单独处理整行都被掩蔽的情况）或 torch.finfo(dtype).min；"
             "softmax 的统计量保持 float32。"),
     "mask-polarity": dict(
         title="掩码的含义读反了",

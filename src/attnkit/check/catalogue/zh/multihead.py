@@ -14,7 +14,7 @@ TEXTS.update({
     "measured.nan-empty-row": "整行被掩蔽的那一行上出现 NaN",
     "mha.uniform-additive": "加性的 finfo.min 掩码留下均匀的一行，transformers 的 eager 注意力"
                             "也是这样",
-    "mha.uniform-fill": "{fill}留下均匀的一行",
+    "mha.uniform-fill": "{fill}，留下了均匀的一行",
     "mha.empty-row-averages": "没有可关注键的查询仍在对所有值求平均（{why}）；attnkit、SDPA 和 "
                               "flash-attn 的注意力输出为 0",
     "measured.moves-with-values": "它的输出随值的改变而改变",
