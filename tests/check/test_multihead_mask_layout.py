@@ -42,3 +42,34 @@ def test_a_padding_mask_read_with_unsqueeze_is_fed_per_key():
     assert "inaccurate" not in report.codes, report.text()
     assert "(B, Tk)" in report.convention, report.convention
     assert "keep (from behaviour)" in report.convention, report.convention
+
+
+class ZeroFilledMask(nn.Module):
+    """Wrong: a (B, Tq, Tk) bool mask (True = may attend) whose masked scores are set to 0,
+    not -inf, so masked keys still get weight. It takes only bool masks (``~mask``)."""
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.h, self.d = n_heads, d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        B, T, E = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.h, self.d).permute(2, 0, 3, 1, 4)
+        s = q @ k.transpose(-1, -2) / math.sqrt(self.d)
+        if mask is not None:
+            s = s.masked_fill(~mask[:, None], 0.0)  # the bug: 0 is a score, not a mask
+        y = s.softmax(-1) @ v  # (B, H, T, d)
+        return self.out(y.transpose(1, 2).reshape(B, T, E))
+
+
+def test_a_misapplied_mask_is_found_not_called_a_layout_the_module_refuses():
+    """The bool tries fit; only the additive (float) try raises, on ``~mask``. No reading
+    explains the outputs, since the mask is misapplied: that is the finding, not a
+    call-failed that says the module took none of the layouts (which named only the float
+    tries' TypeError)."""
+    report = check_multi_head(ZeroFilledMask)
+    assert "call-failed" not in report.codes, report.text()
+    assert "inaccurate" in report.codes, report.text()
+    assert "(B, Tq, Tk)" in report.convention, report.convention
