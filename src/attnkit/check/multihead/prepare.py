@@ -103,8 +103,7 @@ def find_convention(h: Any, call: Any, convention: str) -> tuple[str, str, Findi
                 found, no_layout = None, no_layout_finding(h, err.args[0])
             conv, how = (found, "from behaviour") if found else ("keep", "assumed")
     elif conv != "none" and mask_name is None:
-        raise ValueError(f"--convention {conv}: the module's forward takes no mask argument "
-                         f"(no parameter named mask, attn_mask, valid_lens...)")
+        raise ValueError(Tx("mha.no-mask-to-declare", conv=conv))
     h.convention = conv
     if no_layout is None and conv in ("masked", "keep", "additive") and h.layout is None:
         try:
