@@ -17,6 +17,8 @@ from torch import nn  # noqa: E402
 
 from attnkit.check import check_multi_head  # noqa: E402
 
+from .reproducers import raises_as_printed  # noqa: E402
+
 
 class PaddingMaskAttention(nn.Module):
     """Correct self-attention; ``mask`` (B, T) bool, True = a real token (may be attended)."""
@@ -73,3 +75,5 @@ def test_a_misapplied_mask_is_found_not_called_a_layout_the_module_refuses():
     assert "call-failed" not in report.codes, report.text()
     assert "inaccurate" in report.codes, report.text()
     assert "(B, Tq, Tk)" in report.convention, report.convention
+    (found,) = [f for f in report.findings if f.code == "inaccurate"]
+    assert isinstance(raises_as_printed(found.reproducer), AssertionError), found.reproducer
