@@ -19,6 +19,8 @@ from attnkit.check import check_multi_head  # noqa: E402
 
 from .reproducers import raises_as_printed  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("at_root")  # the reproducers load this file by name
+
 
 class PaddingMaskAttention(nn.Module):
     """Correct self-attention; ``mask`` (B, T) bool, True = a real token (may be attended)."""
