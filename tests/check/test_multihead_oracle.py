@@ -96,7 +96,7 @@ def test_attnkit_and_torch_layers_agree_with_the_oracle(factory, structure):
 
 
 @pytest.mark.parametrize("name, why", [
-    ("Rotary", "the scores depend on the positions"),
+    ("Rotary", "the outputs depend on the positions"),
     ("QKNorm", "LayerNorm (q_norm)"),
     ("RawParams", "projections written with raw parameters"),
     ("Additive", "only dot-product attention is compared"),

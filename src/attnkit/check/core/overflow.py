@@ -19,24 +19,43 @@ __all__ = ["FLOAT16_MAX", "fill_words", "has_source", "overflow_cause"]
 FLOAT16_MAX = 65504.0
 
 
-def _sources(obj: Any) -> list[tuple[str, int]]:
-    """``(source, first line)`` of the function, or of every method of a module's class
-    but its constructor."""
+def _routines(obj: Any) -> list[Any]:
+    """The function, or every method of a module's class but its constructor."""
     obj = inspect.unwrap(getattr(obj, "__func__", obj))
     if inspect.isroutine(obj):
-        routines = [obj]
-    else:
-        cls = obj if inspect.isclass(obj) else type(obj)
-        routines = [f for name, f in inspect.getmembers(cls, inspect.isfunction)
-                    if name != "__init__" and f.__module__ == cls.__module__]
+        return [obj]
+    cls = obj if inspect.isclass(obj) else type(obj)
+    return [f for name, f in inspect.getmembers(cls, inspect.isfunction)
+            if name != "__init__" and f.__module__ == cls.__module__]
+
+
+def _sources(obj: Any) -> list[tuple[str, int]]:
+    """``(source, first line)`` of each of :func:`_routines`."""
+    return [(source, start) for source, start, _ in _read(obj)]
+
+
+def _read(obj: Any) -> list[tuple[str, int, dict[str, Any]]]:
+    """``(source, first line, the names it reads from its module or closure)`` of each of
+    :func:`_routines` whose source can be read."""
     found = []
-    for f in routines:
+    for f in _routines(obj):
         try:
             lines, start = inspect.getsourcelines(f)
         except (OSError, TypeError):
             continue
-        found.append(("".join(lines), start))
+        try:
+            seen = inspect.getclosurevars(f)
+            names = {**seen.globals, **seen.nonlocals}
+        except (TypeError, ValueError):
+            names = {}
+        found.append(("".join(lines), start, names))
     return found
+
+
+def _too_big(value: Any) -> bool:
+    """A number (not a bool) that float16 cannot hold."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and abs(value) > FLOAT16_MAX
 
 
 def has_source(obj: Any) -> bool:
@@ -47,7 +66,7 @@ def has_source(obj: Any) -> bool:
 def _constants(obj: Any) -> list[tuple[str, str]]:
     """``(constant as written, its line)`` of numbers float16 cannot hold."""
     found: list[tuple[str, str]] = []
-    for source, _ in _sources(obj):
+    for source, _, names in _read(obj):
         text = textwrap.dedent(source)
         try:
             tree = ast.parse(text)
@@ -58,12 +77,16 @@ def _constants(obj: Any) -> list[tuple[str, str]]:
             value = node
             if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
                 value = node.operand
-            if isinstance(value, ast.Constant) and isinstance(value.value, (int, float)) \
-                    and not isinstance(value.value, bool) and abs(value.value) > FLOAT16_MAX:
+            if isinstance(value, ast.Name) and _too_big(names.get(value.id)):
+                # a constant kept under a name (NEG_INF = -1e9 at the top of the file)
+                written = f"{value.id} = {names[value.id]!r}"
+            elif isinstance(value, ast.Constant) and _too_big(value.value):
                 written = ast.get_source_segment(text, node) or repr(value.value)
-                line = lines[node.lineno - 1].strip()
-                if (written, line) not in found and not any(written in w for w, _ in found):
-                    found.append((written, line))
+            else:
+                continue
+            line = lines[node.lineno - 1].strip()
+            if (written, line) not in found and not any(written in w for w, _ in found):
+                found.append((written, line))
     return [(w, ln) for w, ln in found if not any(w != o and w in o for o, _ in found)]
 
 
@@ -110,5 +133,5 @@ def overflow_cause(obj: Any, dtype: str, problem: str, half_copy: Any = None) ->
 
 def fill_words(obj: Any) -> Text:
     """"a large negative fill" and the one the code has, if it has one (``-1e9 here``)."""
-    big = [w for w, _ in _constants(obj) if w.startswith("-")]
+    big = [w for w, _ in _constants(obj) if w.startswith("-") or " = -" in w]
     return T("overflow.fill-here", value=big[0]) if big else T("overflow.fill")

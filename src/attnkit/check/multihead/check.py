@@ -69,8 +69,7 @@ def check_multi_head(factory: Any, convention: str = "auto", causal: bool = Fals
         the module does, a report: a constructor or a call that raises is ``call-failed``.
     """
     if convention not in CONVENTIONS or convention == "sdpa":
-        raise ValueError(f"convention must be one of auto, valid_lens, masked, keep, additive, "
-                         f"none; got {convention!r}")
+        raise ValueError(Tx("mha.convention-choices", got=repr(convention)))
     spec = target_spec(factory)
     name = getattr(factory, "__qualname__", None) or type(factory).__name__
     report = Report("multi-head", spec or name)

@@ -24,14 +24,15 @@ def mask_polarity(h: Harness) -> str | None:
     which keys does the module ignore? For each reading, the keys it says are ignored
     get a random change, a different one per key (one shared change would not do: a
     softmax over those keys cannot see it). Raises :class:`NoMaskLayout` when the
-    module takes no mask layout the check knows."""
+    module takes no mask layout the check knows, bool or float (one that takes a bool
+    mask and raises on a float one has a layout, even when no reading explains it)."""
     x, kv = _rand(B, T, E), _rand(B, T, E, seed=1)
     noise = 2 * _rand(B, T, E, seed=5)
     # The first keys are flagged: a causal module's early rows see no later key, so the
     # rows compared for each reading are ones a causal module lets see the changed keys.
     flag = torch.zeros(T, T, dtype=torch.bool)
     flag[:, :2] = True
-    no_layout = None
+    no_layout, fitted = None, False
     for reading, cols in (("masked", slice(0, 2)), ("keep", slice(2, None)),
                           ("additive", slice(0, 2))):
         h.convention = "additive" if reading == "additive" else "keep"
@@ -43,17 +44,19 @@ def mask_polarity(h: Harness) -> str | None:
             a = h.call(h.eval(h.m), kv if h.self_only else x, kv, keep=keep)
             b = h.call(h.m, changed if h.self_only else x, changed, keep=keep)
         except NoMaskLayout as err:
-            no_layout = err
+            no_layout = no_layout or err  # the bool tries' errors, the first made
             continue
         except Exception:
+            fitted = True
             continue
+        fitted = True
         if h.self_only:  # the queries are the keys: compare unchanged rows only
             other = slice(2, None) if cols.start == 0 else slice(0, 2)
             a, b = a[:, other], b[:, other]
         if torch.isfinite(a).all() and torch.allclose(a, b, atol=1e-5):
             return reading
     h.layout = None
-    if no_layout is not None:
+    if no_layout is not None and not fitted:
         raise no_layout
     return None
 

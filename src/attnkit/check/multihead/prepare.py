@@ -104,8 +104,7 @@ def find_convention(h: Any, call: Any, convention: str) -> tuple[str, str, Findi
                 found, no_layout = None, no_layout_finding(h, err.args[0])
             conv, how = (found, "from behaviour") if found else ("keep", "assumed")
     elif conv != "none" and mask_name is None:
-        raise ValueError(f"--convention {conv}: the module's forward takes no mask argument "
-                         f"(no parameter named mask, attn_mask, valid_lens...)")
+        raise ValueError(Tx("mha.no-mask-to-declare", conv=conv))
     h.convention = conv
     if no_layout is None and conv in ("masked", "keep", "additive") and h.layout is None:
         try:
@@ -118,7 +117,19 @@ def find_convention(h: Any, call: Any, convention: str) -> tuple[str, str, Findi
             pass  # the first call says what the module raises
     if no_layout is not None:
         h.convention = conv = "none"  # the mask probes cannot run
+        if convention == "auto" and _by_place_only(call):
+            # an optional input taken for the mask by its place alone (forward(x,
+            # context=None)) that takes no mask is no mask, not a call that failed
+            how, no_layout = "no-layout", None
     return conv, how, no_layout
+
+
+def _by_place_only(call: Call) -> bool:
+    """The mask parameter was read off its place right after the inputs, not its name (no
+    "mask", no length), and forward runs without it."""
+    name = (call.mask_name or "").lower()
+    return call.mask_default and call.guessed is None and "mask" not in name \
+        and name not in LENS_NAMES
 
 
 def write_header(report: Report, h: Any, m: Any, call: Any, conv: str, how: str,
@@ -127,7 +138,8 @@ def write_header(report: Report, h: Any, m: Any, call: Any, conv: str, how: str,
     from .probe import SHAPES
 
     mask_name = call.mask_name
-    how_text = Tx("how.no-layout", name=mask_name) if no_layout is not None else Tx(f"how.{how}")
+    how_text = (Tx("how.no-layout", name=mask_name) if no_layout is not None or how == "no-layout"
+                else Tx(f"how.{how}"))
     report.convention = Tx("header.convention", name=conv, how=how_text)
     if conv != "none" and mask_name:
         report.convention += Tx("header.passed-as", name=mask_name)

@@ -129,8 +129,12 @@ class Harness:
             return {}
         else:
             per_example = keep.dim() == 3  # (B, Tq, Tk): a mask per example
+            # (B, 1, Tq, Tk) has B examples: a (1, 1, Tq, Tk) mask also broadcasts into a
+            # module that reads a (B, Tk) mask as mask[:, None, None, :], garbled but the
+            # right size, so that try would be taken
             m = {"tt": keep, "btt": keep if per_example else keep.expand(Bn, *keep.shape),
-                 "b1tt": keep[:, None] if per_example else keep[None, None]}[layout]
+                 "b1tt": keep[:, None] if per_example else keep.expand(Bn, 1, *keep.shape)
+                 }[layout]
         if self.convention == "additive":  # in the inputs' dtype, as a model builds it
             fill = torch.finfo(dtype).min if dtype.is_floating_point else -1e30
             return {self.mask_name: torch.zeros(m.shape, dtype=dtype).masked_fill(~m, fill)}
@@ -315,7 +319,7 @@ class Harness:
                 self.layout]
         else:
             shaped = {"tt": "keep", "btt": f"keep.expand({B}, -1, -1)",
-                      "b1tt": "keep[None, None]"}[self.layout or "tt"]
+                      "b1tt": f"keep.expand({B}, 1, -1, -1)"}[self.layout or "tt"]
         if self.convention == "additive":
             return keep_lines + [note(
                 f"mask = torch.zeros({shaped}.shape, dtype=x.dtype).masked_fill(~{shaped}, "

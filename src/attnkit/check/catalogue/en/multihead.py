@@ -114,6 +114,11 @@ TEXTS.update({
     "mha.fix-mask": "declare how it reads its mask with --convention (none if it takes no "
                     "attention mask)",
     "how.no-layout": "{name}= took no known layout: masks not tested",
+    # usage errors: a convention that does not fit (raised as ValueError, said by the CLI)
+    "mha.convention-choices": "convention must be one of auto, valid_lens, masked, keep, "
+                              "additive, none; got {got}",
+    "mha.no-mask-to-declare": "--convention {conv}: the module's forward takes no mask "
+                              "argument (no parameter named mask, attn_mask, valid_lens...)",
     "header.self-attention": ", self-attention m(x)",
     "header.by-name": ", inputs by name {names}",
     "header.found-by-trying": " (found by trying)",

@@ -68,8 +68,10 @@ TEXTS: dict[str, str] = {
         "keys, a temperature?): they are not read"
     ),
     "oracle.why-positions": (
-        "the scores depend on the positions (permuting the tokens does not permute the "
-        "outputs): rotary or relative position embeddings, which the check does not read"
+        "the outputs depend on the positions (permuting the tokens does not permute the "
+        "outputs): rotary or relative position embeddings, or a mask built from the "
+        "positions (a window), which the check does not read; or heads split with "
+        "view(B, H, T, d) without the transpose, which mixes the tokens"
     ),
     "oracle.why-causal": (
         "the causal attention core does not follow from the captured q, k, v by any reading "

@@ -98,6 +98,10 @@ TEXTS.update({
     "mha.calling-with-mask": "带掩码调用模块",
     "mha.fix-mask": "请用 --convention 声明它如何读取掩码（如果它不接受注意力掩码，就声明 none）",
     "how.no-layout": "{name}= 不接受任何已知的布局：未测试掩码",
+    "mha.convention-choices": "约定只能是 auto、valid_lens、masked、keep、additive、none 之一，"
+                              "得到的是 {got}",
+    "mha.no-mask-to-declare": "--convention {conv}：模块的 forward 没有掩码参数（没有名为 "
+                              "mask、attn_mask、valid_lens 等的参数）",
     "header.self-attention": "，自注意力 m(x)",
     "header.by-name": "，按参数名传入 {names}",
     "header.found-by-trying": "（试出来的）",
