@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .lang import get_language
 from .lookup import words
 
-__all__ = ["T", "Text", "first_line", "join", "render"]
+__all__ = ["T", "Text", "UsageError", "first_line", "join", "render"]
 
 
 class Text(str):
@@ -50,6 +51,16 @@ class Text(str):
 
     def __reduce__(self) -> tuple:  # copy, deepcopy and dataclasses.asdict keep the template
         return (Text, (self.key, self.fields))
+
+
+class UsageError(ValueError):
+    """An argument of a check that does not fit the code checked (a convention it cannot
+    take): a :class:`ValueError` whose message is a catalogue sentence (``args[0]``, a
+    :class:`Text`), printed in the current language (:func:`get_language`); the command
+    line renders ``args[0]`` in the report's language."""
+
+    def __str__(self) -> str:
+        return render(self.args[0], get_language()) if self.args else ""
 
 
 def first_line(err: BaseException, limit: int = 160) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..catalogue import T, join
+from ..catalogue import T, UsageError, join
 from ..core.behaviour import same_reading
 from ..core.cases import Case, attention_cases, case_title, masked_softmax_cases, softmax_cases
 from ..core.judge import Run
@@ -40,7 +40,8 @@ _FILLED = {"scale": "1/sqrt(Dk)", "module": T("header.stand-in"), "zero": "0.0",
 def _check(fn: Any, check: str, convention: str, causal: bool = False,
            per_query_lens: bool = False) -> Report:
     if convention not in CONVENTIONS:
-        raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+        raise UsageError(T("fn.convention-choices", choices=list(CONVENTIONS),
+                           got=repr(convention)))
     if not callable(fn) and callable(getattr(fn, "forward", None)):
         fn = fn.forward  # a layer object with forward() and no __call__ (NumPy libraries)
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
@@ -197,16 +198,11 @@ class FunctionCheck:
             if check == "softmax":
                 conv = "none"
         if check == "masked-softmax" and conv == "none":
-            raise ValueError("check_masked_softmax: fn takes no mask argument; "
-                             "pass convention='valid_lens', 'masked', 'keep' or 'additive'")
+            raise UsageError(T("fn.masked-no-mask"))
         if self.causal and conv == "sdpa":
-            raise ValueError("causal=True declares a function that masks the future itself; "
-                             "the sdpa convention passes is_causal=True in its causal cases "
-                             "already")
+            raise UsageError(T("fn.causal-sdpa"))
         if self.per_query_lens and conv not in ("valid_lens", None):
-            raise ValueError(f"per_query_lens=True passes d2l's valid_lens (B, Tq), but fn's "
-                             f"mask argument reads as {conv!r}: pass convention='valid_lens' "
-                             f"if it takes lengths")
+            raise UsageError(T("fn.per-query-lens", conv=repr(conv)))
         return conv, how
 
     def prepare(self) -> bool:
@@ -301,8 +297,7 @@ def check_softmax(fn: Any, convention: str = "auto") -> Report:
     ``"none"`` (a softmax takes no mask; accepted so every check has one signature).
     """
     if convention not in ("auto", "none"):
-        raise ValueError(f"check_softmax takes no mask: convention must be 'auto' or 'none', "
-                         f"got {convention!r}")
+        raise UsageError(T("fn.softmax-no-mask", got=repr(convention)))
     return _check(fn, "softmax", "auto")
 
 

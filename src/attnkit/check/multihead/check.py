@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..catalogue import T as Tx
-from ..catalogue import Text
+from ..catalogue import Text, UsageError
 from ..core.report import Finding, Report
 from ..core.repro import note
 from ..core.spine import follow
@@ -69,7 +69,7 @@ def check_multi_head(factory: Any, convention: str = "auto", causal: bool = Fals
         the module does, a report: a constructor or a call that raises is ``call-failed``.
     """
     if convention not in CONVENTIONS or convention == "sdpa":
-        raise ValueError(Tx("mha.convention-choices", got=repr(convention)))
+        raise UsageError(Tx("mha.convention-choices", got=repr(convention)))
     spec = target_spec(factory)
     name = getattr(factory, "__qualname__", None) or type(factory).__name__
     report = Report("multi-head", spec or name)

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from ..catalogue import T as Tx
-from ..catalogue import Text, join
+from ..catalogue import Text, UsageError, join
 from ..core.judge import first_line
 from ..core.report import Finding, Report
 from ..core.repro import note
@@ -104,7 +104,7 @@ def find_convention(h: Any, call: Any, convention: str) -> tuple[str, str, Findi
                 found, no_layout = None, no_layout_finding(h, err.args[0])
             conv, how = (found, "from behaviour") if found else ("keep", "assumed")
     elif conv != "none" and mask_name is None:
-        raise ValueError(Tx("mha.no-mask-to-declare", conv=conv))
+        raise UsageError(Tx("mha.no-mask-to-declare", conv=conv))
     h.convention = conv
     if no_layout is None and conv in ("masked", "keep", "additive") and h.layout is None:
         try:

@@ -298,3 +298,17 @@ TEXTS.update({
                            "def make(E, H): return {factory}, then attnkit check {kind} "
                            "{where}:make",
 })
+
+# -- usage errors: a convention that does not fit the function (a UsageError, said by the CLI)
+TEXTS.update({
+    "fn.convention-choices": "convention must be one of {choices}, got {got}",
+    "fn.softmax-no-mask": "check_softmax takes no mask: convention must be 'auto' or 'none', "
+                          "got {got}",
+    "fn.masked-no-mask": "check_masked_softmax: fn takes no mask argument; pass "
+                         "convention='valid_lens', 'masked', 'keep' or 'additive'",
+    "fn.causal-sdpa": "causal=True declares a function that masks the future itself; the sdpa "
+                      "convention passes is_causal=True in its causal cases already",
+    "fn.per-query-lens": "per_query_lens=True passes d2l's valid_lens (B, Tq), but fn's mask "
+                         "argument reads as {conv}: pass convention='valid_lens' if it takes "
+                         "lengths",
+})

@@ -276,3 +276,15 @@ TEXTS.update({
                            "（{why}）；请写出工厂函数再检查：`def make(E, H): return {factory}`，"
                            "然后运行 `attnkit check {kind} {where}:make`",
 })
+
+# -- 用法错误：约定与函数不相符 ---------------------------------------------------------------
+TEXTS.update({
+    "fn.convention-choices": "约定只能是 {choices} 之一，得到的是 {got}",
+    "fn.softmax-no-mask": "check_softmax 不接受掩码：约定只能是 'auto' 或 'none'，得到的是 {got}",
+    "fn.masked-no-mask": "check_masked_softmax：fn 没有掩码参数；请传入 convention='valid_lens'、"
+                         "'masked'、'keep' 或 'additive'",
+    "fn.causal-sdpa": "causal=True 声明的是自己掩蔽未来位置的函数；而 sdpa 约定在因果用例中"
+                      "已经传入 is_causal=True",
+    "fn.per-query-lens": "per_query_lens=True 传入的是 d2l 的 valid_lens (B, Tq)，但 fn 的掩码"
+                         "参数被读作 {conv}：如果它接受有效长度，请传入 convention='valid_lens'",
+})
