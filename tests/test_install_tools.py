@@ -227,3 +227,14 @@ def test_stand_in_copies_the_metadata_under_each_missing_python(tmp_path):
             with zipfile.ZipFile(out / name) as z:
                 assert f"Tag: {tag}-{tag}-manylinux_2_28_x86_64" in z.read(
                     f"{info}/WHEEL").decode()
+
+
+def test_the_cpu_builds_size_is_the_one_the_readme_states():
+    """The CPU choice's reason states what the README's install table measured for the whole
+    ``make demo`` download, and the torch wheel's own size, each said as what it counts."""
+    readme = (ROOT / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| Linux x86-64, no"))
+    total, wheel = (re.search(rf"{what} about (\d+) MB", row).group(1)
+                    for what in (r"\|", r"wheel alone:"))
+    reason = torch_build.choose("Linux", "x86_64", "2.13.0", None, None).reason
+    assert f"torch wheel about {wheel} MB, about {total} MB with" in reason, reason

@@ -9,8 +9,9 @@ The lock pins torch's public version (``torch==2.13.0``). By PEP 440 a local bui
 ``2.13.0+cpu`` satisfies that pin, and pip prefers it when one is on offer, so the lock
 stays the same on every platform and this module only chooses where the build comes from:
 
-- Linux without an NVIDIA driver: the CPU build from PyTorch's CPU wheel index (about
-  190 MB instead of about 3 GB of CUDA libraries), given to pip as an extra index. The index
+- Linux without an NVIDIA driver: the CPU build from PyTorch's CPU wheel index (its wheel
+  alone about 190 MB, about 245 MB with the rest of what ``make demo`` installs, instead of
+  about 3 GB with the CUDA libraries), given to pip as an extra index. The index
   is probed first with a short timeout; when it cannot be reached pip takes what the
   machine's own pip configuration offers (a local ``+cpu`` wheel where a wheel folder is
   configured, otherwise PyPI's default build, which carries the CUDA libraries).
@@ -167,7 +168,8 @@ def choose(
         flag = "--extra-index-url" if "://" in index else "--find-links"
         return Choice("cpu", (flag, index),
                       f"CPU: {why}: torch {version}+cpu from PyTorch's CPU index {index} "
-                      "(about 190 MB, no CUDA libraries)")
+                      "(no CUDA libraries: the torch wheel about 190 MB, about 245 MB "
+                      "with attnkit's other dependencies)")
     return Choice("cpu-fallback", (),
                   f"CPU: {why}, but PyTorch's CPU index {index} cannot be reached "
                   f"({index_problem}): pip takes torch {version} from the sources its own "
