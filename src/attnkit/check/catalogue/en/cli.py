@@ -58,14 +58,14 @@ TEXTS.update({
     "help.json": "print the report as JSON",
     "help.lang": "the language of the report and of this help: en or zh (中文); codes are the "
                  "same in both (default: $ATTNKIT_LANG, else en)",
-    "help.check.epilog": "{usage}: every attention call of a transformers model (see: "
-                         "{help})",
+    "help.check.epilog": "{usage}: every attention call of a model, a transformers model or "
+                         "any PyTorch model as FILE.py:NAME (see: {help})",
 })
 
 # -- attnkit check model --help (model/command.py) -------------------------------------------
 TEXTS.update({
     "help.model.description": "Run a transformers model under each attention implementation "
-                              "and judge every attention call (prefill and, with --generate, "
+                              "(any PyTorch model given as FILE.py:NAME as it is) and judge every attention call (prefill and, with --generate, "
                               "each decoding step) against attnkit's float64 oracle on what "
                               "it received, compare the mask it received with the one the "
                               "config and padding call for, and show per layer where "

@@ -12,6 +12,8 @@ TEXTS: dict[str, str] = {
     "oracle.label-cycle": "{label}, query head h on key/value head h % Hkv",
     "oracle.heads": "{H} heads of {d}",
     "oracle.heads-kv": "{H} heads of {d}, {Hkv} key/value heads",
+    "oracle.heads-1": "1 head of {d}",
+    "oracle.heads-kv-1": "{H} heads of {d}, 1 key/value head",
     "oracle.out-bias": "output projection with bias",
     "oracle.out-no-bias": "output projection without bias",
     "oracle.out-none": "no output projection",

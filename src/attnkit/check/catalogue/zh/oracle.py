@@ -11,6 +11,8 @@ TEXTS: dict[str, str] = {
     "oracle.label-cycle": "{label}，查询头 h 使用键/值头 h % Hkv",
     "oracle.heads": "{H} 个头，每头 {d} 维",
     "oracle.heads-kv": "{H} 个头，每头 {d} 维，{Hkv} 个键/值头",
+    "oracle.heads-1": "1 个头，{d} 维",
+    "oracle.heads-kv-1": "{H} 个头，每头 {d} 维，1 个键/值头",
     "oracle.out-bias": "输出投影带偏置",
     "oracle.out-no-bias": "输出投影不带偏置",
     "oracle.out-none": "没有输出投影",
