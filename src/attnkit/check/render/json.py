@@ -42,6 +42,7 @@ def report_dict(report: Any, lang: str = "en") -> dict:
     d["ok"] = report.ok
     for name in _HEADER:
         d[name] = render(getattr(report, name), lang)
+    d["cases"] = [render(c, lang) for c in report.cases]
     if isinstance(d.get("oracle"), dict):  # its sentences in lang, its flag as it is
         d["oracle"] = {k: (v if isinstance(v, bool) else render(v, lang))
                        for k, v in report.oracle.items()}
