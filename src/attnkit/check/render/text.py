@@ -226,7 +226,8 @@ def _table_lines(r: Any, first: str, lang: str, literal: Literal) -> list[str]:
     if len(set(shown)) < len(set(row.layer for row in r.layers)):
         shown = [row.layer for row in r.layers]  # shortened, two would merge
     for row, name in zip(r.layers, shown):
-        hold = "/".join(row.empty_hold) if row.empty_rows else ""
+        hold = "/".join(w.get("model.hold." + h, h) for h in row.empty_hold) \
+            if row.empty_rows else ""
         empty = f"{row.empty_rows} ({hold})" if row.empty_rows else "0"
         err = f"{row.worst_error:.1e} / {row.bound:.1e}" if row.bound else "-"
         diff = "" if row.diff_attention is None else f"{row.diff_attention:.1e}"
@@ -235,9 +236,10 @@ def _table_lines(r: Any, first: str, lang: str, literal: Literal) -> list[str]:
         if row.origin:
             diff += f" {w.get('model.' + row.origin, row.origin)}"
         first_failure = render(row.first_failure, lang, literal) or "-"
+        verdict = w.get("model.row." + row.verdict, row.verdict)  # else a code
         lines.append(f"  {name:<34} {row.calls:>5}  {err:<20} "
-                     f"{_pad(first_failure, 34)} {empty:<14} "
-                     f"{row.verdict:<18} {diff}".rstrip())
+                     f"{_pad(first_failure, 34)} {_pad(empty, 14)} "
+                     f"{_pad(verdict, 18)} {diff}".rstrip())
     return lines
 
 

@@ -65,8 +65,9 @@ TEXTS.update({
 # -- attnkit check model --help (model/command.py) -------------------------------------------
 TEXTS.update({
     "help.model.description": "Run a transformers model under each attention implementation "
-                              "(any PyTorch model given as FILE.py:NAME as it is) and judge every attention call (prefill and, with --generate, "
-                              "each decoding step) against attnkit's float64 oracle on what "
+                              "(any PyTorch model given as FILE.py:NAME as it is) and judge "
+                              "every attention call (prefill and, with --generate, each "
+                              "decoding step) against attnkit's float64 oracle on what "
                               "it received, compare the mask it received with the one the "
                               "config and padding call for, and show per layer where "
                               "implementations part. Nothing is downloaded and no model code "

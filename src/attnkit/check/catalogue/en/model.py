@@ -26,6 +26,11 @@ TEXTS.update({
     "model.nothing judged": "no attention call was judged: this is not a pass",
     "model.made here": "made here",
     "model.inherited": "inherited",
+    # the table's cells that are words: a layer's verdict (else a code), what empty rows hold
+    "model.row.ok": "ok",
+    "model.row.not checked": "not checked",
+    "model.hold.uniform": "uniform",
+    "model.hold.other": "other",
 })
 TEXTS.update({
     "model.note": "{name} was not checked ({calls} call(s) judged): {status}",

@@ -64,7 +64,8 @@ TEXTS.update({
 # -- attnkit check model --help（model/command.py） ------------------------------------------
 TEXTS.update({
     "help.model.description": "在每种注意力实现下运行一个 transformers 模型（写成 FILE.py:NAME "
-                              "的任意 PyTorch 模型则按原样运行），把每一次注意力调用（预填充，以及使用 --generate 时的每个解码步）按它收到的"
+                              "的任意 PyTorch 模型则按原样运行），把每一次注意力调用（预填充，"
+                              "以及使用 --generate 时的每个解码步）按它收到的"
                               "输入与 attnkit 的 float64 参考实现比较；把它收到的掩码与配置和"
                               "填充所要求的掩码比较；并逐层显示各实现从哪里开始不同。不下载"
                               "任何东西，也不运行模型自带的代码（没有 trust_remote_code）。"

@@ -25,6 +25,10 @@ TEXTS.update({
     "model.nothing judged": "没有判定任何一次注意力调用：这不算通过",
     "model.made here": "本层产生",
     "model.inherited": "继承自前面的层",
+    "model.row.ok": "通过",
+    "model.row.not checked": "未检查",
+    "model.hold.uniform": "均匀",
+    "model.hold.other": "其他",
 })
 TEXTS.update({
     "model.note": "{name} 没有被检查（判定了 {calls} 次调用）：{status}",
