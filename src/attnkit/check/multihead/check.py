@@ -42,6 +42,7 @@ from ..core.report import Finding, Report
 from ..core.repro import note
 from ..core.spine import follow
 from ..meet.adapt import CONVENTIONS, PADDING_NAMES, target_spec
+from .flags import causal_flag
 from .oracle_words import say
 from .prepare import build_target, failed_call, find_convention, read_signature, write_header
 
@@ -148,6 +149,9 @@ class MultiHeadCheck:
         self_only, call = read_signature(m)
         h = Harness(built, m, self.spec, self.name, self_only, call.mask_name, call.input_names)
         h.mask_optional = call.mask_default
+        flag = causal_flag(m) if self.causal and isinstance(m, nn.Module) else None
+        if flag is not None:  # declared causal: forward's own switch is on in every call
+            h.flags[flag] = True
         h.prefer_key_only = (call.mask_name or "").lower() in PADDING_NAMES
         # Every probe but the dropout one runs on a fresh module with its dropout at 0, so
         # that a dropout bug shows as dropout-in-eval only. Fresh modules are built again (or
@@ -214,6 +218,8 @@ class MultiHeadCheck:
                 self.causal_findings = []
                 if self.causal:
                     report.causality += Tx("header.declared")
+                    for name in h.flags:
+                        report.causality += Tx("header.flag-set", name=name)
                     if not behaves:
                         self.causal_findings.append(causal_leak(h))
 

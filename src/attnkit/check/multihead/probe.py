@@ -78,6 +78,7 @@ class Harness:
         # None where a probe sets the seeds itself.
         self.seed: int | None = 0
         self._knobs: list[str] | None = None
+        self.flags: dict[str, bool] = {}  # set in every call: forward's causal flag, declared
 
     def fresh(self, seed: int = 0) -> Any:
         """A new module built as the checked one was (the same weights for the same
@@ -167,7 +168,7 @@ class Harness:
         if self.input_names:
             named.update(zip(self.input_names, arrays))
             arrays = []
-        out = unwrap_out(m(*arrays, **named))
+        out = unwrap_out(m(*arrays, **named, **self.flags))
         if self.numpy:
             out = torch.from_numpy(np.array(out))
         for i, (b, a) in enumerate(zip(before, xs + list(kw.values()))):
@@ -278,6 +279,8 @@ class Harness:
             lines += [note("    if not mask:", "repro.mask-required"),
                       "        Tq, Tk = inputs[0].shape[1], inputs[-1].shape[1]",
                       f"        mask = {{{self.mask_name!r}: {self._nothing_masked_text()}}}"]
+        lines += [note(f"    mask[{k!r}] = {v!r}", "repro.causal-flag")
+                  for k, v in self.flags.items()]
         if self.numpy:
             lines += ["    out = m(*(t.numpy() for t in inputs), "
                       "**{k: v.numpy() for k, v in mask.items()})",

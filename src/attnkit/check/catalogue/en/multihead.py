@@ -127,6 +127,7 @@ TEXTS.update({
                              "outputs",
     "header.bidirectional": "bidirectional: later positions change earlier outputs",
     "header.declared": " (declared causal)",
+    "header.flag-set": ", {name}=True passed in every call",
     "probe.registration": "registration: every trained tensor is a registered parameter",
     "probe.mask-layouts": "masks: the mask layouts tried",
     "probe.causality": "causality: do changes at positions 3, 4 move outputs 0..2?",

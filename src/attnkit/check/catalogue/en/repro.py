@@ -88,6 +88,7 @@ TEXTS.update({
     "repro.factory-named": "{name}: your module's class or factory",
     "repro.dropout-off": "dropout off, as in the check",
     "repro.mask-required": "forward's mask is required: one that masks nothing",
+    "repro.causal-flag": "the module's own causal flag: on, as it is declared causal",
     "repro.per-key": "per key: the same for every query",
     "repro.nothing-masked": "nothing masked",
     "repro.wrote-input": "the module wrote into its input",

@@ -109,6 +109,7 @@ TEXTS.update({
     "header.behaves-causal": "表现为因果：靠后的位置不改变靠前位置的输出",
     "header.bidirectional": "双向：靠后的位置会改变靠前位置的输出",
     "header.declared": "（已声明为因果）",
+    "header.flag-set": "，每次调用都传入 {name}=True",
     "probe.registration": "注册：每个需要训练的张量都是已注册的参数",
     "probe.mask-layouts": "掩码：尝试过的掩码布局",
     "probe.causality": "因果性：改动位置 3、4 会不会改变位置 0..2 的输出？",

@@ -84,6 +84,7 @@ TEXTS.update({
     "repro.factory-named": "{name}：你的模块的类或工厂函数",
     "repro.dropout-off": "关闭暂退法，与检查时相同",
     "repro.mask-required": "forward 必须传入掩码：这里传一个什么也不掩蔽的掩码",
+    "repro.causal-flag": "模块自带的因果开关：它已声明为因果，所以打开",
     "repro.per-key": "按键给出：对每个查询都相同",
     "repro.nothing-masked": "什么也不掩蔽",
     "repro.wrote-input": "模块改写了它的输入",
