@@ -63,13 +63,14 @@ def judge_call(call: Any) -> Judged:
 
 
 def implementation_label(implementation: Any) -> str:
-    """``"torch"`` (the model's own calls), the function's name, or ``"name in layers"``."""
+    """``"torch"`` (the model's own calls), the function's name, or ``"name in layers"``
+    (a sentence of the catalogue, in the report's language)."""
     if implementation is None:
         return "torch"
     if callable(implementation):
         return getattr(implementation, "__qualname__", type(implementation).__name__)
-    return "; ".join(f"{getattr(fn, '__qualname__', fn)} in {pattern}"
-                     for pattern, fn in implementation.items())
+    return join([T("model.fn-in-layers", fn=str(getattr(fn, "__qualname__", fn)),
+                   layers=pattern) for pattern, fn in implementation.items()])
 
 
 def _arguments(inputs: Any) -> tuple[tuple, dict]:

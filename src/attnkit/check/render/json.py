@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -21,66 +22,78 @@ _SENTENCES = ("message", "measured", "case")
 _HEADER = ("convention", "layout", "causality", "origin")
 
 
-def finding_dict(finding: Any, item: dict, lang: str) -> dict:
-    """``item`` (``asdict(finding)``) with its severity, link and sentences in ``lang``."""
+Literal = Callable[[str], str] | None
+
+
+def finding_dict(finding: Any, item: dict, lang: str, literal: Literal = None) -> dict:
+    """``item`` (``asdict(finding)``) with its severity, link and sentences in ``lang``
+    (``literal``: as for :func:`report_dict`)."""
     item["severity"] = finding.severity
     item["doc"] = doc_link(finding.code)
     for name in _SENTENCES:
-        item[name] = render(getattr(finding, name), lang)
+        item[name] = render(getattr(finding, name), lang, literal)
     # the same code in every language; a model check's comments in it are sentences
-    item["reproducer"] = render(getattr(finding, "reproducer", ""), lang)
+    item["reproducer"] = render(getattr(finding, "reproducer", ""), lang, literal)
     if lang != "en":
         cw = code_words(finding.code, lang)
         item["title"], item["diagnosis"] = cw["title"], cw["what"] + cw["fix"]
     return item
 
 
-def report_dict(report: Any, lang: str = "en") -> dict:
-    """``report`` (a :class:`attnkit.check.core.report.Report`) as plain data."""
+def report_dict(report: Any, lang: str = "en", literal: Literal = None) -> dict:
+    """``report`` (a :class:`attnkit.check.core.report.Report`) as plain data.
+
+    Args:
+        literal: rewrites every field a sentence quotes as written (an identifier, a
+            number, the first line of an exception); tests pass one to see that nothing
+            else is left in English.
+    """
     check_language(lang)
     d = asdict(report)
     d["ok"] = report.ok
     for name in _HEADER:
-        d[name] = render(getattr(report, name), lang)
-    d["cases"] = [render(c, lang) for c in report.cases]
+        d[name] = render(getattr(report, name), lang, literal)
+    d["cases"] = [render(c, lang, literal) for c in report.cases]
     if isinstance(d.get("oracle"), dict):  # its sentences in lang, its flag as it is
-        d["oracle"] = {k: (v if isinstance(v, bool) else render(v, lang))
+        d["oracle"] = {k: (v if isinstance(v, bool) else render(v, lang, literal))
                        for k, v in report.oracle.items()}
     for f, item in zip(report.findings, d["findings"]):
-        finding_dict(f, item, lang)
+        finding_dict(f, item, lang, literal)
     return d
 
 
-def model_dict(report: Any, lang: str = "en") -> dict:
+def model_dict(report: Any, lang: str = "en", literal: Literal = None) -> dict:
     """``report`` (a :class:`attnkit.check.model.report.ModelReport`) as plain data: as
     :func:`dataclasses.asdict`, with its verdict (``ok``, ``judged``, ``reason``), whether
     the calls were compared with the oracle, and each implementation's and finding's
-    sentences in ``lang``."""
+    sentences in ``lang`` (``literal``: as for :func:`report_dict`)."""
     check_language(lang)
     d = asdict(report)
-    d["inputs"] = render(report.inputs, lang)
+    d["inputs"] = render(report.inputs, lang, literal)
     d["ok"] = report.ok
     d["judged"] = report.judged
-    d["reason"] = render(report.reason, lang) or None
+    d["reason"] = render(report.reason, lang, literal) or None
     # As on every report: whether the calls were compared with the float64 oracle (each
     # judged call is; a run that judged none says why).
     why = "" if report.judged else (d["reason"] or next(
-        (render(r.status, lang) for r in report.implementations if r.status), ""))
+        (render(r.status, lang, literal) for r in report.implementations if r.status), ""))
     d["oracle"] = {"compared": report.judged, "why": why}
-    d["notes"] = [render(n, lang) for n in report.notes]
+    d["notes"] = [render(n, lang, literal) for n in report.notes]
     for r, item in zip(report.implementations, d["implementations"]):
         item["ok"], item["calls"] = r.ok, r.calls
-        item["warning"] = render(r.note, lang) or None
-        item["status"] = render(r.status, lang)
-        item["masks"] = [render(m, lang) for m in r.masks]
+        item["name"] = render(r.name, lang, literal)  # "fn in layers": a sentence
+        item["warning"] = render(r.note, lang, literal) or None
+        item["status"] = render(r.status, lang, literal)
+        item["masks"] = [render(m, lang, literal) for m in r.masks]
         for h in item["hidden"]:
-            h["name"] = render(h["name"], lang)
-        item["first_failing_layer"] = render(r.first_failing_layer, lang) or None
+            h["name"] = render(h["name"], lang, literal)
+        item["first_failing_layer"] = render(r.first_failing_layer, lang, literal) or None
         for f, fi in zip(r.findings, item["findings"]):
-            finding_dict(f, fi, lang)
+            finding_dict(f, fi, lang, literal)
+            fi["implementation"] = render(f.implementation, lang, literal)
         for row in item["layers"]:
-            row["first_failure"] = render(row["first_failure"], lang)
-            row["note"] = render(row.get("note", ""), lang)
+            row["first_failure"] = render(row["first_failure"], lang, literal)
+            row["note"] = render(row.get("note", ""), lang, literal)
             row.pop("_ratio", None)
             row.pop("_nan_step", None)
     return d

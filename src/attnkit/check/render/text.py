@@ -188,7 +188,8 @@ def _result_lines(r: Any, first: str, lang: str, literal: Literal,
     w = words(lang)
     status = w["model.ran"] if r.status == "ran" else render(r.status, lang, literal)
     masks = w["sep.list"].join(render(m, lang, literal) for m in r.masks)
-    lines = ["", f"{r.name}: {status}" + (f"{w['model.masks']}{masks}" if r.masks else "")]
+    name = render(r.name, lang, literal)
+    lines = ["", f"{name}: {status}" + (f"{w['model.masks']}{masks}" if r.masks else "")]
     if r.note:
         lines.append(w["model.not checked"])
     if r.layers:
@@ -196,7 +197,8 @@ def _result_lines(r: Any, first: str, lang: str, literal: Literal,
     if r.hidden and r.name != first:
         worst = max(r.hidden, key=lambda h: h["diff"])
         lines.append("  " + w["model.hidden"].format(
-            first=first, diff=worst["diff"], name=render(worst["name"], lang, literal)))
+            first=render(first, lang, literal), diff=worst["diff"],
+            name=render(worst["name"], lang, literal)))
     if r.first_failing_layer:
         lines.append("  " + w["model.first failing"].format(
             layer=render(r.first_failing_layer, lang, literal)))
@@ -217,7 +219,8 @@ def _result_lines(r: Any, first: str, lang: str, literal: Literal,
 def _table_lines(r: Any, first: str, lang: str, literal: Literal) -> list[str]:
     """The table by layer of one implementation: a header, then a row per layer."""
     w = words(lang)
-    diff_head = w["model.vs"].format(first=first) if r.name != first else ""
+    diff_head = w["model.vs"].format(first=render(first, lang, literal)) \
+        if r.name != first else ""
     head = (f"  {_pad(w['model.layer'], 34)} {_pad(w['model.calls'], 5, True)}  "
             f"{_pad(w['model.worst'], 20)} {_pad(w['model.first failure'], 34)} "
             f"{_pad(w['model.empty rows'], 14)} {_pad(w['model.verdict'], 18)} {diff_head}")

@@ -27,6 +27,7 @@ TEXTS.update({
     "model.made here": "made here",
     "model.inherited": "inherited",
     # the table's cells that are words: a layer's verdict (else a code), what empty rows hold
+    "model.fn-in-layers": "{fn} in {layers}",
     "model.row.ok": "ok",
     "model.row.not checked": "not checked",
     "model.hold.uniform": "uniform",

@@ -25,6 +25,7 @@ TEXTS.update({
     "model.nothing judged": "没有判定任何一次注意力调用：这不算通过",
     "model.made here": "本层产生",
     "model.inherited": "继承自前面的层",
+    "model.fn-in-layers": "{layers} 中的 {fn}",
     "model.row.ok": "通过",
     "model.row.not checked": "未检查",
     "model.hold.uniform": "均匀",
@@ -151,10 +152,11 @@ TEXTS.update({
     "load.not-found": "MODEL {model!r} 既不是含有 config.json 的本地文件夹，也不是一个 "
                       "config.json 文件（attnkit 不下载任何东西）",
     "load.unreadable": "MODEL {model!r}：无法读取 {file}：{error}",
-    "load.remote-code": "MODEL {model!r} 需要 trust_remote_code（它带有自己的 Python 代码，或者"
-                        "它的 model_type 不为 transformers 所知）：attnkit check 从不运行这种代码",
+    "load.remote-code": "MODEL {model!r} 需要 trust_remote_code（它带有自己的 Python 代码，"
+                        "或者它的 model_type 不为 transformers 所知）：`attnkit check` 从不"
+                        "运行这种代码",
     "load.unknown-type": "MODEL {model!r}：transformers 不认识 model_type {type!r}；读取它就要运行"
-                         "模型自带的代码（trust_remote_code），attnkit check 从不这样做",
+                         "模型自带的代码（trust_remote_code），`attnkit check` 从不这样做",
     "load.cannot-build": "MODEL {model!r}：无法构建模型：{error}",
     "load.cannot-load": "MODEL {model!r}：无法加载权重：{error}",
     "load.padding": "padding 必须是 'left'、'right' 或 'none'，收到的是 {got!r}",
