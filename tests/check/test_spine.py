@@ -38,6 +38,7 @@ class TwoCases:
         self.finished = True
 
 
+@pytest.mark.english_report  # its finding is made by hand from English words
 @pytest.mark.parametrize("a_finds, judged", [(True, ["a"]), (False, ["a", "b"])])
 def test_a_case_is_asked_for_after_the_one_before_was_judged(a_finds, judged):
     check = TwoCases(a_finds)

@@ -25,7 +25,7 @@ TEXTS: dict[str, str] = {
                             "online loop, rescale the old sums by alpha = exp(m_old - m_new) "
                             "and divide once at the end",
     "judge.parts-unnormalised": "the output is the keys taken in {n} parts (the first of {size} "
-                                "keys) merged with weights exp(lse_part - max lse), which do "
+                                "keys) merged with weights exp(lse_part - max(lse)), which do "
                                 "not sum to 1: the merged lse is np.logaddexp of the parts' "
                                 "lse, not their maximum",
     "judge.blocks-not-rescaled": "the output is the keys taken in blocks ({n} blocks, the first "

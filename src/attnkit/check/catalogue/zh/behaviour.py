@@ -10,10 +10,10 @@ TEXTS: dict[str, str] = {
                               "权重在计算时没有用掩码（mask）；请返回计算输出时用的那份掩蔽后的"
                               "权重",
     "judge.query-axis": "softmax 是沿查询（axis -2）归一化的，而不是沿键：权重的每一列之和为 1，"
-                        "而不是每一行；请在最后一维（键，last axis）上做 softmax",
+                        "而不是每一行；请沿最后一个轴（键所在的轴，axis=-1）做 softmax",
     "judge.lens-on-queries": "有效长度 valid_lens 截断的是查询（axis 1），不是键：查询 "
                              "i < valid_lens[b] 看到所有键，其余查询输出为 0；请用键的下标"
-                             "（最后一维，last axis）和有效长度比较",
+                             "（最后一个轴，axis=-1）和有效长度比较",
     "judge.first-length": "每个查询都用了查询 0 的有效长度：每个查询各自的 valid_lens (B, Tq) "
                           "被截成了第一列（per-query 的长度丢了）；请把键 j 与 valid_lens[b, i] "
                           "比较（valid_lens[:, :, None]）",
@@ -22,7 +22,7 @@ TEXTS: dict[str, str] = {
                             "exp(lse_part - lse)；在在线（online）循环中，旧的累加量要先乘以 "
                             "alpha = exp(m_old - m_new) 重新缩放（rescale），最后只除一次",
     "judge.parts-unnormalised": "输出是把键分成 {n} 段（第一段 {size} 个键）后，用权重 "
-                                "exp(lse_part - max lse) 合并的，这些权重之和不为 1：合并后的 "
+                                "exp(lse_part - max(lse)) 合并的，这些权重之和不为 1：合并后的 "
                                 "lse 应是各段 lse 的 np.logaddexp，而不是它们的最大值",
     "judge.blocks-not-rescaled": "输出是把键分块（{n} 块，第一块 {size} 个键）计算、但累加量从未"
                                  "重新缩放（rescale）的结果：当运行中的最大值从 m_old 增大到 "

@@ -72,7 +72,7 @@ TEXTS: dict[str, str] = {
     ),
     "oracle.why-inner": "{label}：{why}",
     "oracle.why-inner-bias-kv": "不读取它的 add_bias_kv / add_zero_attn",
-    "oracle.why-inner-softcap": "不读取它的 softcap / sinks",
+    "oracle.why-inner-softcap": "不读取它的 softcap 或 sinks",
     "oracle.why-inner-inputs": "它收到的输入检查无法读取",
     "oracle.why-inner-kv": "它收到的键和值输入不同",
     "oracle.why-inner-float-mask": "不读取它收到的浮点 {name}",
