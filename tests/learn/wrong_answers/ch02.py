@@ -122,7 +122,7 @@ DIAGNOSIS = {
     "masked_softmax_fill_in_place": r"in-place|copy",
     "masked_softmax_fill_minus_1e6": r"-inf|fill",
     "masked_softmax_no_guard": r"guard|empty",
-    "masked_softmax_over_queries": r"keys|last axis",
+    "masked_softmax_over_queries": r"keys|last axis|最后一个轴",
     "masked_softmax_per_query_first_length": r"per-query|\(B, Tq\)",
     "masked_softmax_per_query_minus_1e6": r"fill|替换",
     "masked_softmax_per_query_batch_lens_only": r"per-query|\(B, Tq\)",
