@@ -34,6 +34,7 @@ from .oracle_probes import batch_mixing, extra_parameters, linear_in_v, position
 from .oracle_repro import batch_mixing_repro, core_repro
 from .oracle_words import say
 from .reference import core, fit_scale, linear, oracle_core, passes
+from .roles import misread_inputs
 from .structure import (
     Candidate,
     Capture,
@@ -154,11 +155,12 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
     E = 16
     xq = _rand(B, T, E, seed=21)
     xkv = xq if h.self_only else _rand(B, T, E, seed=22)
+    xv = None if h.self_only else _rand(B, T, E, seed=29)  # a value input of its own
     m = h.eval(h.m)
     try:
-        cap = capture(h, m, xq, xkv)
+        cap = capture(h, m, xq, xkv, xv)
         with torch.no_grad():
-            again = h.call(m, xq, None if h.self_only else xkv)
+            again = h.call(m, xq, None if h.self_only else xkv, xv=xv)
     except Exception as err:  # the first call of the check reports what it raises
         return Outcome(False, say("oracle.why-raised", error=type(err).__name__))
     if cap.out.shape != (B, T, E):
@@ -193,6 +195,9 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
             structure = _words(cand, how, causal)
             if np.any(r.offset != 0):
                 structure = say("oracle.offset", structure=structure)
+            wrong = misread_inputs(h, cap, cand, keep, r.got - r.offset)
+            if wrong is not None:  # k or v projected from the other input
+                return Outcome(True, "", structure, wrong)
             err = r.whole_check(cand, keep)
             if err is None:
                 return Outcome(True, "", structure)
