@@ -46,6 +46,32 @@ def test_a_projection_that_reads_the_other_input_is_inaccurate(name, words):
     assert detail and not english_sentences(detail[0]), detail
 
 
+@pytest.mark.parametrize("name, structure", [
+    ("split_and_merge_no_transpose", "separate q/k/v nn.Linear, 4 heads of 4"),
+    ("SplitNoTranspose", "separate q/k/v nn.Linear, 4 heads of 4"),
+    ("fused_split_no_transpose", "fused qkv nn.Linear, chunks in qkv order"),
+    ("causal_split_no_transpose", ", causal"),
+])
+def test_self_attention_split_without_the_transpose_mixes_queries(name, structure):
+    report = _check(name)
+    assert report.codes == ["mixes-queries"], report.text()
+    finding = report.findings[0]
+    assert "view(B, H, T, Dk)" in finding.message and "transpose(1, 2)" in finding.message
+    assert report.oracle["compared"] is True and structure in report.oracle["structure"]
+    assert isinstance(raises_as_printed(finding.reproducer), AssertionError), \
+        finding.reproducer
+    assert "view(B, H, T, Dk)" in report.text(lang="zh")
+
+
+def test_a_self_attention_merge_without_the_transpose_has_a_reproducer_that_fails():
+    # Its reproducer changed one example of the batch and watched the other: it ran clean.
+    report = _check("merge_no_transpose")
+    assert report.codes == ["mixes-queries"], report.text()
+    assert "merged without the transpose" in report.findings[0].message
+    assert isinstance(raises_as_printed(report.findings[0].reproducer), AssertionError), \
+        report.findings[0].reproducer
+
+
 @pytest.mark.parametrize("name", ["CrossRoles", "OptionalKV", "TorchCross", "SelfRight",
                                   "self_causal", "self_dropout"])
 def test_correct_modules_agree_with_the_oracle(name):

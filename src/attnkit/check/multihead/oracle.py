@@ -35,6 +35,7 @@ from .oracle_repro import batch_mixing_repro, core_repro
 from .oracle_words import say
 from .reference import core, fit_scale, linear, oracle_core, passes
 from .roles import misread_inputs
+from .split_reading import mixing_repro, split_without_transpose
 from .structure import (
     Candidate,
     Capture,
@@ -364,7 +365,17 @@ def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool 
     if merged is not None:
         return Outcome(True, "", structure, Finding(
             "mixes-queries", say("oracle.merge-no-transpose"),
-            say("oracle.merge-no-transpose-measured")), cand=merged, causal=bool(causal_first))
+            say("oracle.merge-no-transpose-measured"), reproducer=mixing_repro(
+                h, m, r.cap, merged, r.o_index, bool(causal_first))),
+            cand=merged, causal=bool(causal_first))
+    split = split_without_transpose(r.got, r.P, cands, _keeps(T, None))
+    if split is not None:  # heads split with view(B, H, T, d)
+        cand, causal = split
+        return Outcome(True, "", _words(cand, how, causal), Finding(
+            "mixes-queries", say("oracle.split-no-transpose"),
+            say("oracle.split-no-transpose-measured"),
+            reproducer=mixing_repro(h, m, r.cap, cand, r.o_index, causal)),
+            cand=cand, causal=causal)
     if r.cap.others:
         name, cls, _ = r.cap.others[0]
         low = cls.lower()

@@ -191,6 +191,16 @@ TEXTS: dict[str, str] = {
         "reads value) and the values from the key input (self.{v} reads key); project k "
         "from key and v from value"
     ),
+    "oracle.split-no-transpose": (
+        "the heads are split without the transpose: view(B, H, T, Dk) reads a projection's "
+        "output (B, T, E) straight as heads, so each head's rows hold pieces of several "
+        "tokens and the attention mixes the tokens; split with "
+        ".view(B, T, H, Dk).transpose(1, 2)"
+    ),
+    "oracle.split-no-transpose-measured": (
+        "the attention core fits the oracle on q, k, v read as (B, H, T, Dk) straight from "
+        "the projections, without the transpose"
+    ),
     "oracle.inner-value-from-key": (
         "{label} gets the key input as its value: value is never read, so the output is "
         "wrong wherever value differs from key; pass (query, key, value)"

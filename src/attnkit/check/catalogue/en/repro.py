@@ -115,4 +115,7 @@ TEXTS.update({
                              "the values are projected from key, not value",
     "repro.keys-from-value": "the output did not move when key changed: the keys are "
                              "projected from value, not key",
+    "repro.permuted": "the same tokens in another order",
+    "repro.split-no-transpose": "permuting the tokens did not permute the outputs: heads "
+                                "split or merged without transpose(1, 2)",
 })

@@ -110,4 +110,7 @@ TEXTS.update({
     "repro.values-from-key": "每个值词元都相同，输出却随 key 改变了：值是从 key 而不是从 "
                              "value 投影得到的",
     "repro.keys-from-value": "key 改变了，输出却没有变：键是从 value 而不是从 key 投影得到的",
+    "repro.permuted": "同样的词元，换一个顺序",
+    "repro.split-no-transpose": "打乱词元的顺序，输出并没有随之同样打乱：拆分或合并多头时"
+                                "没有用 transpose(1, 2)",
 })
