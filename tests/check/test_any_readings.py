@@ -149,3 +149,17 @@ def test_empty_rows_whose_values_were_not_read_print_their_count_alone() -> None
     assert row.empty_rows == 2 and not row.empty_hold, report.text()
     line = next(x for x in report.text().splitlines() if x.strip().startswith("(model)"))
     assert " 2 " in line and "()" not in line, line
+
+
+def test_a_forward_that_raises_in_float16_only_is_float16_overflow_with_its_line() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "impl_half"))
+    import fill_model
+
+    model, (ids, pad) = fill_model.build()
+    report = check_model(model.half(), (ids, pad))
+    r = report.implementations[0]
+    assert r.status == "ran" and report.codes == ["float16-overflow"], report.text()
+    f = r.findings[0]
+    assert f.layer == "attn" and "-1e9" in str(f.message) and "masked_fill" in str(f.message)
+    assert [row.layer for row in r.layers] == ["attn"], report.text()
+    assert check_model(model.float(), (ids, pad)).codes == []  # float32: nothing to say
