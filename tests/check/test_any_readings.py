@@ -163,3 +163,15 @@ def test_a_forward_that_raises_in_float16_only_is_float16_overflow_with_its_line
     assert f.layer == "attn" and "-1e9" in str(f.message) and "masked_fill" in str(f.message)
     assert [row.layer for row in r.layers] == ["attn"], report.text()
     assert check_model(model.float(), (ids, pad)).codes == []  # float32: nothing to say
+
+
+def test_a_forward_that_returns_nan_in_float16_only_is_float16_overflow_at_its_module() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "impl_half"))
+    import score_model
+
+    model, inputs = score_model.build()
+    report = check_model(model.half(), inputs)
+    r = report.implementations[0]
+    assert r.status == "ran" and report.codes == ["float16-overflow"], report.text()
+    assert r.findings[0].layer == "attn" and not report.ok
+    assert check_model(model.float(), inputs).codes == []

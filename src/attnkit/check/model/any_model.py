@@ -32,7 +32,7 @@ from ..core.report import CODES, ERROR
 from ..core.spine import follow
 from . import any_flex
 from .accounting import NOT_CHECKED, not_checked
-from .any_half import half_raise
+from .any_half import half_non_finite, half_raise
 from .any_judge import Judged, judge_raised, judge_sdpa
 from .any_mha import judge_mha
 from .any_repro import any_reproducer
@@ -283,7 +283,11 @@ class AnyModelCheck:
         self.recorder = CallRecorder(model, run.on_call, self.implementation)
         try:
             with torch.no_grad(), self.recorder:
-                model(*args, **kwargs)
+                out = model(*args, **kwargs)
+            if not any(f.code in ("float16-overflow", "nan-or-inf") for f in run.found):
+                half = half_non_finite(model, args, kwargs, out, self.label)
+                if half is not None:
+                    run.overflowed(*half)
         except _CheckFailed as err:
             result.status = T("any.check-failed", error=str(err))
         except _Stopped as err:
