@@ -173,16 +173,24 @@ def mha_readings(keep4: np.ndarray, a: dict, m: Any, scale: float) -> list:
     """The other readings of an ``nn.MultiheadAttention`` call on its keys ``keep4``
     ``(N, H, L, S')``: the masks' parts (:func:`~..core.readings.mask_parts`), the masks
     read the other way round (the extra ``bias_k``/zero keys stay), another scale."""
-    extra = np.zeros(keep4.shape[-1], dtype=bool)
-    extra[keep4.shape[-1] - int(m.bias_k is not None) - int(m.add_zero_attn):] = True
     import torch
+
+    S = keep4.shape[-1] - int(m.bias_k is not None) - int(m.add_zero_attn)
+    extra = np.arange(keep4.shape[-1]) >= S  # the bias_k and zero keys: always attended
+
+    def wide(x: Any) -> Any:  # a part of the S real keys, as (..., L, S') with extras False
+        if x is None:
+            return None
+        x = np.broadcast_to(x, keep4.shape[:-1] + (S,))
+        return np.concatenate([x, np.zeros(x.shape[:-1] + (len(extra) - S,), bool)], -1)
 
     masks = [a.get(n) for n in ("key_padding_mask", "attn_mask")]
     bool_mask = any(isinstance(x, torch.Tensor) and x.dtype == torch.bool for x in masks)
-    parts = mask_parts(keep4)
+    parts = mask_parts(keep4[..., :S])
     chain = mask_chain(
         keep4, polarity=polarity_reading(keep4 & ~extra) if bool_mask else None,
-        later=parts.later, padded=parts.padded, outside=parts.outside, window=parts.window,
+        later=wide(parts.later), padded=wide(parts.padded), outside=wide(parts.outside),
+        window=parts.window,
         ignored=np.ones(keep4.shape[-2:], dtype=bool) if any(x is not None for x in masks)
         else None)
     hd = m.embed_dim // m.num_heads
