@@ -18,6 +18,7 @@ import numpy as np
 
 from ...testing import reference_attention
 from ..catalogue import T
+from ..core.readings import mask_chain, mask_parts, named_scales, polarity_reading
 from .any_judge import Judged, _dtype, _explain, _np, _rule
 
 __all__ = ["judge_flex"]
@@ -65,26 +66,31 @@ def judge_flex(call: Any) -> Judged:
         return Judged(note=T("any.flex-shape"))
     keep_np = keep.numpy()
     G = H // k.shape[1]
-    cache: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+    cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     def oracle(kp: np.ndarray, s: float) -> tuple[np.ndarray, np.ndarray]:
-        if s not in cache:
+        kp = np.array(np.broadcast_to(kp, keep_np.shape))
+        key = (s, kp.tobytes())
+        if key not in cache:
             sc = scores64 if s == float(scale) else _scores(q, k, s, score_mod, torch.float64)
-            ref = reference_attention(_np(q), _np(k), _np(v), scores=sc.numpy(),
-                                      mask=keep_np).out
-            base_s = _scores(q, k, s, score_mod, q.dtype).masked_fill(~keep, float("-inf"))
+            ref = reference_attention(_np(q), _np(k), _np(v), scores=sc.numpy(), mask=kp).out
+            base_s = _scores(q, k, s, score_mod, q.dtype).masked_fill(
+                ~torch.from_numpy(kp), float("-inf"))
             w = torch.softmax(base_s, -1).nan_to_num(0.0)
-            cache[s] = (ref, _np(w @ v.repeat_interleave(G, 1)))
-        return cache[s]
+            cache[key] = (ref, _np(w @ v.repeat_interleave(G, 1)))
+        return cache[key]
 
     got = _np(out)
     j = _rule(got, keep_np, oracle, float(scale))
     j.scale = float(scale)
     if j.code is None:
         return j
-    alts = [] if math.isclose(float(scale), 1.0) else [
-        ("wrong-scale", T("any.flex-not-scaled", scale=float(scale)), keep_np, 1.0)]
-    j = _explain(j, call, got, keep_np, alts, oracle)
+    parts = mask_parts(keep_np)
+    readings = mask_chain(
+        keep_np, polarity=None if mask_mod is None else polarity_reading(keep_np),
+        later=parts.later, padded=parts.padded, outside=parts.outside, window=parts.window)
+    j = _explain(j, call, got, keep_np,
+                 readings + named_scales(q.shape[-1], v.shape[-1], float(scale)), oracle)
     if dtype not in ("float16", "bfloat16") and j.code == "float16-overflow":
         j.code = "nan-or-inf"
     return j

@@ -9,9 +9,11 @@ call's own dtype on the same inputs.
   projections, masks (``key_padding_mask``, ``attn_mask``: True = may *not* attend),
   ``bias_k``/``bias_v`` and ``add_zero_attn`` included (:func:`mha_reference`).
 
-A call beyond the rule is explained where another reading fits (not scaled, the causal
-mask or the ``attn_mask`` ignored, the mask read the other way round, NaN only in half
-precision), else it is ``inaccurate``.
+A call beyond the rule is explained where another reading fits: NaN only in half
+precision, else the readings every judge tries (:mod:`attnkit.check.core.readings`: causal
+aligned the other way, the mask read the other way round, a causal leak, padding or the
+window ignored, another scale), with the codes and words a transformers model's call gets
+for the same bug; else it is ``inaccurate``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ import numpy as np
 from ...testing import max_mean_error, reference_attention
 from ..catalogue import T
 from ..core.oracle import Baseline, bound_of, rule_error
+from ..core.readings import (
+    Reading,
+    first_fit,
+    mask_chain,
+    mask_parts,
+    named_scales,
+    polarity_reading,
+    top_left_reading,
+)
 from .half import half_cause
 
 __all__ = ["Judged", "call_arguments", "judge_raised", "judge_sdpa", "twin_finite"]
@@ -130,7 +141,7 @@ def judge_sdpa(call: Any) -> Judged:
     if float(a.get("dropout_p") or 0.0) > 0:
         return Judged(note=T("any.dropout", p=a["dropout_p"]))
     c = sdpa_case(a)
-    q, v = c["q"], c["v"]
+    v = c["v"]
     out = call.output
     want = tuple(a["query"].shape[:-1]) + (v.shape[-1],)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
@@ -142,32 +153,36 @@ def judge_sdpa(call: Any) -> Judged:
     j.keep, j.bias, j.scale = keep, c["bias"], c["scale"]
     if j.code is None:
         return j
-    alts: list[tuple[str, str, Any, float]] = []
-    L, S = q.shape[-2], c["k"].shape[-2]
-    no_causal = keep | np.triu(np.ones((L, S), dtype=bool), 1)
+    return _explain(j, call, got, keep, sdpa_readings(c, a, keep),
+                    lambda kp, s: _sdpa_oracle(c, kp, s))
+
+
+def sdpa_readings(c: dict, a: dict, keep: np.ndarray) -> list[Reading | None]:
+    """The other readings of an SDPA call (:func:`~..core.readings.mask_chain`, then the
+    scales of :func:`~..core.readings.scale_readings`), its parts read from the call:
+    ``is_causal`` (top-left, as SDPA defines it) and the mask it received."""
+    import torch
+
+    L, S = c["q"].shape[-2], c["k"].shape[-2]
     mask = a.get("attn_mask")
-    if not math.isclose(c["scale"], 1.0):
-        alts.append(("wrong-scale", T("any.not-scaled", scale=c["scale"]), keep, 1.0))
-    if a.get("is_causal"):
-        alts.append(("causal-leak", T("any.causal-ignored"),
-                     no_causal & _mask_keep(mask, keep.shape), c["scale"]))
-    causal_part = np.tril(np.ones((L, S), dtype=bool)) if a.get("is_causal") else \
-        np.ones((L, S), dtype=bool)
-    if isinstance(mask, torch.Tensor):
-        if mask.dtype == torch.bool:
-            alts.append(("mask-polarity", T("any.polarity"),
-                         causal_part & ~_mask_keep(mask, keep.shape), c["scale"]))
-        hidden = ~_mask_keep(mask, keep.shape)
-        if hidden.any() and not (hidden & np.tril(np.ones((L, S), dtype=bool))).any():
-            ignored, words = "causal-leak", T("any.causal-mask-ignored")
-        else:
-            ignored, words = "padding-ignored", T("any.mask-ignored")
-        alts.append((ignored, words, np.broadcast_to(causal_part, keep.shape), c["scale"]))
-    if a.get("is_causal") and L != S:
-        br = np.tril(np.ones((L, S), dtype=bool), S - L)
-        alts.append(("causal-alignment", T("any.top-left", Tq=L, Tk=S),
-                     br & _mask_keep(mask, keep.shape), c["scale"]))
-    return _explain(j, call, got, keep, alts, lambda kp, s: _sdpa_oracle(c, kp, s))
+    mk = _mask_keep(mask, keep.shape)
+    causal = bool(a.get("is_causal"))
+    parts = mask_parts(keep, "top-left" if causal else None)
+    top = None
+    if causal and L != S:  # the call means top-left; bottom-right is the other reading
+        top = Reading("causal-alignment", keep=np.tril(np.ones((L, S), dtype=bool), S - L) & mk,
+                      words=T("any.top-left", Tq=L, Tk=S))
+    elif parts.later is not None and L != S:
+        top = top_left_reading(L, S, keep)
+    within = parts.causal if causal else None
+    bool_mask = isinstance(mask, torch.Tensor) and mask.dtype == torch.bool
+    chain = mask_chain(
+        keep, top_left=top, polarity=polarity_reading(mk, within) if bool_mask else None,
+        later=None if parts.later is None else parts.later & (mk if causal else True),
+        padded=parts.padded, outside=parts.outside, window=parts.window,
+        ignored=(within if causal else np.ones((L, S), dtype=bool))
+        if isinstance(mask, torch.Tensor) else None)
+    return chain + named_scales(c["q"].shape[-1], c["v"].shape[-1], c["scale"])
 
 
 def _mask_keep(mask: Any, shape: tuple) -> np.ndarray:
@@ -212,7 +227,10 @@ def _rule(got: np.ndarray, keep: np.ndarray, oracle: Any, scale: float) -> Judge
 
 
 def _explain(j: Judged, call: Any, got: np.ndarray, keep: np.ndarray,
-             alts: list[tuple[str, str, Any, float]], oracle: Any) -> Judged:
+             readings: list[Reading | None], oracle: Any, fits: Any = None) -> Judged:
+    """``j`` (beyond the rule) named: NaN only in half precision, else the first of
+    ``readings`` whose oracle (``oracle(keep, scale)``) fits the output (``fits(keep,
+    scale)``: another comparison), else ``inaccurate``."""
     rows = keep.any(-1)
     dtype = _dtype(call.output)
     if not np.isfinite(got[rows]).all():
@@ -225,17 +243,20 @@ def _explain(j: Judged, call: Any, got: np.ndarray, keep: np.ndarray,
             else:
                 j.code, j.message = "nan-or-inf", T("model.non-finite")
             return j
-    for code, words, alt_keep, alt_scale in alts:
-        alt_keep = np.broadcast_to(alt_keep, keep.shape)
+    own = j.scale if j.scale else 1.0
+
+    def fit(alt: Any, scale: float | None) -> bool:
+        alt_keep = np.broadcast_to(keep if alt is None else alt, keep.shape)
         alt_rows = alt_keep.any(-1) & rows
-        if (alt_keep == keep).all() and math.isclose(alt_scale, j.scale or 1.0):
-            continue
         if not alt_rows.any():
-            continue
-        r2, b2 = oracle(alt_keep, alt_scale)
-        if rule_error(got[alt_rows], r2[alt_rows], b2[alt_rows], 2.0, "alt") is None:
-            j.code, j.message = code, words
-            return j
+            return False
+        r2, b2 = oracle(alt_keep, own if scale is None else scale)
+        return rule_error(got[alt_rows], r2[alt_rows], b2[alt_rows], 2.0, "alt") is None
+
+    found = first_fit(readings, fits or fit)
+    if found is not None:
+        j.code, j.message = found.code, found.words
+        return j
     j.message = T("model.beyond-rule", dtype=dtype)
     return j
 

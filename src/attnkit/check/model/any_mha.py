@@ -13,7 +13,8 @@ import numpy as np
 
 from ...testing import reference_attention
 from ..catalogue import T
-from ..core.oracle import Baseline
+from ..core.oracle import Baseline, rule_error
+from ..core.readings import mask_chain, mask_parts, named_scales, polarity_reading
 from .any_judge import Judged, _explain, _np, _rule
 
 __all__ = ["judge_mha", "mha_reference"]
@@ -46,7 +47,8 @@ def _projections(module: Any, q: Any, k: Any, v: Any, dtype: Any) -> tuple[Any, 
 
 def mha_reference(module: Any, query: Any, key: Any, value: Any, key_padding_mask: Any = None,
                   attn_mask: Any = None, *, dtype: str = "float64",
-                  scale: float | None = None, **ignored: Any) -> tuple[np.ndarray, np.ndarray]:
+                  scale: float | None = None, keep: Any = None,
+                  **ignored: Any) -> tuple[np.ndarray, np.ndarray]:
     """``nn.MultiheadAttention``'s forward from its definition: ``(out (N, L, E), keep
     (N, H, L, S'))`` as float64 arrays (``S'`` counts the ``bias_k`` and zero keys).
 
@@ -59,6 +61,8 @@ def mha_reference(module: Any, query: Any, key: Any, value: Any, key_padding_mas
         dtype: ``"float64"`` for the oracle (attention by ``reference_attention``), or the
             module's dtype for the plain-math baseline of the 2x rule.
         scale: None = ``1/sqrt(head_dim)``; another value only to test an explanation.
+        keep: None = the keys the masks allow; a bool ``(N, H, L, S')`` array (True = may
+            attend) only to test an explanation (another reading of the masks).
 
     Returns:
         ``(out, keep)``.
@@ -74,7 +78,7 @@ def mha_reference(module: Any, query: Any, key: Any, value: Any, key_padding_mas
     q, k, v = _projections(module, q, k, v, td)
     S = k.shape[1]
     bias = torch.zeros(N, H, L, S, dtype=torch.float64)
-    keep = torch.ones(N, H, L, S, dtype=torch.bool)
+    allowed, keep = keep, torch.ones(N, H, L, S, dtype=torch.bool)
     for m, kind in ((attn_mask, "attn"), (key_padding_mask, "pad")):
         if m is None:
             continue
@@ -107,7 +111,7 @@ def mha_reference(module: Any, query: Any, key: Any, value: Any, key_padding_mas
     qh, kh, vh = heads(q), heads(k), heads(v)
     s = 1.0 / math.sqrt(hd) if scale is None else scale
     b = bias.numpy() if bool((bias != 0).any()) else None
-    kp = keep.numpy()
+    kp = keep.numpy() if allowed is None else np.broadcast_to(allowed, keep.shape)
     if dtype == "float64":
         o = reference_attention(qh, kh, vh, mask=kp, bias=b, scale=s).out
     else:
@@ -139,24 +143,72 @@ def judge_mha(call: Any) -> Judged:
 
     scale = 1.0 / math.sqrt(m.embed_dim // m.num_heads)
     ref0, keep4 = mha_reference(m, a["query"], a["key"], a["value"], scale=scale, **kw)
-    cache: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+    cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
-    def oracle(keep: np.ndarray, s: float) -> tuple[np.ndarray, np.ndarray]:
-        if s not in cache:  # the oracle and the baseline ignore keep: the module's masks
-            ref = ref0 if s == scale else mha_reference(m, a["query"], a["key"], a["value"],
-                                                        scale=s, **kw)[0]
+    def oracle(kp: Any, s: float) -> tuple[np.ndarray, np.ndarray]:
+        """The module's forward on the keys ``kp`` ``(N, H, L, S')`` (None: its masks)."""
+        s = scale if s is None else s
+        key = (s, None if kp is None else np.ascontiguousarray(kp).tobytes())
+        if key not in cache:
+            ref = ref0 if key == (scale, None) else mha_reference(
+                m, a["query"], a["key"], a["value"], scale=s, keep=kp, **kw)[0]
             base = mha_reference(m, a["query"], a["key"], a["value"], dtype=dtype, scale=s,
-                                 **kw)[0]
-            cache[s] = (ref, base)
-        return cache[s]
+                                 keep=kp, **kw)[0]
+            cache[key] = (ref, base)
+        return cache[key]
 
     # (N, L, S'): a query row is judged when every head may attend some key (a head with
     # none gives NaN in torch's own module, and 0 in the oracle: not compared)
     keep = keep4.any(1) & keep4.any(-1).all(1)[..., None]
     g = _np(got)
-    j = _rule(g, keep, lambda kp, s: oracle(kp, s), scale)
+    j = _rule(g, keep, lambda kp, s: oracle(None, s), scale)
     j.scale = scale
     if j.code is None:
         return j
-    alts = [("wrong-scale", T("any.mha-not-scaled", scale=scale), keep, 1.0)]
-    return _explain(j, call, g, keep, alts, lambda kp, s: oracle(kp, s))
+    return _explain(j, call, g, keep, mha_readings(keep4, a, m, scale),
+                    lambda kp, s: oracle(None, s), mha_fits(g, keep, oracle))
+
+
+def mha_readings(keep4: np.ndarray, a: dict, m: Any, scale: float) -> list:
+    """The other readings of an ``nn.MultiheadAttention`` call on its keys ``keep4``
+    ``(N, H, L, S')``: the masks' parts (:func:`~..core.readings.mask_parts`), the masks
+    read the other way round (the extra ``bias_k``/zero keys stay), another scale."""
+    import torch
+
+    S = keep4.shape[-1] - int(m.bias_k is not None) - int(m.add_zero_attn)
+    extra = np.arange(keep4.shape[-1]) >= S  # the bias_k and zero keys: always attended
+
+    def wide(x: Any) -> Any:  # a part of the S real keys, as (..., L, S') with extras False
+        if x is None:
+            return None
+        x = np.broadcast_to(x, keep4.shape[:-1] + (S,))
+        return np.concatenate([x, np.zeros(x.shape[:-1] + (len(extra) - S,), bool)], -1)
+
+    masks = [a.get(n) for n in ("key_padding_mask", "attn_mask")]
+    bool_mask = any(isinstance(x, torch.Tensor) and x.dtype == torch.bool for x in masks)
+    parts = mask_parts(keep4[..., :S])
+    chain = mask_chain(
+        keep4, polarity=polarity_reading(keep4 & ~extra) if bool_mask else None,
+        later=wide(parts.later), padded=wide(parts.padded), outside=wide(parts.outside),
+        window=parts.window,
+        ignored=np.ones(keep4.shape[-2:], dtype=bool) if any(x is not None for x in masks)
+        else None)
+    hd = m.embed_dim // m.num_heads
+    return chain + named_scales(hd, hd, scale)
+
+
+def mha_fits(g: np.ndarray, keep: np.ndarray, oracle: Any) -> Any:
+    """``fits(keep4, scale)`` of a reading of an MHA call: the output ``g`` ``(N, L, E)``
+    within the rule of the forward on the keys ``keep4`` ``(N, H, L, S')``, on the rows
+    judged (``keep`` ``(N, L, S')``) where every head has a key under the reading."""
+
+    def fits(alt: Any, s: float | None) -> bool:
+        rows = keep.any(-1)
+        if alt is not None:
+            rows = rows & np.asarray(alt).any(-1).all(1)
+        if not rows.any():
+            return False
+        r2, b2 = oracle(alt, s)
+        return rule_error(g[rows], r2[rows], b2[rows], 2.0, "alt") is None
+
+    return fits

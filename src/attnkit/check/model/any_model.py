@@ -32,6 +32,7 @@ from ..core.report import CODES, ERROR
 from ..core.spine import follow
 from . import any_flex
 from .accounting import NOT_CHECKED, not_checked
+from .any_half import half_non_finite, half_raise
 from .any_judge import Judged, judge_raised, judge_sdpa
 from .any_mha import judge_mha
 from .any_repro import any_reproducer
@@ -168,6 +169,16 @@ class _Run:
             if call.kind != "mha":  # a module hook cannot stop the forward: it is raising
                 raise _Stopped(self.stopped)
 
+    def overflowed(self, layer: str, message: Text, measured: str) -> None:
+        """The forward raised in half precision only: ``float16-overflow`` at ``layer``."""
+        row = self.row(layer)
+        row.verdict = row.verdict if row.verdict != "ok" else "float16-overflow"
+        self.result.first_failing_layer = self.result.first_failing_layer or row.layer
+        self.found.append(ModelFinding("float16-overflow", message, measured,
+                                       T("model.at-layer", layer=row.layer), "",
+                                       self.result.name, None, row.layer))
+        self.judged += 1
+
     def find(self, row: LayerRow, call: AttentionCall, judged: Any, code: str,
              message: str) -> None:
         at = judged.at if code == judged.code else {}
@@ -273,14 +284,21 @@ class AnyModelCheck:
         self.recorder = CallRecorder(model, run.on_call, self.implementation)
         try:
             with torch.no_grad(), self.recorder:
-                model(*args, **kwargs)
+                out = model(*args, **kwargs)
+            if not any(f.code in ("float16-overflow", "nan-or-inf") for f in run.found):
+                half = half_non_finite(model, args, kwargs, out, self.label)
+                if half is not None:
+                    run.overflowed(*half)
         except _CheckFailed as err:
             result.status = T("any.check-failed", error=str(err))
         except _Stopped as err:
             result.status = T("any.stopped", error=str(err))
         except Exception as err:  # the model itself did not run on these inputs
+            half = None if run.stopped else half_raise(model, args, kwargs, err, self.label)
             if run.stopped:
                 result.status = T("any.stopped", error=run.stopped)
+            elif half is not None:
+                run.overflowed(*half)
             else:
                 result.status = T("model.refused", why=T(
                     "any.model-raised", label=self.label,
@@ -313,7 +331,8 @@ class AnyModelCheck:
                               **({"not_ran": T("any.not-ran-stopped")}
                                  if result.status != "ran" else {}))
         for name, why in missing.items():
-            result.layers.append(LayerRow(name, verdict=NOT_CHECKED, note=why))
+            if name not in run.rows:  # a layer with a finding (raised in half) has its row
+                result.layers.append(LayerRow(name, verdict=NOT_CHECKED, note=why))
         order = {name or "(model)": i for i, (name, _) in enumerate(model.named_modules())}
         result.layers.sort(key=lambda row: order.get(row.layer, len(order)))  # model's order
         if result.status == "ran" and not run.judged:

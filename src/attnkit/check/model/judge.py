@@ -16,7 +16,13 @@ import numpy as np
 from ...testing import max_mean_error, reference_attention
 from ..catalogue import T, Text
 from ..core.oracle import Baseline, bound_of, rule_error
-from ..core.readings import first_fit, polarity_reading, scale_readings, top_left_reading
+from ..core.readings import (
+    first_fit,
+    mask_chain,
+    named_scales,
+    polarity_reading,
+    top_left_reading,
+)
 from .half import half_cause
 from .masks import CallPlace, expected_keep, mask_difference, received_keep
 from .report import LayerRow
@@ -150,30 +156,10 @@ class CallJudge:
                     "model.half-non-finite", dtype=sm.dtype,
                     cause=half_cause(sm.dtype, "NaN/inf in the output", fn, module))
             return "nan-or-inf", message
-        Tq, Tk = keep4.shape[-2], k.shape[-2]
-        if Tq != Tk and first_fit([top_left_reading(Tq, Tk, keep4, torch)], sm.fits):
-            return "causal-alignment", T("model.top-left", Tq=Tq, Tk=Tk)
-        if mask is not None and first_fit([polarity_reading(keep4)], sm.fits):
-            return "mask-polarity", T("model.polarity")
-        later = (place.k_index[None, :] > place.q_index[:, None]) & \
-            (place.k_index < max(place.n_tokens, 1))[None, :]  # (Tq, Tk), no empty slot
-        if place.causal and bool((keep4 != (keep4 | later)).any()) and sm.fits(keep4 | later):
-            return "causal-leak", T("model.causal-leak")
-        real = place.key_real.clone()
-        if place.n_tokens:
-            real |= (place.k_index < place.n_tokens)[None, :]
-        no_pad = (keep4 | (expected_keep(_with_real_keys(place, real))[:, None]
-                           & ~place.key_real[:, None, None, :]))
-        if bool((no_pad != keep4).any()) and sm.fits(no_pad):
-            return "padding-ignored", T("model.padding-ignored")
-        if place.window is not None:
-            no_window = expected_keep(place, window=False) & ~want
-            wider = keep4 | no_window[:, None]
-            if bool((wider != keep4).any()) and sm.fits(wider):
-                return "mask-mismatch", T("model.window", window=place.window)
-        found = first_fit(scale_readings(sm.q.shape[-1], v.shape[-1], sm.scale), sm.fits)
+        found = first_fit(_readings(place, keep4, want, mask, torch)
+                          + named_scales(sm.q.shape[-1], v.shape[-1], sm.scale), sm.fits)
         if found is not None:
-            return "wrong-scale", T("model.scale", scaled=found.words, scale=sm.scale)
+            return found.code, found.words
         return "inaccurate", T("model.beyond-rule", dtype=sm.dtype)
 
     def empty_rows(self, row: LayerRow, keep4: Any, nonempty: Any, got: Any, v: Any,
@@ -296,6 +282,26 @@ def _within_one_ulp(got: np.ndarray, ref: np.ndarray, dtype: str, bound: float) 
     _, exp = np.frexp(ref)
     ulp = np.maximum(np.ldexp(1.0, exp - bits), np.ldexp(1.0, tiniest))
     return bool((np.abs(got - ref) <= np.maximum(bound, ulp)).all())
+
+
+def _readings(place: CallPlace, keep4: Any, want: Any, mask: Any, torch: Any) -> list:
+    """The mask readings of a call (:func:`~..core.readings.mask_chain`), their parts from
+    what the model's config and padding call for (``place``), not read from the mask."""
+    Tq, Tk = keep4.shape[-2:]
+    later = (place.k_index[None, :] > place.q_index[:, None]) & \
+        (place.k_index < max(place.n_tokens, 1))[None, :]  # (Tq, Tk), no empty slot
+    real = place.key_real.clone()
+    if place.n_tokens:
+        real |= (place.k_index < place.n_tokens)[None, :]
+    padded = expected_keep(_with_real_keys(place, real))[:, None] \
+        & ~place.key_real[:, None, None, :]
+    outside = None
+    if place.window is not None:
+        outside = (expected_keep(place, window=False) & ~want)[:, None]
+    return mask_chain(keep4, top_left=top_left_reading(Tq, Tk, keep4, torch),
+                      polarity=None if mask is None else polarity_reading(keep4),
+                      later=later if place.causal else None, padded=padded,
+                      outside=outside, window=place.window)
 
 
 def _with_real_keys(place: CallPlace, real: Any) -> CallPlace:

@@ -105,13 +105,15 @@ def _keep(given: dict, kind: str, Bn: int, Tq: int, Tk: int) -> tuple[np.ndarray
     return keep, ""
 
 
-def _attend(xq: np.ndarray, xkv: np.ndarray, pairs: list, H: int, Hkv: int, d: int, dv: int,
+def _attend(xs: list, pairs: list, H: int, Hkv: int, d: int, dv: int,
             keep: np.ndarray, dtype: Any) -> np.ndarray:
-    """The whole layer in ``dtype`` (float64: the oracle's attention) on batch-first inputs."""
-    Bn, Tq, Tk = xq.shape[0], xq.shape[1], xkv.shape[1]
+    """The whole layer in ``dtype`` (float64: the oracle's attention) on the batch-first
+    inputs ``xs`` (query, key, value)."""
+    xq, xk, xv = xs
+    Bn, Tq, Tk = xq.shape[0], xq.shape[1], xk.shape[1]
     q = linear(xq, *pairs[0], dtype).reshape(Bn, Tq, H, d).transpose(0, 2, 1, 3)
-    k = linear(xkv, *pairs[1], dtype).reshape(Bn, Tk, Hkv, d).transpose(0, 2, 1, 3)
-    v = linear(xkv, *pairs[2], dtype).reshape(Bn, Tk, Hkv, dv).transpose(0, 2, 1, 3)
+    k = linear(xk, *pairs[1], dtype).reshape(Bn, Tk, Hkv, d).transpose(0, 2, 1, 3)
+    v = linear(xv, *pairs[2], dtype).reshape(Bn, Tk, Hkv, dv).transpose(0, 2, 1, 3)
     if np.dtype(dtype) == np.float64:
         o = oracle_core(q, k, v, np.broadcast_to(keep, (Bn, H, Tq, Tk)))
     else:
@@ -140,7 +142,7 @@ def compare_inner(cap: Capture, h: Any, Bn: int, T: int) -> Any:
             return Outcome(False, say("oracle.why-inner", label=label,
                                       why=say("oracle.why-inner-inputs")))
         xs.append((x if first else x.transpose(0, 1)).detach().double().numpy())
-    if not np.array_equal(xs[1], xs[2]):
+    if xs[1].shape != xs[2].shape:
         return Outcome(False, say("oracle.why-inner", label=label, why=say("oracle.why-inner-kv")))
     keep, why = _keep(given, kind, xs[0].shape[0], xs[0].shape[1], xs[1].shape[1])
     if keep is None:
@@ -150,25 +152,30 @@ def compare_inner(cap: Capture, h: Any, Bn: int, T: int) -> Any:
     heads = (say("oracle.heads", H=H, d=d) if Hkv == H else
              say("oracle.heads-kv", H=H, d=d, Hkv=Hkv))
     structure = say("oracle.inner-structure", label=label, heads=heads)
-    ref = _attend(xs[0], xs[1], pairs, H, Hkv, d, dv, keep, np.float64)
-    base = _attend(xs[0], xs[1], pairs, H, Hkv, d, dv, keep, np.float32)
+    ref = _attend(xs, pairs, H, Hkv, d, dv, keep, np.float64)
+    base = _attend(xs, pairs, H, Hkv, d, dv, keep, np.float32)
     err = passes(got, ref, base, "inner attention")
     if err is not None:
         return Outcome(True, "", structure, Finding(
             "inaccurate", say("oracle.inner-disagrees", label=label), err))
-    # The wrapper: its input and output are the inner layer's, in any layout?
-    if not (same(q_in, cap.xq) and same(k_in, cap.xkv) and same(cap.out, cap.out)
-            and same(out, cap.out)):
+    # The wrapper: its input and output are the inner layer's, in any layout? (key and
+    # value perhaps the wrong way round: judged against the oracle on the right ones)
+    roles = _roles(cap, h, k_in, v_in)
+    if not (same(q_in, cap.xq) and roles is not None and same(out, cap.out)):
         return Outcome(True, "", say("oracle.inner-alone", structure=structure))
-    xq, xkv = cap.xq.double().numpy(), cap.xkv.double().numpy()
-    Tq, Tk = xq.shape[1], xkv.shape[1]
+    wxs = [x.double().numpy() for x in (cap.xq, cap.xkv, cap.xv)]
+    Tq, Tk = wxs[0].shape[1], wxs[1].shape[1]
     wkeep = keep if keep.shape[-2:] == (Tq, Tk) and keep.shape[0] == Bn else \
         np.ones((Bn, 1, Tq, Tk), dtype=bool)
-    ref = _attend(xq, xkv, pairs, H, Hkv, d, dv, wkeep, np.float64)
-    base = _attend(xq, xkv, pairs, H, Hkv, d, dv, wkeep, np.float32)
+    ref = _attend(wxs, pairs, H, Hkv, d, dv, wkeep, np.float64)
+    base = _attend(wxs, pairs, H, Hkv, d, dv, wkeep, np.float32)
     err = passes(cap.out.double().numpy(), ref, base, "output")
     if err is None:
         return Outcome(True, "", structure)
+    if roles != ("key", "value"):
+        from .roles import roles_finding
+
+        return Outcome(True, "", structure, roles_finding(h, *roles, err, label=label))
     if not first and tuple(q_in.shape[:2]) == (Bn, T):
         from .oracle_repro import batch_mixing_repro
 
@@ -177,3 +184,13 @@ def compare_inner(cap: Capture, h: Any, Bn: int, T: int) -> Any:
             reproducer=batch_mixing_repro(h)))
     return Outcome(True, "", structure, Finding(
         "inaccurate", say("oracle.inner-wrapper", label=label), err))
+
+
+def _roles(cap: Capture, h: Any, k_in: Any, v_in: Any) -> tuple[str, str] | None:
+    """Which of the wrapper's inputs (``"key"``, ``"value"``) the inner layer got as its
+    key and its value; None where either is neither."""
+    if h.self_only or torch.equal(cap.xkv, cap.xv):  # type: ignore[arg-type]
+        return ("key", "value") if same(k_in, cap.xkv) and same(v_in, cap.xkv) else None
+    k_from = "key" if same(k_in, cap.xkv) else "value" if same(k_in, cap.xv) else None
+    v_from = "key" if same(v_in, cap.xkv) else "value" if same(v_in, cap.xv) else None
+    return None if k_from is None or v_from is None else (k_from, v_from)

@@ -34,6 +34,8 @@ from .oracle_probes import batch_mixing, extra_parameters, linear_in_v, position
 from .oracle_repro import batch_mixing_repro, core_repro
 from .oracle_words import say
 from .reference import core, fit_scale, linear, oracle_core, passes
+from .roles import misread_inputs
+from .split_reading import mixing_repro, split_without_transpose
 from .structure import (
     Candidate,
     Capture,
@@ -154,11 +156,12 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
     E = 16
     xq = _rand(B, T, E, seed=21)
     xkv = xq if h.self_only else _rand(B, T, E, seed=22)
+    xv = None if h.self_only else _rand(B, T, E, seed=29)  # a value input of its own
     m = h.eval(h.m)
     try:
-        cap = capture(h, m, xq, xkv)
+        cap = capture(h, m, xq, xkv, xv)
         with torch.no_grad():
-            again = h.call(m, xq, None if h.self_only else xkv)
+            again = h.call(m, xq, None if h.self_only else xkv, xv=xv)
     except Exception as err:  # the first call of the check reports what it raises
         return Outcome(False, say("oracle.why-raised", error=type(err).__name__))
     if cap.out.shape != (B, T, E):
@@ -193,6 +196,9 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
             structure = _words(cand, how, causal)
             if np.any(r.offset != 0):
                 structure = say("oracle.offset", structure=structure)
+            wrong = misread_inputs(h, cap, cand, keep, r.got - r.offset)
+            if wrong is not None:  # k or v projected from the other input
+                return Outcome(True, "", structure, wrong)
             err = r.whole_check(cand, keep)
             if err is None:
                 return Outcome(True, "", structure)
@@ -359,7 +365,17 @@ def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool 
     if merged is not None:
         return Outcome(True, "", structure, Finding(
             "mixes-queries", say("oracle.merge-no-transpose"),
-            say("oracle.merge-no-transpose-measured")), cand=merged, causal=bool(causal_first))
+            say("oracle.merge-no-transpose-measured"), reproducer=mixing_repro(
+                h, m, r.cap, merged, r.o_index, bool(causal_first))),
+            cand=merged, causal=bool(causal_first))
+    split = split_without_transpose(r.got, r.P, cands, _keeps(T, None))
+    if split is not None:  # heads split with view(B, H, T, d)
+        cand, causal = split
+        return Outcome(True, "", _words(cand, how, causal), Finding(
+            "mixes-queries", say("oracle.split-no-transpose"),
+            say("oracle.split-no-transpose-measured"),
+            reproducer=mixing_repro(h, m, r.cap, cand, r.o_index, causal)),
+            cand=cand, causal=causal)
     if r.cap.others:
         name, cls, _ = r.cap.others[0]
         low = cls.lower()

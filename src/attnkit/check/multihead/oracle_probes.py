@@ -22,13 +22,14 @@ def _rand(*shape: int, seed: int) -> torch.Tensor:
 
 def batch_mixing(h: Any, m: Any, cap: Capture) -> bool:
     """Does changing example 1 of the batch move example 0's output?"""
-    xq, xkv = cap.xq.clone(), cap.xkv.clone()
+    xq, xkv, xv = cap.xq.clone(), cap.xkv.clone(), cap.xv.clone()
     xq[1] += 2 * _rand(T, xq.shape[-1], seed=25)
     if not h.self_only:
         xkv[1] += 2 * _rand(T, xkv.shape[-1], seed=26)
+        xv[1] += 2 * _rand(T, xv.shape[-1], seed=28)
     try:
         with torch.no_grad():
-            out = h.call(m, xq, None if h.self_only else xkv)
+            out = h.call(m, xq, None if h.self_only else xkv, xv=xv)
     except Exception:
         return False
     return not torch.allclose(out[0], cap.out[0], rtol=1e-5, atol=1e-5)
@@ -44,7 +45,7 @@ def positional(h: Any, m: Any, cap: Capture) -> bool:
     xkv = xq if h.self_only else cap.xkv[:, perm.flip(0)]
     try:
         with torch.no_grad():
-            out = h.call(m, xq, None if h.self_only else xkv)
+            out = h.call(m, xq, None if h.self_only else xkv, xv=cap.xv[:, perm.flip(0)])
     except Exception:
         return False
     return not torch.allclose(out, cap.out[:, perm], rtol=1e-4, atol=1e-5)
@@ -74,7 +75,7 @@ def linear_in_v(h: Any, m: Any, cap: Capture, cand: Candidate) -> bool:
         handle = c.module.register_forward_hook(lambda mod, a, out, t=t: out + t * u)
         try:
             with torch.no_grad():
-                outs.append(h.call(m, cap.xq, None if h.self_only else cap.xkv))
+                outs.append(h.call(m, cap.xq, None if h.self_only else cap.xkv, xv=cap.xv))
         except Exception:
             return False
         finally:

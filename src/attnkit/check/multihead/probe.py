@@ -146,15 +146,17 @@ class Harness:
         return m.eval() if hasattr(m, "eval") and callable(m.eval) else m
 
     def call(self, m: nn.Module, xq: torch.Tensor, xkv: torch.Tensor | None = None, *,
-             keep: torch.Tensor | None = None, lens: torch.Tensor | None = None) -> torch.Tensor:
-        """The batch-first output of ``m`` on batch-first inputs (raises what ``m`` raises)."""
+             keep: torch.Tensor | None = None, lens: torch.Tensor | None = None,
+             xv: torch.Tensor | None = None) -> torch.Tensor:
+        """The batch-first output of ``m`` on batch-first inputs (raises what ``m`` raises);
+        ``xkv`` is the key and the value, unless ``xv`` gives the value."""
         Bn, Tq, Tk = xq.shape[0], xq.shape[1], (xq if xkv is None else xkv).shape[1]
         if self.layout is None and self.convention in ("masked", "keep", "additive") and (
                 keep is not None or lens is not None or not self.mask_optional):
             self.layout = self._find_layout(m, xq, xkv, keep, lens)
         kw = self._mask(keep, lens, self.layout or "tt", Bn, Tq, Tk, xq.dtype)
-        xs = [xq] if self.self_only else [xq, xkv if xkv is not None else xq,
-                                          xkv if xkv is not None else xq]
+        xk = xkv if xkv is not None else xq
+        xs = [xq] if self.self_only else [xq, xk, xv if xv is not None else xk]
         if not self.batch_first:
             xs = [x.transpose(0, 1) for x in xs]
         before = [x.detach().clone() for x in xs] + [v.clone() for v in kw.values()]

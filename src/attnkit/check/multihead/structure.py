@@ -65,7 +65,9 @@ class Capture:
     """What one forward showed.
 
     Attributes:
-        xq, xkv: the query and key/value inputs, batch-first ``(B, T, E)``.
+        xq, xkv: the query and key inputs, batch-first ``(B, T, E)``.
+        xv: the value input (a tensor of its own for ``m(query, key, value)``, so that what
+            each projection reads shows; ``xkv`` where the check passed one for both).
         out: the module's output, batch-first ``(B, Tq, E)``.
         linears: every ``nn.Linear`` call outside an inner attention module, in order.
         inner: the outermost inner attention module's call, or None.
@@ -78,6 +80,11 @@ class Capture:
     linears: list[Call] = field(default_factory=list)
     inner: Inner | None = None
     others: list[tuple[str, str, Call]] = field(default_factory=list)
+    xv: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.xv is None:
+            self.xv = self.xkv
 
 
 def _inner_kind(m: nn.Module) -> str | None:
@@ -96,7 +103,8 @@ def _detach(x: Any) -> Any:
     return x
 
 
-def capture(h: Any, m: nn.Module, xq: torch.Tensor, xkv: torch.Tensor) -> Capture:
+def capture(h: Any, m: nn.Module, xq: torch.Tensor, xkv: torch.Tensor,
+            xv: torch.Tensor | None = None) -> Capture:
     """Run ``m`` once through the harness ``h`` (as the check calls it) with hooks.
 
     Args:
@@ -104,6 +112,7 @@ def capture(h: Any, m: nn.Module, xq: torch.Tensor, xkv: torch.Tensor) -> Captur
         m: the module (eval mode, dropout off).
         xq, xkv: batch-first inputs ``(B, Tq, E)``, ``(B, Tk, E)`` (the same tensor for a
             self-attention module).
+        xv: the value input ``(B, Tk, E)`` of ``m(query, key, value)``, else ``xkv``.
 
     Returns:
         A :class:`Capture`.
@@ -120,11 +129,11 @@ def capture(h: Any, m: nn.Module, xq: torch.Tensor, xkv: torch.Tensor) -> Captur
         handles.append(sub.register_forward_hook(hook(name), with_kwargs=True))
     try:
         with torch.no_grad():
-            out = h.call(m, xq, None if h.self_only else xkv)
+            out = h.call(m, xq, None if h.self_only else xkv, xv=xv)
     finally:
         for handle in handles:
             handle.remove()
-    cap = Capture(xq, xkv, out.detach())
+    cap = Capture(xq, xkv, out.detach(), xv=xv)
     inner_names = [c.name for c in calls if _inner_kind(c.module)]
     outer = min(inner_names, key=len) if inner_names else None
     for c in calls:
@@ -256,8 +265,10 @@ def candidates(cap: Capture, self_only: bool, H: int) -> tuple[list[Candidate], 
     or ``([], why)`` when the structure cannot be read."""
     lin = cap.linears
     on_q = [i for i, c in enumerate(lin) if c.args and same(c.args[0], cap.xq)]
-    on_kv = on_q if self_only else [i for i, c in enumerate(lin)
-                                    if c.args and same(c.args[0], cap.xkv)]
+    # m(query, key, value): the projections of the key and of the value input, in any
+    # order; which reads which is judged once a reading fits (roles.misread_inputs)
+    on_kv = on_q if self_only else [i for i, c in enumerate(lin) if c.args and (
+        same(c.args[0], cap.xkv) or same(c.args[0], cap.xv))]
     if not lin:
         return [], say("oracle.why-no-linear")
     if not on_q:
@@ -332,7 +343,7 @@ def output_projection(cap: Capture) -> tuple[nn.Linear | None, torch.Tensor | No
             if merged is not None:
                 return c.module, merged, True
     for c in reversed(cap.linears):
-        if c.args and not same(c.args[0], cap.xq) and not same(c.args[0], cap.xkv):
+        if c.args and not any(same(c.args[0], x) for x in (cap.xq, cap.xkv, cap.xv)):
             merged = batch_first(c.args[0], Bn, T)
             if merged is not None:
                 return c.module, merged, False

@@ -229,9 +229,9 @@ def _table_lines(r: Any, first: str, lang: str, literal: Literal) -> list[str]:
     if len(set(shown)) < len(set(row.layer for row in r.layers)):
         shown = [row.layer for row in r.layers]  # shortened, two would merge
     for row, name in zip(r.layers, shown):
-        hold = "/".join(w.get("model.hold." + h, h) for h in row.empty_hold) \
-            if row.empty_rows else ""
-        empty = f"{row.empty_rows} ({hold})" if row.empty_rows else "0"
+        # what the empty rows hold, unread on calls judged outside transformers
+        hold = "/".join(w.get("model.hold." + h, h) for h in row.empty_hold)
+        empty = f"{row.empty_rows} ({hold})" if row.empty_rows and hold else str(row.empty_rows)
         err = f"{row.worst_error:.1e} / {row.bound:.1e}" if row.bound else "-"
         diff = "" if row.diff_attention is None else f"{row.diff_attention:.1e}"
         if row.diff_hidden is not None:

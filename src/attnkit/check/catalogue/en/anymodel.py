@@ -29,6 +29,10 @@ TEXTS.update({
     "any.stopped": "stopped: an attention call raised {error}; the layers after it did not "
                    "run",
     "any.model-raised": "{label} raised {error} (do the inputs fit its forward?)",
+    "any.half-forward-nan": "{label} returns NaN/inf in {dtype} where the same forward in "
+                            "float32 is finite: {cause}",
+    "any.half-forward": "{label} raises in {dtype} where the same forward in float32 runs "
+                        "({error}): {cause}",
     "any.not-ran": "it did not run on these inputs",
     "any.not-ran-stopped": "the run stopped before it (an attention call raised)",
     "any.stopped-before": "the run stopped before it",

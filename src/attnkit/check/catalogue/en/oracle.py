@@ -179,4 +179,39 @@ TEXTS: dict[str, str] = {
     "report.no-findings-not-compared": (
         "no findings from the property probes (not compared with the oracle, see above)"
     ),
+    "oracle.value-from-key": (
+        "the values are projected from the key input (self.{v} reads key): value is never "
+        "read, so the output is wrong wherever value differs from key; project v from value "
+        "(self.{v}(value))"
+    ),
+    "oracle.key-from-value": (
+        "the keys are projected from the value input (self.{k} reads value): key is never "
+        "read; project k from key (self.{k}(key))"
+    ),
+    "oracle.key-value-swapped": (
+        "key and value are swapped: the keys are projected from the value input (self.{k} "
+        "reads value) and the values from the key input (self.{v} reads key); project k "
+        "from key and v from value"
+    ),
+    "oracle.split-no-transpose": (
+        "the heads are split without the transpose: view(B, H, T, Dk) reads a projection's "
+        "output (B, T, E) straight as heads, so each head's rows hold pieces of several "
+        "tokens and the attention mixes the tokens; split with "
+        ".view(B, T, H, Dk).transpose(1, 2)"
+    ),
+    "oracle.split-no-transpose-measured": (
+        "the attention core fits the oracle on q, k, v read as (B, H, T, Dk) straight from "
+        "the projections, without the transpose"
+    ),
+    "oracle.inner-value-from-key": (
+        "{label} gets the key input as its value: value is never read, so the output is "
+        "wrong wherever value differs from key; pass (query, key, value)"
+    ),
+    "oracle.inner-key-from-value": (
+        "{label} gets the value input as its key: key is never read; pass (query, key, value)"
+    ),
+    "oracle.inner-key-value-swapped": (
+        "{label} gets key and value the wrong way round (query, value, key); pass "
+        "(query, key, value)"
+    ),
 }

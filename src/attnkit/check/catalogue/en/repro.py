@@ -111,4 +111,12 @@ TEXTS.update({
     "repro.core-off": "attention core off by {err}",
     "repro.core-differs": "the attention core differs from softmax(q k^T / sqrt(d)) v on the "
                           "q, k, v its own projections produced",
+    "repro.one-value": "one value token, repeated at every position",
+    "repro.values-from-key": "the output moved with key while every value token is the same: "
+                             "the values are projected from key, not value",
+    "repro.keys-from-value": "the output did not move when key changed: the keys are "
+                             "projected from value, not key",
+    "repro.permuted": "the same tokens in another order",
+    "repro.split-no-transpose": "permuting the tokens did not permute the outputs: heads "
+                                "split or merged without transpose(1, 2)",
 })

@@ -25,6 +25,10 @@ TEXTS.update({
                            "--inputs FILE.pt",
     "any.check-failed": "未判定：attnkit 自身的检查出错（{error}），请报告此问题",
     "any.stopped": "已中止：一次注意力调用抛出了 {error}；其后的层没有运行",
+    "any.half-forward-nan": "{label} 在 {dtype} 下返回 NaN/inf，而同一个 forward 在 float32 "
+                            "下是有限值：{cause}",
+    "any.half-forward": "{label} 在 {dtype} 下抛出异常，而同一个 forward 在 float32 下能运行"
+                        "（{error}）：{cause}",
     "any.model-raised": "{label} 抛出了 {error}（输入与它的 forward 对得上吗？）",
     "any.not-ran": "在这组输入上它没有运行",
     "any.not-ran-stopped": "运行在它之前就中止了（一次注意力调用抛出了异常）",

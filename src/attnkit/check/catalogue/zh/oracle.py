@@ -156,4 +156,34 @@ TEXTS: dict[str, str] = {
     "report.oracle-compared": "已用模块自己的权重与 float64 参考实现比较：{structure}",
     "report.oracle-not-compared": "未与参考实现比较：{why}",
     "report.no-findings-not-compared": "只做了性质检查，没有发现问题（未与参考实现比较，原因见上）",
+    "oracle.value-from-key": (
+        "值是从键输入投影得到的（self.{v} 读的是 key）：value 从未被读取，只要 value 与 key "
+        "不同，输出就是错的；请从 value 投影出 v（self.{v}(value)）"
+    ),
+    "oracle.key-from-value": (
+        "键是从值输入投影得到的（self.{k} 读的是 value）：key 从未被读取；请从 key 投影出 k"
+        "（self.{k}(key)）"
+    ),
+    "oracle.key-value-swapped": (
+        "键和值弄反了：键从值输入投影得到（self.{k} 读的是 value），值从键输入投影得到"
+        "（self.{v} 读的是 key）；请从 key 投影出 k，从 value 投影出 v"
+    ),
+    "oracle.split-no-transpose": (
+        "拆分多个头时少了转置：view(B, H, T, Dk) 把投影的输出 (B, T, E) 直接读成多个头，每个头"
+        "的各行混进了多个词元的片段，注意力也就把词元混在了一起；请用 "
+        ".view(B, T, H, Dk).transpose(1, 2) 拆分"
+    ),
+    "oracle.split-no-transpose-measured": (
+        "把投影的输出不经转置直接按 (B, H, T, Dk) 读作 q、k、v 时，注意力核心与参考实现一致"
+    ),
+    "oracle.inner-value-from-key": (
+        "{label} 收到的值是键输入：value 从未被读取，只要 value 与 key 不同，输出就是错的；"
+        "请传入 (query, key, value)"
+    ),
+    "oracle.inner-key-from-value": (
+        "{label} 收到的键是值输入：key 从未被读取；请传入 (query, key, value)"
+    ),
+    "oracle.inner-key-value-swapped": (
+        "{label} 收到的键和值弄反了，成了 (query, value, key)；请传入 (query, key, value)"
+    ),
 }

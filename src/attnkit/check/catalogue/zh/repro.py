@@ -107,4 +107,11 @@ TEXTS.update({
     "repro.core-off": "注意力核心的误差为 {err}",
     "repro.core-differs": "在模块自己的投影产生的 q、k、v 上，注意力核心与 "
                           "softmax(q k^T / sqrt(d)) v 不一致",
+    "repro.one-value": "同一个值词元，在每个位置上重复",
+    "repro.values-from-key": "每个值词元都相同，输出却随 key 改变了：值是从 key 而不是从 "
+                             "value 投影得到的",
+    "repro.keys-from-value": "key 改变了，输出却没有变：键是从 value 而不是从 key 投影得到的",
+    "repro.permuted": "同样的词元，换一个顺序",
+    "repro.split-no-transpose": "打乱词元的顺序，输出并没有随之同样打乱：拆分或合并多头时"
+                                "没有用 transpose(1, 2)",
 })
