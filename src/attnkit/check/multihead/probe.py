@@ -23,6 +23,7 @@ from ..core.repro import note, said
 from ..core.where import failing_line
 from ..meet.build import Built, safe_copy
 from .gradients import dropout_knobs
+from .held import held
 
 __all__ = ["Harness"]
 
@@ -356,7 +357,7 @@ class Harness:
                 if attr.startswith("_"):
                     continue
                 base = f"{mod_path}.{attr}" if mod_path else attr
-                for path, obj in _walk(value, base, depth=0):
+                for path, obj in held(value, base, depth=0):
                     # A tensor a forward produced (self.attn = p_attn) is not a parameter:
                     # only graph leaves that train count.
                     tensors = (list(obj.named_parameters()) if isinstance(obj, nn.Module)
@@ -430,22 +431,6 @@ class Harness:
                                            "assert torch.isfinite(out).all(), "
                                            + said("repro.nan-from-finite")]))]
         return []
-
-def _walk(value: Any, path: str, depth: int):
-    """``(path, object)`` of modules and tensors inside plain lists, tuples and dicts."""
-    if isinstance(value, (nn.Module, torch.Tensor)):
-        if depth > 0 or isinstance(value, torch.Tensor):
-            yield path, value
-        return
-    if depth > 2:
-        return
-    if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            yield from _walk(item, f"{path}[{i}]", depth + 1)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _walk(item, f"{path}[{key!r}]", depth + 1)
-
 
 def unwrap_out(result: Any) -> torch.Tensor:
     return result[0] if isinstance(result, (tuple, list)) else result
