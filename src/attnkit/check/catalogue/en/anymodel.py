@@ -59,17 +59,6 @@ TEXTS.update({
                    "dropout_p=0.0 there",
     "any.sdpa-shape": "the attention function returned {shape}; SDPA returns {want} (query's "
                       "shape with value's last dim)",
-    "any.not-scaled": "the scores are not scaled (the call asks for scale {scale:.4g}): a "
-                      "dropped 1/sqrt(d)",
-    "any.flex-not-scaled": "the scores are not scaled (the call asks for scale {scale:.4g})",
-    "any.mha-not-scaled": "the scores are not scaled by 1/sqrt(head_dim) ({scale:.4g})",
-    "any.causal-ignored": "the call has is_causal=True, but a query attends keys after it (the "
-                          "causal mask is ignored)",
-    "any.polarity": "the function reads the bool attn_mask the other way round: SDPA's True "
-                    "means 'may attend'",
-    "any.causal-mask-ignored": "the attn_mask it receives is causal (it hides the keys after "
-                               "each query) and the function ignores it: a query attends "
-                               "later keys",
     "any.mask-ignored": "the function ignores the attn_mask it receives (masked keys get "
                         "weight)",
     "any.top-left": "is_causal with Tq = {Tq} != Tk = {Tk} aligned bottom-right; SDPA's "

@@ -55,14 +55,6 @@ TEXTS.update({
                    "dropout_p=0.0",
     "any.sdpa-shape": "注意力函数返回的形状是 {shape}；SDPA 返回 {want}（与查询的形状相同，只是"
                       "最后一维换成值的最后一维）",
-    "any.not-scaled": "注意力分数没有缩放（该调用要求缩放系数 {scale:.4g}）：漏掉了 1/sqrt(d)",
-    "any.flex-not-scaled": "注意力分数没有缩放（该调用要求缩放系数 {scale:.4g}）",
-    "any.mha-not-scaled": "注意力分数没有按 1/sqrt(head_dim) 缩放（{scale:.4g}）",
-    "any.causal-ignored": "该调用设置了 is_causal=True，但查询关注到了它之后的键（因果掩码被"
-                          "忽略了）",
-    "any.polarity": "函数把布尔 attn_mask 读反了：在 SDPA 中 True 表示“可以关注”",
-    "any.causal-mask-ignored": "它收到的 attn_mask 是因果掩码（掩蔽了每个查询之后的键），而函数"
-                               "忽略了它：查询关注到了之后的键",
     "any.mask-ignored": "函数忽略了它收到的 attn_mask（被掩蔽的键也分到了权重）",
     "any.top-left": "在 Tq = {Tq} != Tk = {Tk} 时 is_causal 按右下角对齐；SDPA 的 is_causal "
                     "按左上角对齐（查询 i 只看键 j <= i）",
