@@ -160,3 +160,13 @@ def test_oracle_findings_are_written_in_chinese(name):
     zh = _check(name).text(lang="zh", reproducers=False)
     detail = [line for line in zh.splitlines() if line.strip().startswith(("详情", "实测", "用例"))]
     assert len(detail) == 3 and all("the " not in line for line in detail), zh
+
+
+def test_what_was_compared_is_named_in_the_reports_language():
+    # The measured line names the attention core in Chinese too (it was written as the
+    # English field "attention core" inside a Chinese sentence).
+    report = check_multi_head(load_target(f"{FILE}:LogSoftmaxWeights"))
+    measured = [str(f.measured) for f in report.findings]
+    assert any(m.startswith("attention core: max error") for m in measured), report.table()
+    zh = report.text(lang="zh")
+    assert "注意力核心：最大误差" in zh and "attention core" not in zh, zh

@@ -18,9 +18,10 @@ from ...numpy import masked_softmax, softmax
 from ...numpy.masks import masked_softmax_backward
 from ...numpy.softmax import softmax_backward
 from ...testing import assert_close_by_rule, lengths_keep, max_mean_error, reference_attention
-from ..catalogue import T, Text
+from ..catalogue import T, Text, words
 
-__all__ = ["Baseline", "keep_of", "oracle_attention", "oracle_softmax", "rule_error"]
+__all__ = ["Baseline", "keep_of", "measured_name", "oracle_attention", "oracle_softmax",
+           "rule_error"]
 
 
 def keep_of(inputs: dict[str, np.ndarray], lead: tuple[int, ...], Tq: int, Tk: int) -> np.ndarray:
@@ -59,11 +60,18 @@ def rule_error(actual: Any, reference: Any, baseline: Any, factor: float,
     return None
 
 
+def measured_name(name: str) -> Any:
+    """What was compared, as the catalogue words it (``"attention core"`` -> 注意力核心 in
+    Chinese); a name it has no words for is written as it is."""
+    key = "measured.name-" + name.replace(" ", "-")
+    return T(key) if key in words("en") else name
+
+
 def _measured(actual: Any, reference: Any, baseline: Any, factor: float, name: str,
               atol: float = 1e-5) -> Text:
     """Why :func:`attnkit.testing.assert_close_by_rule` failed, with its figures."""
     a, r, b = (np.asarray(x, dtype=np.float64) for x in (actual, reference, baseline))
-    what: Any = T(f"measured.name-{name}") if name in ("output", "softmax", "weights") else name
+    what = measured_name(name)
     if a.shape != r.shape:
         return T("measured.rule-shape", name=what, shape=a.shape, want=r.shape)
     nan_a, nan_r = np.isnan(a), np.isnan(r)

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.oracle import oracle_attention, rule_error
+from ..catalogue import T, Text
+from ..core.oracle import measured_name, oracle_attention, rule_error
 
 __all__ = ["core", "fit_scale", "linear", "oracle_core", "passes"]
 
@@ -67,11 +68,12 @@ def linear(x: np.ndarray, weight: Any, bias: Any, dtype: Any = np.float64) -> np
     return y.astype(np.float64)
 
 
-def passes(got: np.ndarray, ref: np.ndarray, base: np.ndarray, name: str) -> str | None:
+def passes(got: np.ndarray, ref: np.ndarray, base: np.ndarray, name: str) -> Text | None:
     """None when ``got`` meets the 2x rule against ``ref`` with baseline ``base``, else
     the measured error in words."""
     if got.shape != ref.shape:
-        return f"{name}: shape {got.shape} != {ref.shape}"
+        return T("measured.rule-shape", name=measured_name(name), shape=got.shape,
+                 want=ref.shape)
     return rule_error(got, ref, base, 2.0, name)
 
 

@@ -52,6 +52,8 @@ TEXTS.update({
     "measured.name-output": "output",
     "measured.name-softmax": "softmax",
     "measured.name-weights": "weights",
+    "measured.name-attention-core": "attention core",
+    "measured.name-inner-attention": "inner attention",
     "report.running-fn": "fn",
     "report.running-module": "the module",
 })

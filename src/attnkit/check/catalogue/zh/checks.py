@@ -50,6 +50,8 @@ TEXTS.update({
     "measured.name-output": "输出",
     "measured.name-softmax": "softmax",
     "measured.name-weights": "注意力权重",
+    "measured.name-attention-core": "注意力核心",
+    "measured.name-inner-attention": "模块内部的注意力层",
     "report.running-fn": "fn",
     "report.running-module": "模块",
 })
