@@ -103,6 +103,14 @@ TEXTS: dict[str, str] = {
     "oracle.wrong-scale-measured": (
         "注意力核心在缩放 {scale:.4g}（而不是 {default:.4g}）下与参考实现一致"
     ),
+    "oracle.diagonal-masked": (
+        "因果掩码把对角线也掩蔽了：每个查询只看到更早的键，看不到它自己（掩码用了 "
+        "triu(ones, diagonal=0)，或保留矩阵用了 tril(ones, diagonal=-1)）；只应掩蔽后面的键："
+        "掩码用 triu(ones, diagonal=1)，保留矩阵用 tril(ones)"
+    ),
+    "oracle.diagonal-masked-measured": (
+        "第 1 个及以后的查询与掩蔽对角线的参考实现一致（第 0 个查询因此没有可关注的键）"
+    ),
     "oracle.queries-axis": (
         "softmax 沿查询轴（(..., Tq, Tk) 分数的 dim=-2）计算，而不是沿键：每个查询的注意力权"
         "重在所有键上之和必须为 1（softmax(scores, dim=-1)）"

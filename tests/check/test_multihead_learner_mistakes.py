@@ -1,0 +1,81 @@
+"""Wrong multi-head modules as learners write them, each named for what it does wrong.
+
+A ``key_padding_mask`` (B, Tk) broadcast onto the query axis, ``mask[:, None, :, None]``,
+blanks the padded positions' own rows (``nan_to_num`` after an all ``-inf`` row) while every
+query still attends the padded keys. The polarity probe watches exactly the blanked rows, so
+the module was called ``mask-polarity`` ("it attends exactly the keys the mask excludes"),
+which sends the learner to flip a mask that has the right polarity.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+from attnkit.check import check_multi_head  # noqa: E402
+
+
+class PaddingOnQueries(nn.Module):
+    """Wrong: the padding mask (True = pad) masks queries, not keys."""
+
+    def __init__(self, embed_dim: int, num_heads: int, on_keys: bool = False) -> None:
+        super().__init__()
+        self.h, self.d, self.on_keys = num_heads, embed_dim // num_heads, on_keys
+        self.qkv = nn.Linear(embed_dim, 3 * embed_dim)
+        self.proj = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        B, T, E = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.h, self.d).permute(2, 0, 3, 1, 4)
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d)
+        if key_padding_mask is not None:
+            pad = key_padding_mask[:, None, None, :] if self.on_keys \
+                else key_padding_mask[:, None, :, None]  # the bug: the query axis
+            s = s.masked_fill(pad, float("-inf"))
+        w = torch.softmax(s, dim=-1).nan_to_num(0.0)
+        return self.proj((w @ v).transpose(1, 2).reshape(B, T, E))
+
+
+def test_a_padding_mask_on_the_query_axis_is_not_called_mask_polarity():
+    report = check_multi_head(PaddingOnQueries)
+    assert report.codes == ["inaccurate"], report.text()
+    assert "query axis" in report.findings[0].message, report.findings[0].message
+    fixed = check_multi_head(lambda E, H: PaddingOnQueries(E, H, on_keys=True))
+    assert fixed.findings == [], fixed.text()
+
+
+class CausalDiagonal(nn.Module):
+    """Wrong: the causal mask is ``triu(ones, diagonal=0)``, so no query sees its own key
+    (query 0 sees none and is blanked). The fix masks ``triu(ones, diagonal=1)``."""
+
+    def __init__(self, embed_dim: int, num_heads: int, diagonal: int = 0) -> None:
+        super().__init__()
+        self.h, self.d, self.diagonal = num_heads, embed_dim // num_heads, diagonal
+        self.q, self.k, self.v = (nn.Linear(embed_dim, embed_dim) for _ in range(3))
+        self.o = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, E = x.shape
+        q, k, v = (p(x).view(B, T, self.h, self.d).transpose(1, 2)
+                   for p in (self.q, self.k, self.v))
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d)
+        later = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=self.diagonal)
+        w = torch.softmax(s.masked_fill(later, float("-inf")), dim=-1).nan_to_num(0.0)
+        return self.o((w @ v).transpose(1, 2).reshape(B, T, E))
+
+
+def test_a_causal_mask_that_hides_the_diagonal_is_found_not_left_uncompared():
+    """It leaks nothing, so ``causal-leak`` cannot see it; the oracle did not fit and the
+    module passed as "not compared". The reading with the diagonal masked names it."""
+    report = check_multi_head(CausalDiagonal, causal=True)
+    assert report.codes == ["inaccurate"], report.text()
+    assert "diagonal" in report.findings[0].message, report.findings[0].message
+    assert report.oracle["compared"], report.oracle
+    fixed = check_multi_head(lambda E, H: CausalDiagonal(E, H, diagonal=1), causal=True)
+    assert fixed.findings == [] and fixed.oracle["compared"], fixed.text()
