@@ -79,3 +79,34 @@ def test_a_causal_mask_that_hides_the_diagonal_is_found_not_left_uncompared():
     assert report.oracle["compared"], report.oracle
     fixed = check_multi_head(lambda E, H: CausalDiagonal(E, H, diagonal=1), causal=True)
     assert fixed.findings == [] and fixed.oracle["compared"], fixed.text()
+
+
+class OverTheHeads(nn.Module):
+    """Wrong: q, k, v viewed as ``(B, T, H, Dk)`` with no ``transpose(1, 2)``, so the scores
+    are ``(B, T, H, H)`` and each token attends over its own heads. No token sees a later one,
+    so it behaves causal; the core fit no causal reading and it passed as "not compared"."""
+
+    def __init__(self, embed_dim: int, num_heads: int, transpose: bool = False) -> None:
+        super().__init__()
+        self.h, self.d, self.transpose = num_heads, embed_dim // num_heads, transpose
+        self.q, self.k, self.v = (nn.Linear(embed_dim, embed_dim) for _ in range(3))
+        self.o = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, E = x.shape
+        q, k, v = (p(x).view(B, T, self.h, self.d) for p in (self.q, self.k, self.v))
+        if self.transpose:
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d)
+        y = torch.softmax(s, dim=-1) @ v
+        if self.transpose:
+            y = y.transpose(1, 2)
+        return self.o(y.reshape(B, T, E))
+
+
+def test_attention_over_the_heads_instead_of_the_tokens_is_found():
+    report = check_multi_head(OverTheHeads)
+    assert report.codes == ["inaccurate"], report.text()
+    assert "over the heads" in report.findings[0].message, report.findings[0].message
+    fixed = check_multi_head(lambda E, H: OverTheHeads(E, H, transpose=True))
+    assert fixed.findings == [] and fixed.oracle["compared"], fixed.text()

@@ -121,6 +121,12 @@ TEXTS: dict[str, str] = {
     "oracle.diagonal-masked-measured": (
         "queries 1.. fit the oracle with the diagonal masked (query 0 then sees no key)"
     ),
+    "oracle.tokens-alone": (
+        "no token's output reads another token: the attention runs over the heads, not over "
+        "the tokens (q, k, v viewed as (B, T, H, Dk) without transpose(1, 2), so the scores "
+        "are (B, T, H, H)); split the heads with .view(B, T, H, Dk).transpose(1, 2)"
+    ),
+    "oracle.tokens-alone-measured": "changing token 0 moves no other token's output",
     "oracle.queries-axis": (
         "the softmax runs over the queries axis (dim=-2 of the (..., Tq, Tk) scores), not "
         "over the keys: each query's weights must sum to 1 over the keys (softmax(scores, "
