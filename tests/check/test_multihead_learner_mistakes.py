@@ -110,3 +110,26 @@ def test_attention_over_the_heads_instead_of_the_tokens_is_found():
     assert "over the heads" in report.findings[0].message, report.findings[0].message
     fixed = check_multi_head(lambda E, H: OverTheHeads(E, H, transpose=True))
     assert fixed.findings == [] and fixed.oracle["compared"], fixed.text()
+
+
+class ReluAfter(nn.Module):
+    """Attention whose output goes through a relu: autograd's gradient is right, but a step
+    of central differences that crosses the relu's kink is not."""
+
+    def __init__(self, embed_dim: int, num_heads: int) -> None:
+        super().__init__()
+        self.h, self.d = num_heads, embed_dim // num_heads
+        self.q, self.k, self.v = (nn.Linear(embed_dim, embed_dim) for _ in range(3))
+        self.o = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, E = x.shape
+        q, k, v = (p(x).view(B, T, self.h, self.d).transpose(1, 2)
+                   for p in (self.q, self.k, self.v))
+        y = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(self.d), dim=-1) @ v
+        return torch.relu(self.o(y.transpose(1, 2).reshape(B, T, E)))
+
+
+def test_a_relu_is_not_called_a_wrong_hand_written_backward():
+    report = check_multi_head(ReluAfter)
+    assert "gradient" not in report.codes, report.text()
