@@ -98,9 +98,10 @@ def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
     # eps 1e-3: modules that keep softmax statistics in float32 (as they should for half
     # inputs) stay in float32 there even as .double() copies; their rounding is then
     # ~1e-7 / eps relative, far below the 1e-2 bound, while a wrong backward is off by O(1).
-    eps = 1e-3
+    # A kink (relu, abs, max) that a step of eps crosses makes the differences wrong, not the
+    # backward: it is a finding only when a step ten times smaller disagrees too.
 
-    def loss(sign: float) -> float:
+    def loss(sign: float, eps: float) -> float:
         with torch.no_grad():
             for p, d in zip(params, dirs_p):
                 p.add_(sign * eps * d)
@@ -111,9 +112,12 @@ def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
                 for p, d in zip(params, dirs_p):
                     p.sub_(sign * eps * d)
 
-    numeric = (loss(1.0) - loss(-1.0)) / (2 * eps)
-    rel = abs(analytic - numeric) / max(abs(numeric), 1e-6)
-    if rel > 1e-2:
+    for eps in (1e-3, 1e-4):
+        numeric = (loss(1.0, eps) - loss(-1.0, eps)) / (2 * eps)
+        rel = abs(analytic - numeric) / max(abs(numeric), 1e-6)
+        if rel <= 1e-2:
+            break
+    else:
         found.append(Finding("gradient", Tx("mha.grad-differences"),
                              Tx("measured.directional", analytic=analytic, numeric=numeric,
                                rel=rel)))

@@ -121,6 +121,12 @@ def _masked_keys(h: Harness, m: Any, x: torch.Tensor, kv: torch.Tensor) -> list[
                 a3[:, rows], b3[:, rows], atol=1e-5):
             code = "mask-polarity"
             msg = Tx("mha.polarity", convention=h.convention)
+            # Read the other way round, the masked positions' rows attend the masked keys.
+            # Rows that no key moves at all are blanked: the mask is on the query axis.
+            if h.self_only and torch.allclose(a2[:, rows2], h.call(m, bumped, bumped,
+                                                                    keep=keep)[:, rows2],
+                                              atol=1e-5):
+                code, msg = "inaccurate", Tx("mha.mask-on-queries")
     change = float((a - b)[:, rows].detach().abs().max())
     return [Finding(code, msg, Tx("measured.max-change", value=change),
                     reproducer=_masked_keys_repro(h, early, mask_lines, msg))]

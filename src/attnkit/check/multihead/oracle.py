@@ -30,10 +30,16 @@ import torch
 
 from ..core.report import Finding
 from .inner import compare_inner
-from .oracle_probes import batch_mixing, extra_parameters, linear_in_v, positional
+from .oracle_probes import (
+    batch_mixing,
+    extra_parameters,
+    linear_in_v,
+    positional,
+    tokens_alone,
+)
 from .oracle_repro import batch_mixing_repro, core_repro
 from .oracle_words import say
-from .reference import core, fit_scale, linear, oracle_core, passes
+from .reference import core, diagonal_masked, fit_scale, linear, oracle_core, passes
 from .roles import misread_inputs
 from .split_reading import mixing_repro, split_without_transpose
 from .structure import (
@@ -393,6 +399,15 @@ def _unexplained(h: Any, r: Reading, cands: list[Candidate], causal_first: bool 
         if positional(h, m, r.cap):
             return Outcome(False, say("oracle.why-positions"))
     else:
+        if tokens_alone(h, m, r.cap):
+            return Outcome(True, "", structure, Finding(
+                "inaccurate", say("oracle.tokens-alone"), say("oracle.tokens-alone-measured")),
+                cand=fit[0] if fit else cands[0], causal=True)
+        diag = next((c for c in fit if diagonal_masked(r.got, c, r.P)), None)
+        if diag is not None:  # a causal mask of triu(0) or tril(-1): no query sees itself
+            return Outcome(True, "", structure, Finding(
+                "inaccurate", say("oracle.diagonal-masked"),
+                say("oracle.diagonal-masked-measured")), cand=diag, causal=True)
         return Outcome(False, say("oracle.why-causal"))
     keep = _keeps(T, causal_first)[0][1]
     err = r.core_check(fit[0], keep, quick=False)

@@ -11,7 +11,7 @@ import torch
 
 from .structure import Candidate, Capture
 
-__all__ = ["batch_mixing", "extra_parameters", "linear_in_v", "positional"]
+__all__ = ["batch_mixing", "extra_parameters", "linear_in_v", "positional", "tokens_alone"]
 
 B, T = 2, 5
 
@@ -91,3 +91,20 @@ def extra_parameters(m: Any) -> list[str]:
     held = {id(p) for mod in m.modules() if isinstance(mod, torch.nn.Linear)
             for p in mod.parameters()}
     return [name for name, p in m.named_parameters() if id(p) not in held]
+
+
+def tokens_alone(h: Any, m: Any, cap: Capture) -> bool:
+    """Does no token's output read another token (self-attention ``m(x)``)? Changing token 0
+    moves no later output: attention that runs over the heads (q, k, v split without
+    ``transpose(1, 2)``, scores ``(B, T, H, H)``), not over the tokens. A causal module's
+    query 1 must see key 0."""
+    if not h.self_only:
+        return False
+    xq = cap.xq.clone()
+    xq[:, 0] += 2 * _rand(B, xq.shape[-1], seed=30)
+    try:
+        with torch.no_grad():
+            out = h.call(m, xq, None)
+    except Exception:
+        return False
+    return bool(torch.allclose(out[:, 1:], cap.out[:, 1:], rtol=1e-5, atol=1e-5))

@@ -114,3 +114,19 @@ def fit_scale(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray,
             b = lo + ratio * (hi - lo)
             fb = errs(np.exp(np.array([b])))[0]
     return math.exp((lo + hi) / 2)
+
+
+def diagonal_masked(got: np.ndarray, cand: Any, P: dict[int, np.ndarray]) -> bool:
+    """Whether the merged core ``got`` ``(B, T, H * dv)`` is causal attention with the
+    diagonal masked too (``triu(ones, 0)`` as the mask, or ``tril(ones, -1)`` as the keep):
+    each query sees only earlier keys. Query 0 then sees none, and modules give it 0, NaN or
+    an average, so it is left out; the other rows must meet the 2x rule."""
+    q, k, v = cand.split(P)
+    if got.shape[1] < 3 or q.shape[2] != k.shape[2]:
+        return False
+    keep = np.tril(np.ones((q.shape[2], k.shape[2]), dtype=bool), -1)
+    keep[0, 0] = True  # query 0's row is not compared; a key keeps its softmax finite
+    scale = 1 / math.sqrt(cand.d)
+    ref = cand.merge(core(q, k, v, keep, scale))[:, 1:]
+    base = cand.merge(core(q, k, v, keep, scale, dtype=np.float32))[:, 1:]
+    return passes(got[:, 1:], ref, base, "reading") is None

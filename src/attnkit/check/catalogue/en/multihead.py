@@ -8,6 +8,10 @@ TEXTS: dict[str, str] = {}
 TEXTS.update({
     "mha.mask-ignored": "values at masked keys change the output: the mask is ignored or "
                         "misapplied",
+    "mha.mask-on-queries": "the mask is applied on the query axis: the masked positions' "
+                           "own outputs are blanked while every query still attends the masked "
+                           "keys; a per-key mask (B, Tk) goes on the last axis of the scores, "
+                           "mask[:, None, None, :]",
     "mha.polarity": "the module reads the mask the other way round from the '{convention}' "
                     "convention: it attends exactly the keys the mask excludes",
     "measured.max-change": "max change {value:.3g}",

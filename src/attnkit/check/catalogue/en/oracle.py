@@ -113,6 +113,20 @@ TEXTS: dict[str, str] = {
     "oracle.wrong-scale-measured": (
         "the core fits the oracle with scale {scale:.4g}, not {default:.4g}"
     ),
+    "oracle.diagonal-masked": (
+        "the causal mask hides the diagonal too: each query sees only earlier keys, not its "
+        "own (a mask of triu(ones, diagonal=0), or a keep of tril(ones, diagonal=-1)); mask "
+        "only the later keys: triu(ones, diagonal=1) as the mask, tril(ones) as the keep"
+    ),
+    "oracle.diagonal-masked-measured": (
+        "queries 1.. fit the oracle with the diagonal masked (query 0 then sees no key)"
+    ),
+    "oracle.tokens-alone": (
+        "no token's output reads another token: the attention runs over the heads, not over "
+        "the tokens (q, k, v viewed as (B, T, H, Dk) without transpose(1, 2), so the scores "
+        "are (B, T, H, H)); split the heads with .view(B, T, H, Dk).transpose(1, 2)"
+    ),
+    "oracle.tokens-alone-measured": "changing token 0 moves no other token's output",
     "oracle.queries-axis": (
         "the softmax runs over the queries axis (dim=-2 of the (..., Tq, Tk) scores), not "
         "over the keys: each query's weights must sum to 1 over the keys (softmax(scores, "

@@ -7,6 +7,9 @@ TEXTS: dict[str, str] = {}
 # -- 多头注意力的探测（multihead/） --------------------------------------------------------
 TEXTS.update({
     "mha.mask-ignored": "被掩蔽的键上的值改变了输出：掩码被忽略了，或者用错了地方",
+    "mha.mask-on-queries": "掩码加在了查询轴上：被掩蔽位置自己的输出被清空，而每个查询仍然关注"
+                           "被掩蔽的键；逐键的掩码 (B, Tk) 应当加在分数的最后一个轴上，"
+                           "即 mask[:, None, None, :]",
     "mha.polarity": "模块按与“{convention}”约定相反的含义读取掩码：它关注的恰好是掩码排除的"
                     "那些键",
     "measured.max-change": "最大变化 {value:.3g}",

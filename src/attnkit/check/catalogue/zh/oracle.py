@@ -103,6 +103,20 @@ TEXTS: dict[str, str] = {
     "oracle.wrong-scale-measured": (
         "注意力核心在缩放 {scale:.4g}（而不是 {default:.4g}）下与参考实现一致"
     ),
+    "oracle.diagonal-masked": (
+        "因果掩码把对角线也掩蔽了：每个查询只看到更早的键，看不到它自己（掩码用了 "
+        "triu(ones, diagonal=0)，或保留矩阵用了 tril(ones, diagonal=-1)）；只应掩蔽后面的键："
+        "掩码用 triu(ones, diagonal=1)，保留矩阵用 tril(ones)"
+    ),
+    "oracle.diagonal-masked-measured": (
+        "第 1 个及以后的查询与掩蔽对角线的参考实现一致（第 0 个查询因此没有可关注的键）"
+    ),
+    "oracle.tokens-alone": (
+        "每个词元的输出都不读取其他词元：注意力是在多个头之间算的，而不是在词元之间（q、k、v "
+        "被看作 (B, T, H, Dk) 却没有 transpose(1, 2)，分数成了 (B, T, H, H)）；拆分多头应写作 "
+        ".view(B, T, H, Dk).transpose(1, 2)"
+    ),
+    "oracle.tokens-alone-measured": "改变第 0 个词元，其他词元的输出都不变",
     "oracle.queries-axis": (
         "softmax 沿查询轴（(..., Tq, Tk) 分数的 dim=-2）计算，而不是沿键：每个查询的注意力权"
         "重在所有键上之和必须为 1（softmax(scores, dim=-1)）"
