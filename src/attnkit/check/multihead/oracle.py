@@ -156,7 +156,8 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
     E = 16
     xq = _rand(B, T, E, seed=21)
     xkv = xq if h.self_only else _rand(B, T, E, seed=22)
-    xv = None if h.self_only else _rand(B, T, E, seed=29)  # a value input of its own
+    # a value input of its own, unless the module takes one tensor as key and value
+    xv = None if h.self_only or h.kv_shared else _rand(B, T, E, seed=29)
     m = h.eval(h.m)
     try:
         cap = capture(h, m, xq, xkv, xv)

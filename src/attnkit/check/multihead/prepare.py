@@ -42,6 +42,14 @@ def read_signature(m: Any) -> tuple[bool, Call]:
     required = [p for p in inputs if p.default is inspect.Parameter.empty
                 and "mask" not in p.name.lower() and p.name.lower() not in LENS_NAMES]
     self_only = len(required) == 1 or len(inputs) == 1
+    if not self_only and len(required) == 2 and inputs[:2] == required:
+        # forward(x, memory, memory_mask=None): the query and one tensor that is both key
+        # and value (an encoder-decoder's cross-attention); read as m(query, key, value),
+        # its mask would be passed as the value
+        two = read_call(m, 2)
+        if two.input_names is None and not two.unfilled:
+            two.input_names = tuple(p.name for p in required)
+        return False, two
     if not self_only:
         return False, qkv
     return True, read_call(m, 1)

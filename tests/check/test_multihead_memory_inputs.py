@@ -1,0 +1,33 @@
+"""``check_multi_head`` on cross-attention written ``forward(x, memory, memory_mask=None)``:
+two inputs, the second both key and value. It was read as ``m(query, key, value)``, the
+mask slot got a tensor of activations and the report was a false ``call-failed``; now the
+module is called with the query and the memory, compared with the oracle, and a wrong one
+of the same shape is still found."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnkit.check import check_multi_head, load_target  # noqa: E402
+
+from .reproducers import raises_as_printed  # noqa: E402
+
+FILE = "tests/check/impl_calls/memory_inputs.py"
+
+pytestmark = pytest.mark.usefixtures("at_root")
+
+
+@pytest.mark.parametrize("name", ["DecoderCross", "TgtMemory"])
+def test_correct_query_memory_module_has_no_finding(name):
+    report = check_multi_head(load_target(f"{FILE}:{name}"))
+    assert report.codes == [], report.text()
+    assert report.oracle["compared"] is True, report.oracle
+
+
+def test_unscaled_query_memory_module_is_wrong_scale():
+    report = check_multi_head(load_target(f"{FILE}:unscaled"))
+    assert report.codes == ["wrong-scale"], report.text()
+    assert isinstance(raises_as_printed(report.findings[0].reproducer), AssertionError), \
+        report.findings[0].reproducer
