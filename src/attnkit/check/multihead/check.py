@@ -141,7 +141,7 @@ class MultiHeadCheck:
         from .probe import Harness
 
         report = self.report
-        built = build_target(self.factory, report, self.spec)
+        built = build_target(self.factory, report, self.spec, self.causal)
         if built is None:
             return False
         m = built.obj
@@ -149,6 +149,7 @@ class MultiHeadCheck:
         self_only, call = read_signature(m)
         h = Harness(built, m, self.spec, self.name, self_only, call.mask_name, call.input_names)
         h.mask_optional = call.mask_default
+        h.causal = self.causal
         flag = causal_flag(m) if self.causal and isinstance(m, nn.Module) else None
         if flag is not None:  # declared causal: forward's own switch is on in every call
             h.flags[flag] = True

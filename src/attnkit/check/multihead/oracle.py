@@ -332,7 +332,7 @@ def _second_scale(h: Any, factory: Any) -> float | None:
     if not (inspect.isclass(factory) or inspect.isroutine(factory)):
         return None
     try:
-        m = h.eval(build_module(factory, 32, 2, None).obj)
+        m = h.eval(build_module(factory, 32, 2, None, causal=h.causal).obj)
         from .gradients import dropout_knobs
 
         dropout_knobs(m, 0.0)

@@ -62,14 +62,15 @@ def _names_qkv(params: list[inspect.Parameter]) -> bool:
     return any(names == triple for triple in QKV_NAMES)
 
 
-def build_target(factory: Any, report: Report, spec: str | None) -> Any:
-    """The module built from ``factory`` (None, with the finding, when it cannot be)."""
+def build_target(factory: Any, report: Report, spec: str | None, causal: bool = False) -> Any:
+    """The module built from ``factory`` (None, with the finding, when it cannot be);
+    ``causal``: declared causal, a constructor's causal switch is set."""
     from .probe import E  # torch: imported here
 
     origin = origin_of(factory)
     report.origin = origin
     try:
-        built = build_module(factory, E, 4, spec)
+        built = build_module(factory, E, 4, spec, causal=causal)
     except BuildError as err:
         report.add(Finding("call-failed", err.text, Tx("measured.not-built")))
         return None

@@ -67,6 +67,7 @@ class Harness:
         self.self_only, self.mask_name, self.input_names = self_only, mask_name, input_names
         # forward(query, memory): one tensor is both key and value, so no value of its own
         self.kv_shared = input_names is not None and len(input_names) == 2
+        self.causal = False  # declared causal: built with its constructor's causal switch on
         self.batch_first = bool(getattr(m, "batch_first", True))
         self.numpy = not isinstance(m, nn.Module)
         self.mask_optional = True  # forward's mask has a default
