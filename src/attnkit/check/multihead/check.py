@@ -320,10 +320,13 @@ class MultiHeadCheck:
 
     # -- judge, reproduce, finish -----------------------------------------------------------
     def judge(self, case: Probe) -> Iterator[Finding]:
+        # listed before it runs: a probe that raises stops the check, and the call-failed
+        # finding names the last case listed as the one it stopped in
+        self.report.cases.append(case.text)
         found = case.run()
         if found is None:  # nothing compared: not a case of the report
+            self.report.cases.pop()
             return
-        self.report.cases.append(case.text)
         for f in found:
             f.case = f.case or case.text
             yield f
