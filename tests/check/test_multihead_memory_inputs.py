@@ -31,3 +31,10 @@ def test_unscaled_query_memory_module_is_wrong_scale():
     assert report.codes == ["wrong-scale"], report.text()
     assert isinstance(raises_as_printed(report.findings[0].reproducer), AssertionError), \
         report.findings[0].reproducer
+
+
+def test_a_position_input_is_not_read_as_a_memory():
+    """Read as (query, memory), forward(src, pos) got false shape and mixes-queries errors:
+    its 'memory' (the position embedding) must be as long as the queries."""
+    report = check_multi_head(load_target(f"{FILE}:SelfWithPosition"))
+    assert not {"shape", "mixes-queries", "inaccurate"} & set(report.codes), report.text()

@@ -58,3 +58,16 @@ class TgtMemory(nn.Module):
 def unscaled(d_model: int, num_heads: int) -> DecoderCross:
     """Wrong: the scores are never scaled."""
     return DecoderCross(d_model, num_heads, scaled=False)
+
+
+class SelfWithPosition(nn.Module):
+    """Correct DETR-style self-attention: ``forward(src, pos)``, the position embedding
+    added to the queries and keys; ``pos`` is no memory to attend to."""
+
+    def __init__(self, d_model: int, nhead: int) -> None:
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(d_model, nhead, batch_first=True)
+
+    def forward(self, src, pos, src_key_padding_mask=None):
+        q = k = src + pos
+        return self.self_attn(q, k, value=src, key_padding_mask=src_key_padding_mask)[0]
