@@ -38,3 +38,13 @@ def test_a_position_input_is_not_read_as_a_memory():
     its 'memory' (the position embedding) must be as long as the queries."""
     report = check_multi_head(load_target(f"{FILE}:SelfWithPosition"))
     assert not {"shape", "mixes-queries", "inaccurate"} & set(report.codes), report.text()
+
+
+def test_a_module_that_cannot_be_called_is_not_compared():
+    """A report whose check stopped at the first call said ``"compared": true``: the
+    default of a report, never replaced since the oracle probe never ran."""
+    report = check_multi_head(load_target(f"{FILE}:SelfWithPosition"))
+    assert "call-failed" in report.codes, report.text()
+    assert report.oracle["compared"] is False, report.oracle
+    assert "stopped before the comparison" in str(report.oracle["why"]), report.oracle
+    assert report.to_dict()["oracle"]["compared"] is False
