@@ -218,8 +218,7 @@ def _config_class(fn: Any, param: inspect.Parameter) -> Any:
 def _arguments(fn: Any, width: int | None, heads: int | None, spec: str | None,
                multi_head: bool, depth: int = 0, causal: bool = False) -> _Args:
     """The arguments that build ``fn`` (a class or a function), read off its signature;
-    ``causal``: a boolean ``causal``/``is_causal`` parameter (a config's field too) is
-    set True, as a module declared causal is built."""
+    ``causal``: a boolean ``causal``/``is_causal`` parameter (or config field) gets True."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError) as err:
@@ -240,7 +239,6 @@ def _arguments(fn: Any, width: int | None, heads: int | None, spec: str | None,
         role = _role(p.name)
         if causal and p.name.lower() in CAUSAL_FLAGS and isinstance(p.default, bool):
             out.add(p, lambda: True, "True")  # declared causal: the constructor's switch on
-            out.roles.add("causal")
         elif role in values and values[role] is not None:
             value = values[role]
             out.add(p, lambda value=value: value, repr(value))
