@@ -45,3 +45,33 @@ def test_a_switch_the_module_ignores_is_a_causal_leak():
     assert "mask['causal'] = True" in repro, repro
     with pytest.raises(AssertionError):  # runs as printed and fails, the switch set
         exec(compile(repro, "<reproducer>", "exec"), {"__name__": "__reproducer__"})
+
+
+@pytest.mark.parametrize("name, built", [
+    ("BuiltCausal", "causal=True"),
+    ("FromConfigCausal", "is_causal=True"),
+])
+def test_declared_causal_a_constructors_switch_is_set(name, built):
+    """The switch held by the constructor (or its config's field) was left at its default
+    False: the module was built non-causal and got a false ``causal-leak``."""
+    report = check_multi_head(load_target(f"{FILE}:{name}"), causal=True)
+    assert report.findings == [], report.text()
+    assert built in report.origin, report.origin
+    assert str(report.causality).startswith("behaves as causal"), report.causality
+    assert report.oracle["compared"] is True
+
+
+def test_not_declared_causal_a_constructors_switch_keeps_its_default():
+    report = check_multi_head(load_target(f"{FILE}:BuiltCausal"))
+    assert report.findings == [], report.text()
+    assert "causal=" not in report.origin, report.origin
+    assert str(report.causality).startswith("bidirectional"), report.causality
+
+
+def test_a_constructors_switch_the_module_ignores_is_a_causal_leak():
+    report = check_multi_head(load_target(f"{FILE}:BuiltIgnoresCausal"), causal=True)
+    assert [f.code for f in report.findings] == ["causal-leak"], report.text()
+    repro = report.findings[0].reproducer
+    assert "causal=True" in repro, repro
+    with pytest.raises(AssertionError):  # runs as printed and fails, the switch set
+        exec(compile(repro, "<reproducer>", "exec"), {"__name__": "__reproducer__"})

@@ -193,6 +193,18 @@ def test_float16_overflow_names_a_float32_attribute():
         finding.message
 
 
+def test_float16_failure_names_a_float32_tensor_made_in_forward():
+    """A dtype-mismatch error was blamed on overflow ("a value overflows float16's range")
+    or on a dtype helper the code does not have."""
+    report = check_multi_head(target("Float32Table"))
+    finding = next(f for f in report.findings if f.code == "float16-overflow")
+    assert "made in forward stays float32" in finding.message, finding.message
+    assert "overflows" not in finding.message and "helper" not in finding.message, \
+        finding.message
+    zh = report.text(lang="zh", reproducers=False)
+    assert "forward 里新建的某个张量仍是 float32" in zh, zh
+
+
 # -- 11 ---------------------------------------------------------------------------------------
 def test_config_class_gets_its_factory_written_out():
     report = check_multi_head(target("FromConfig"))

@@ -214,6 +214,25 @@ class Float32Buffer(SelfOrCross):
         return self.o((w @ v).transpose(1, 2).reshape(b, t, e))
 
 
+class Float32Table(SelfOrCross):
+    """Rotary tables made in forward with no dtype=: float32, whatever the inputs are; in
+    float16, q and k become float32 and SDPA refuses them with the float16 v."""
+
+    def forward(self, x):
+        b, t, e = x.shape
+        q, k, v = self._split(self.q(x)), self._split(self.k(x)), self._split(self.v(x))
+        inv = 1.0 / 10000 ** (torch.arange(0, self.d, 2) / self.d)
+        angles = torch.outer(torch.arange(t), inv)
+        cos, sin = angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)
+
+        def rotate(z):
+            half = z.shape[-1] // 2
+            return z * cos + torch.cat([-z[..., half:], z[..., :half]], -1) * sin
+
+        y = torch.nn.functional.scaled_dot_product_attention(rotate(q), rotate(k), v)
+        return self.o(y.transpose(1, 2).reshape(b, t, e))
+
+
 # -- 11. a class built from a config; a seq-first module asserting its mask layout ----------
 @dataclass
 class TinyConfig:

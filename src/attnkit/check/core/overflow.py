@@ -1,14 +1,16 @@
 """Why code fails in half precision where float32 is fine, read off the code itself, so
 that ``float16-overflow`` names the cause it has: a constant that float16 cannot hold (and
 where it is written), a dtype helper with no entry for the dtype, a float32 tensor kept on
-a module as a plain attribute (``.half()`` converts parameters and buffers only). Never a
-constant the code does not contain.
+a module as a plain attribute (``.half()`` converts parameters and buffers only), a float32
+tensor made in ``forward`` meeting the half-precision values. Never a constant the code
+does not contain.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+import re
 import textwrap
 from typing import Any
 
@@ -17,6 +19,10 @@ from ..catalogue import T, Text
 __all__ = ["FLOAT16_MAX", "fill_words", "has_source", "overflow_cause"]
 
 FLOAT16_MAX = 65504.0
+# torch's words for two operands of different dtypes meeting (a float32 tensor made in
+# forward with no dtype=, meeting the half-precision values)
+_MIXED = re.compile(r"same dtype|dtypes must be the same|expected scalar type|"
+                    r"must have the same dtype|dtype mismatch", re.IGNORECASE)
 
 
 def _routines(obj: Any) -> list[Any]:
@@ -117,10 +123,12 @@ def overflow_cause(obj: Any, dtype: str, problem: str, half_copy: Any = None) ->
     Returns:
         One sentence naming the cause the code has, and what to do.
     """
-    if dtype in problem or "BFloat16" in problem or "Half" in problem and "expected" in problem:
-        if half_copy is None or not _float32_attributes(half_copy):
-            return T("overflow.helper", dtype=dtype)
     attrs = _float32_attributes(half_copy) if half_copy is not None else []
+    if not attrs and _MIXED.search(problem):
+        return T("overflow.mixed", dtype=dtype)
+    if dtype in problem or "BFloat16" in problem or "Half" in problem and "expected" in problem:
+        if not attrs:
+            return T("overflow.helper", dtype=dtype)
     if attrs:
         return T("overflow.attribute", attr=f"self.{attrs[0]}",
                  name=repr(attrs[0].split(".")[-1]))

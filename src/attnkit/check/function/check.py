@@ -47,6 +47,8 @@ def _check(fn: Any, check: str, convention: str, causal: bool = False,
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     spec = target_spec(fn)
     report = Report(check, spec or name, origin=origin_of(fn))
+    # compared once a case is judged: a function that cannot be called never was
+    report.oracle = {"compared": False, "why": T("oracle.why-not-reached")}
     t0 = time.perf_counter()
     # The user's code may overflow on purpose of the cases: its warnings are findings here.
     with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -277,6 +279,7 @@ class FunctionCheck:
                 message = T("call.per-query-lens", message=message)
             yield Finding(v.code, message, v.measured, used.label(plain),
                           self.reproduce(used, v))
+        report.oracle = {"compared": True, "why": ""}
 
     def reproduce(self, case: Case, verdict: Any) -> str:
         return function_reproducer(self.run, case, verdict)

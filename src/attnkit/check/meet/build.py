@@ -58,6 +58,7 @@ LENGTH_NAMES = frozenset((
     "context_size", "n_positions", "n_ctx", "seq_len", "max_position_embeddings", "maxlen",
     "max_positions", "seq_length"))
 BIAS_NAMES = frozenset(("bias", "use_bias", "qkv_bias", "add_bias"))
+CAUSAL_FLAGS = ("causal", "is_causal")
 CONFIG_NAMES = frozenset((
     "config", "cfg", "conf", "configs", "args", "hparams", "params", "opt", "opts", "hp",
     "settings", "model_config", "attn_config"))
@@ -215,8 +216,9 @@ def _config_class(fn: Any, param: inspect.Parameter) -> Any:
 
 
 def _arguments(fn: Any, width: int | None, heads: int | None, spec: str | None,
-               multi_head: bool, depth: int = 0) -> _Args:
-    """The arguments that build ``fn`` (a class or a function), read off its signature."""
+               multi_head: bool, depth: int = 0, causal: bool = False) -> _Args:
+    """The arguments that build ``fn`` (a class or a function), read off its signature;
+    ``causal``: a boolean ``causal``/``is_causal`` parameter (or config field) gets True."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError) as err:
@@ -235,7 +237,9 @@ def _arguments(fn: Any, width: int | None, heads: int | None, spec: str | None,
             continue
         required = p.default is inspect.Parameter.empty
         role = _role(p.name)
-        if role in values and values[role] is not None:
+        if causal and p.name.lower() in CAUSAL_FLAGS and isinstance(p.default, bool):
+            out.add(p, lambda: True, "True")  # declared causal: the constructor's switch on
+        elif role in values and values[role] is not None:
             value = values[role]
             out.add(p, lambda value=value: value, repr(value))
             out.roles.add(role)
@@ -253,7 +257,7 @@ def _arguments(fn: Any, width: int | None, heads: int | None, spec: str | None,
                 raise BuildError(T("build.no-config", signature=_signature_text(fn),
                                    name=p.name, hint=_factory_hint(fn, spec, multi_head)))
             try:
-                sub = _arguments(cls, width, heads, spec, multi_head, depth + 1)
+                sub = _arguments(cls, width, heads, spec, multi_head, depth + 1, causal)
             except BuildError as err:  # fields no rule fills: the whole factory, written out
                 why = (T("build.why-no-rule", names=err.text.fields["names"])
                        if getattr(err.text, "key", "") == "build.no-rule" else err.text)
@@ -326,7 +330,8 @@ def factory_text(target: Any) -> str:
     return _factory_call(target)
 
 
-def build_module(target: Any, width: int, heads: int, spec: str | None) -> Built:
+def build_module(target: Any, width: int, heads: int, spec: str | None,
+                 causal: bool = False) -> Built:
     """The multi-head module the checker runs: ``target`` built at ``width`` and ``heads``.
 
     Args:
@@ -336,6 +341,8 @@ def build_module(target: Any, width: int, heads: int, spec: str | None) -> Built
         width: the embedding width to build (the checks run at 16).
         heads: the head count (4).
         spec: the ``load_target`` string of ``target``, for the reproducers; or None.
+        causal: the module is declared causal: a constructor's (or its config's) boolean
+            ``causal``/``is_causal`` parameter is set True.
 
     Returns:
         A :class:`Built`.
@@ -346,7 +353,7 @@ def build_module(target: Any, width: int, heads: int, spec: str | None) -> Built
     """
     load = [f"{_name(target)} = load_target({spec!r})"] if spec else []
     if inspect.isclass(target) or inspect.isroutine(target):
-        a = _arguments(target, width, heads, spec, multi_head=True)
+        a = _arguments(target, width, heads, spec, multi_head=True, causal=causal)
         expr = f"{_name(target)}({a.text})"
         rebuild = _seeded(lambda: a.call(target))
         try:

@@ -74,6 +74,9 @@ def check_multi_head(factory: Any, convention: str = "auto", causal: bool = Fals
     spec = target_spec(factory)
     name = getattr(factory, "__qualname__", None) or type(factory).__name__
     report = Report("multi-head", spec or name)
+    # not compared until the oracle probe runs: a module that cannot be built or called,
+    # or whose shapes end the check, was never compared
+    report.oracle = {"compared": False, "why": say("oracle.why-not-reached")}
     t0 = time.perf_counter()
     # The module may overflow on the cases: its warnings are findings here.
     with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -141,7 +144,7 @@ class MultiHeadCheck:
         from .probe import Harness
 
         report = self.report
-        built = build_target(self.factory, report, self.spec)
+        built = build_target(self.factory, report, self.spec, self.causal)
         if built is None:
             return False
         m = built.obj
@@ -149,6 +152,7 @@ class MultiHeadCheck:
         self_only, call = read_signature(m)
         h = Harness(built, m, self.spec, self.name, self_only, call.mask_name, call.input_names)
         h.mask_optional = call.mask_default
+        h.causal = self.causal
         flag = causal_flag(m) if self.causal and isinstance(m, nn.Module) else None
         if flag is not None:  # declared causal: forward's own switch is on in every call
             h.flags[flag] = True
@@ -319,10 +323,13 @@ class MultiHeadCheck:
 
     # -- judge, reproduce, finish -----------------------------------------------------------
     def judge(self, case: Probe) -> Iterator[Finding]:
+        # listed before it runs: a probe that raises stops the check, and the call-failed
+        # finding names the last case listed as the one it stopped in
+        self.report.cases.append(case.text)
         found = case.run()
         if found is None:  # nothing compared: not a case of the report
+            self.report.cases.pop()
             return
-        self.report.cases.append(case.text)
         for f in found:
             f.case = f.case or case.text
             yield f

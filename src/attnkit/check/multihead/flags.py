@@ -11,9 +11,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-__all__ = ["CAUSAL_FLAGS", "causal_flag"]
+from ..meet.build import CAUSAL_FLAGS
 
-CAUSAL_FLAGS = ("causal", "is_causal")
+__all__ = ["CAUSAL_FLAGS", "causal_flag"]
 
 
 def causal_flag(m: Any) -> str | None:

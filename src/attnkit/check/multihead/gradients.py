@@ -91,7 +91,13 @@ def gradients(h: Any, finite_differences: bool = True) -> list[Finding]:
     dirs_x = [torch.randn(x.shape, generator=g, dtype=torch.float64) for x in xs64]
     dirs_p = [torch.randn(p.shape, generator=g, dtype=torch.float64) for p in params]
     cot64 = cot.double()
-    (h.call(m64, *xs64) * cot64).sum().backward()
+    try:
+        (h.call(m64, *xs64) * cot64).sum().backward()
+    except Exception:
+        # a module that runs in float32 only (a float32 tensor made in forward meets the
+        # float64 inputs): the differences are the check's own tool, not a call of the
+        # user's, so they are skipped rather than reported as a call that failed
+        return found
     analytic = sum(float((x.grad * d).sum()) for x, d in zip(xs64, dirs_x)
                    if x.grad is not None) + sum(
         float((p.grad * d).sum()) for p, d in zip(params, dirs_p) if p.grad is not None)

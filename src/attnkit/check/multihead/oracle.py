@@ -162,7 +162,8 @@ def compare_with_oracle(h: Any, factory: Any) -> Outcome:
     E = 16
     xq = _rand(B, T, E, seed=21)
     xkv = xq if h.self_only else _rand(B, T, E, seed=22)
-    xv = None if h.self_only else _rand(B, T, E, seed=29)  # a value input of its own
+    # a value input of its own, unless the module takes one tensor as key and value
+    xv = None if h.self_only or h.kv_shared else _rand(B, T, E, seed=29)
     m = h.eval(h.m)
     try:
         cap = capture(h, m, xq, xkv, xv)
@@ -337,7 +338,7 @@ def _second_scale(h: Any, factory: Any) -> float | None:
     if not (inspect.isclass(factory) or inspect.isroutine(factory)):
         return None
     try:
-        m = h.eval(build_module(factory, 32, 2, None).obj)
+        m = h.eval(build_module(factory, 32, 2, None, causal=h.causal).obj)
         from .gradients import dropout_knobs
 
         dropout_knobs(m, 0.0)

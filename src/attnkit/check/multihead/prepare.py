@@ -42,9 +42,29 @@ def read_signature(m: Any) -> tuple[bool, Call]:
     required = [p for p in inputs if p.default is inspect.Parameter.empty
                 and "mask" not in p.name.lower() and p.name.lower() not in LENS_NAMES]
     self_only = len(required) == 1 or len(inputs) == 1
+    if not self_only and len(required) == 2 and inputs[:2] == required \
+            and _names_memory(required[1].name):
+        # forward(x, memory, memory_mask=None): the query and one tensor that is both key
+        # and value (an encoder-decoder's cross-attention); read as m(query, key, value),
+        # its mask would be passed as the value. Only a name that says so: forward(src,
+        # pos) is self-attention with a position embedding, not a memory
+        two = read_call(m, 2)
+        if two.input_names is None and not two.unfilled:
+            two.input_names = tuple(p.name for p in required)
+        return False, two
     if not self_only:
         return False, qkv
     return True, read_call(m, 1)
+
+
+MEMORY_WORDS = ("mem", "context", "ctx", "enc", "kv", "cond", "source", "src", "xa")
+
+
+def _names_memory(name: str) -> bool:
+    """``name`` says the tensor the keys and values come from: ``memory``, ``context``,
+    ``encoder_hidden_states``, ``kv``, ``cond``, ``xa`` (not a position: ``pos``)."""
+    name = name.lower()
+    return name in ("y", "other") or any(w in name for w in MEMORY_WORDS) and "pos" not in name
 
 
 def _names_qkv(params: list[inspect.Parameter]) -> bool:
@@ -54,14 +74,15 @@ def _names_qkv(params: list[inspect.Parameter]) -> bool:
     return any(names == triple for triple in QKV_NAMES)
 
 
-def build_target(factory: Any, report: Report, spec: str | None) -> Any:
-    """The module built from ``factory`` (None, with the finding, when it cannot be)."""
+def build_target(factory: Any, report: Report, spec: str | None, causal: bool = False) -> Any:
+    """The module built from ``factory`` (None, with the finding, when it cannot be);
+    ``causal``: declared causal, a constructor's causal switch is set."""
     from .probe import E  # torch: imported here
 
     origin = origin_of(factory)
     report.origin = origin
     try:
-        built = build_module(factory, E, 4, spec)
+        built = build_module(factory, E, 4, spec, causal=causal)
     except BuildError as err:
         report.add(Finding("call-failed", err.text, Tx("measured.not-built")))
         return None

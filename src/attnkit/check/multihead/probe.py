@@ -51,7 +51,8 @@ class Harness:
             copies come from it, never from a deep copy of the module in use.
         self_only: ``forward`` takes one input (``m(x)``, ``m(x, mask=...)``).
         mask_name: the mask parameter, passed by keyword; None when there is none.
-        input_names: q/k/v passed by these names, or None (by position).
+        input_names: q/k/v passed by these names, or None (by position); two names
+            (``forward(x, memory, ...)``): the key is also the value (:attr:`kv_shared`).
         batch_first: inputs ``(B, T, E)``; False: ``(T, B, E)`` (the ``batch_first``
             attribute, else found by trying).
         convention: ``valid_lens``, ``masked``, ``keep``, ``additive`` or ``none``.
@@ -64,6 +65,9 @@ class Harness:
                  input_names: tuple[str, ...] | None = None) -> None:
         self.built, self.m, self.spec, self.name = built, m, spec, name
         self.self_only, self.mask_name, self.input_names = self_only, mask_name, input_names
+        # forward(query, memory): one tensor is both key and value, so no value of its own
+        self.kv_shared = input_names is not None and len(input_names) == 2
+        self.causal = False  # declared causal: built with its constructor's causal switch on
         self.batch_first = bool(getattr(m, "batch_first", True))
         self.numpy = not isinstance(m, nn.Module)
         self.mask_optional = True  # forward's mask has a default
@@ -157,7 +161,8 @@ class Harness:
             self.layout = self._find_layout(m, xq, xkv, keep, lens)
         kw = self._mask(keep, lens, self.layout or "tt", Bn, Tq, Tk, xq.dtype)
         xk = xkv if xkv is not None else xq
-        xs = [xq] if self.self_only else [xq, xk, xv if xv is not None else xk]
+        xs = [xq] if self.self_only else [xq, xk] if self.kv_shared else \
+            [xq, xk, xv if xv is not None else xk]
         if not self.batch_first:
             xs = [x.transpose(0, 1) for x in xs]
         before = [x.detach().clone() for x in xs] + [v.clone() for v in kw.values()]

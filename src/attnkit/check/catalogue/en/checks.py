@@ -278,6 +278,10 @@ TEXTS.update({
                        "bias constant too large for {dtype}, exp of large scores, or a sum of "
                        "squares; fill with torch.finfo(dtype).min (or -inf, guarding empty "
                        "rows) and keep the softmax's statistics in float32",
+    "overflow.mixed": "a tensor made in forward stays float32 (torch.arange, torch.zeros, "
+                      "cos/sin tables made without dtype=) and meets the {dtype} values, "
+                      "so the call refuses the mixed dtypes: make it with dtype=x.dtype or "
+                      "cast it with .to(x.dtype)",
     "overflow.fill": "a large negative fill",
     "overflow.fill-here": "a large negative fill ({value} here)",
     "overflow.nan-in-output": "NaN/inf in the output",

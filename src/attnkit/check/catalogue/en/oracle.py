@@ -33,6 +33,7 @@ TEXTS: dict[str, str] = {
     "oracle.why-output-shape": "its output is {shape}, not (B, T, E)",
     "oracle.why-random": "two identical calls give different outputs (dropout left on?)",
     "oracle.why-numpy": "a NumPy module: its weights are not read",
+    "oracle.why-not-reached": "the check stopped before the comparison (see the findings)",
     "oracle.why-no-linear": (
         "no nn.Linear runs in forward: projections written with raw parameters (x @ W) are "
         "not read, only nn.Linear and nn.MultiheadAttention"

@@ -257,6 +257,9 @@ TEXTS.update({
                        "较大分数的 exp，或平方和；请把被掩蔽的分数替换为 torch.finfo(dtype).min"
                        "（或 -inf，并单独处理没有可关注键的行），并让 softmax 的统计量保持 "
                        "float32",
+    "overflow.mixed": "forward 里新建的某个张量仍是 float32（没有传 dtype= 的 torch.arange、"
+                      "torch.zeros、cos/sin 表），它与 {dtype} 的值相遇，调用拒绝混合的 "
+                      "dtype：请用 dtype=x.dtype 创建它，或用 .to(x.dtype) 转换",
     "overflow.fill": "把被掩蔽的分数替换成大负数",
     "overflow.fill-here": "把被掩蔽的分数替换成大负数 {value}",
     "overflow.nan-in-output": "输出中有 NaN/inf",

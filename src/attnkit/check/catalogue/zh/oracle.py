@@ -30,6 +30,7 @@ TEXTS: dict[str, str] = {
     "oracle.why-output-shape": "它的输出形状是 {shape}，不是 (B, T, E)",
     "oracle.why-random": "两次相同的调用给出不同的输出（暂退法没有关掉？）",
     "oracle.why-numpy": "NumPy 模块：不读取它的权重",
+    "oracle.why-not-reached": "检查在比较之前就停止了（见各项发现）",
     "oracle.why-no-linear": (
         "forward 中没有运行任何 nn.Linear：用裸参数写的投影（x @ W）不读取，只读取 nn.Linear "
         "和 nn.MultiheadAttention"
