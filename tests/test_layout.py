@@ -152,17 +152,38 @@ def test_no_file_over_max_lines():
     )
 
 
-def test_the_renderers_import_only_the_catalogue():
-    """``attnkit.check.render`` writes every kind of report (a function's, a module's, a
-    model's) reading it by its attributes: it imports the catalogue of words and nothing
-    of the checks, so that every check may import it."""
+# The checker's folders, each on a floor: a folder imports only the folders on floors below
+# it (`catalogue/` the words, at the bottom; the kinds of check at the top).
+CHECK_FLOORS = {
+    "catalogue": 0,
+    "meet": 1, "render": 1,
+    "core": 2,
+    "function": 3, "multihead": 3, "block": 3, "model": 3,
+}
+
+
+def test_the_checkers_folders_import_only_folders_below_them():
+    """Meeting the user's code (``meet/``) and rendering (``render/``) use the catalogue
+    only, the shared core uses those, and every kind of check uses the core: an import
+    that runs back up (``meet/`` borrowing a helper of ``core/``) fails here."""
     graph = import_graph(SRC, PACKAGE)
-    render = "attnkit.check.render"
-    outside = {f"{name} -> {dep}" for name, deps in graph.items()
-               if name == render or name.startswith(render + ".")
-               for dep in deps if not dep.startswith(("attnkit.check.catalogue", render))}
-    assert not outside, f"render/ imports more than the catalogue: {sorted(outside)}"
-    users = {name for name, deps in graph.items() if any(d.startswith(render) for d in deps)}
+    top = "attnkit.check."
+    up = []
+    for name, deps in graph.items():
+        if not name.startswith(top):
+            continue
+        here = name[len(top):].split(".")[0]
+        for dep in deps:
+            there = dep[len(top):].split(".")[0] if dep.startswith(top) else None
+            if there and there != here and here in CHECK_FLOORS and \
+                    CHECK_FLOORS.get(there, 99) >= CHECK_FLOORS[here]:
+                up.append(f"{name} -> {dep}")
+    assert not up, f"imports that run up or across the checker's floors: {sorted(up)}"
+    folders = {p.name for p in (SRC / "attnkit" / "check").iterdir()
+               if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == set(CHECK_FLOORS), f"give every folder a floor: {folders ^ set(CHECK_FLOORS)}"
+    users = {name for name, deps in graph.items()
+             if any(d.startswith(top + "render") for d in deps)}
     assert "attnkit.check.model.report" in users  # a model's report is shown by render/
 
 

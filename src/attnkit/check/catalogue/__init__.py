@@ -13,12 +13,12 @@ from __future__ import annotations
 from .codes import CATALOGUE, ERROR, KINDS, WARNING, Code, severity
 from .lang import LANGUAGES, check_language, get_language, set_language
 from .lookup import code_words, style, words
-from .text import T, Text, UsageError, first_line, join, render
+from .text import T, Text, UsageError, first_line, join, note, quoted, render, said
 
 __all__ = ["CATALOGUE", "ERROR", "KINDS", "LANGUAGES", "WARNING", "Code", "T", "Text",
            "UsageError",
            "check_language", "code_words", "doc_link", "first_line", "get_language", "join",
-           "render",
+           "note", "quoted", "render", "said",
            "set_language", "severity", "style", "words"]
 
 

@@ -16,7 +16,8 @@ from typing import Any
 from .lang import get_language
 from .lookup import words
 
-__all__ = ["T", "Text", "UsageError", "first_line", "join", "render"]
+__all__ = ["T", "Text", "UsageError", "first_line", "join", "note", "quoted", "render",
+           "said"]
 
 
 class Text(str):
@@ -110,3 +111,19 @@ def render(value: Any, lang: str, literal: Callable[[str], str] | None = None) -
     if isinstance(value, Text):
         return value.render(lang, literal)
     return "" if value is None else str(value)
+
+
+# -- a reproducer's words: its code as written, its comments and messages in any language
+def note(code: str, key: str, **fields: Any) -> Text:
+    """The line ``code`` with the comment ``key`` of the catalogue after it."""
+    return code + "  # " + T(key, **fields)
+
+
+def quoted(text: Any) -> Text:
+    """``text`` (a sentence, or a finding's message) as a string literal of the reproducer."""
+    return T("repro.quoted", text=text)
+
+
+def said(key: str, **fields: Any) -> Text:
+    """The sentence ``key`` as a string literal (what a line prints, an assertion's message)."""
+    return quoted(T(key, **fields))

@@ -8,7 +8,7 @@ same lines run clean: they double as a regression test.
 A reproducer is a :class:`~attnkit.check.catalogue.Text`: its code is the same in every
 language, and what a learner reads in it (a comment, a printed label, an assertion's
 message) is a sentence of the catalogue (``repro.*``), written in the report's language
-(:func:`note`, :func:`quoted`, :func:`said`).
+(:func:`~attnkit.check.catalogue.note`, ``quoted``, ``said``, re-exported here).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..catalogue import T, Text, join
+from ..catalogue import Text, join, note, quoted, said
 
 __all__ = ["function_reproducer", "note", "quoted", "said"]
 
@@ -24,19 +24,6 @@ __all__ = ["function_reproducer", "note", "quoted", "said"]
 LENS_KINDS = ("lens", "lens-empty", "lens-2d", "lens-2d-empty")  # d2l's valid_lens
 
 
-def note(code: str, key: str, **fields: Any) -> Text:
-    """The line ``code`` with the comment ``key`` of the catalogue after it."""
-    return code + "  # " + T(key, **fields)
-
-
-def quoted(text: Any) -> Text:
-    """``text`` (a sentence, or a finding's message) as a string literal of the reproducer."""
-    return T("repro.quoted", text=text)
-
-
-def said(key: str, **fields: Any) -> Text:
-    """The sentence ``key`` as a string literal (what a line prints, an assertion's message)."""
-    return quoted(T(key, **fields))
 
 
 def _oracle_text(run: Any, case: Any, keep_expr: str = "keep", scale: str = "",

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.repro import note
+from ..catalogue import note
 from .adapt import Call, Framework, unwrap
 
 __all__ = ["Target", "additive_fill"]
