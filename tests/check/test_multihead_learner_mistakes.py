@@ -133,3 +133,34 @@ class ReluAfter(nn.Module):
 def test_a_relu_is_not_called_a_wrong_hand_written_backward():
     report = check_multi_head(ReluAfter)
     assert "gradient" not in report.codes, report.text()
+
+
+_NOTEBOOK_CLASS = '''
+import torch
+from torch import nn
+
+
+class Wide(nn.Module):
+    def __init__(self, embed_dim, num_hiddens):
+        super().__init__()
+        if num_hiddens != embed_dim:
+            raise ValueError("this layer keeps the width")
+        self.W_q = nn.Linear(embed_dim, num_hiddens, bias=False)
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        return values[:, :1] + 0 * self.W_q(queries).sum()  # one query out: a shape bug
+'''
+
+
+def test_a_notebook_class_is_rebuilt_in_its_reproducer_as_the_check_built_it():
+    # A class defined in a notebook cannot be loaded from a file: its reproducer binds
+    # `factory` to it and must call it with the arguments the check used (embed_dim=16,
+    # num_hiddens=16), not factory(16, 4), which this constructor refuses.
+    from .reproducers import raises_as_printed
+
+    ns: dict = {"__name__": "__notebook__"}
+    exec(compile(_NOTEBOOK_CLASS, "<cell>", "exec"), ns)
+    report = check_multi_head(ns["Wide"])
+    shape = next(f for f in report.findings if f.code == "shape")
+    assert "factory(embed_dim=16, num_hiddens=16)" in str(shape.reproducer), shape.reproducer
+    assert isinstance(raises_as_printed(str(shape.reproducer), Wide=ns["Wide"]), AssertionError)

@@ -86,6 +86,8 @@ class Built:
         load_lines: lines that bind those names (``"MHA = load_target('m.py:MHA')"``).
         rebuild: ``rebuild(seed=0)`` builds a fresh one the same way (seeded: the same
             weights for the same seed).
+        args: the constructor's arguments (``"embed_dim=16, num_hiddens=16"``) where they
+            need no other name: a class defined in a notebook is rebuilt with them.
     """
 
     obj: Any
@@ -93,6 +95,7 @@ class Built:
     expr: str = ""
     load_lines: list[str] = field(default_factory=list)
     rebuild: Callable[..., Any] | None = None
+    args: str = ""
 
 
 def _role(name: str) -> str | None:
@@ -361,7 +364,7 @@ def build_module(target: Any, width: int, heads: int, spec: str | None,
         except Exception as err:
             raise BuildRaised(err, expr, load + a.loads, factory_text(target)) from err
         return Built(obj, T("build.built-as", expr=expr), expr if spec else "",
-                     load + a.loads, rebuild)
+                     load + a.loads, rebuild, "" if a.loads else a.text)
     found = _width_of(target)
     reason = T("build.instance-wide", width=found)
     if found in (None, width):

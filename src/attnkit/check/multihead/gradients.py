@@ -156,13 +156,14 @@ def state_dict(h: Any) -> list[Finding]:
              and not attr.startswith("_") and f"{path + '.' if path else ''}{attr}" not in saved]
     msg = (Tx("mha.state-dict-plain", names=", ".join(extra[:4])) if extra
            else Tx("mha.state-dict"))
+    again = h.built.expr or f"factory({h.built.args or '16, 4'})"  # a second one, built so
     return [Finding("state-dict", msg, Tx("measured.max-difference",
                                          value=float((a - b).detach().abs().max())),
                     reproducer=h.repro([
                         "with torch.no_grad():",
                         "    for p in m.parameters():",
                         note("        p.add_(0.1 * torch.randn_like(p))", "repro.as-if-trained"),
-                        "torch.manual_seed(1)", f"m2 = {h.built.expr or 'factory(16, 4)'}",
+                        "torch.manual_seed(1)", f"m2 = {again}",
                         "m2.load_state_dict(m.state_dict())",
                         "m.eval(), m2.eval()",
                         f"a, b = run({h.args_text('x')}), m2({h.args_text('x')})",

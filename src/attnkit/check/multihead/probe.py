@@ -268,7 +268,7 @@ class Harness:
             load = [note(f"factory = {self.name}", "repro.factory-checked") if
                     self.name.isidentifier() else
                     note("factory = ...", "repro.factory-named", name=self.name)]
-            build = "factory(16, 4)"
+            build = f"factory({self.built.args or '16, 4'})"
         tr = "" if self.batch_first else ".transpose(0, 1)"
         lines: list = (["import numpy as np"] if self.numpy else []) + [
             "import torch", "from attnkit.check import load_target", "", *load,
